@@ -1,0 +1,47 @@
+/* What the running CPU can do, and how an op's options resolve against it. */
+#include <omp.h>
+
+#include "cpu_ops.h"
+#include "error.h"
+
+int cpu_has_avx2_fma(void) {
+    /* The AVX2 files are compiled with -mavx2 -mfma -mf16c, so all three must be present. The answer
+     * cannot change while the process runs; computing it twice from two threads is harmless. */
+    static int cached = -1;
+    if (cached < 0) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+        cached = 0;
+#endif
+    }
+    return cached;
+}
+
+specla_status cpu_exec_resolve(int n_threads, int kernels, cpu_exec *out) {
+    if (out == NULL) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "cpu_exec_resolve: out is NULL");
+    switch (kernels) {
+    case SPECLA_CPU_AUTO: kernels = cpu_has_avx2_fma() ? SPECLA_CPU_AVX2 : SPECLA_CPU_SCALAR; break;
+    case SPECLA_CPU_SCALAR: break;
+    case SPECLA_CPU_AVX2:
+        if (!cpu_has_avx2_fma())
+            return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                               "cpu_kernels: AVX2 kernels requested but this CPU lacks AVX2/FMA/F16C");
+        break;
+    default:
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "cpu_kernels: unknown value %d (0 = auto, 1 = scalar, 2 = avx2)", kernels);
+    }
+    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads <= 0) n_threads = 1;
+    out->n_threads = n_threads;
+    out->kernels = kernels;
+    return SPECLA_OK;
+}
+
+SPECLA_API int specla_cpu_best_kernels(void) { return cpu_has_avx2_fma() ? SPECLA_CPU_AVX2 : SPECLA_CPU_SCALAR; }
+
+#ifndef SPECLA_WITH_CUDA
+SPECLA_API int specla_cuda_device_count(void) { return 0; }
+#endif

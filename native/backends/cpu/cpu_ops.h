@@ -1,0 +1,46 @@
+/* The CPU backend's kernels. Shapes and layouts are those documented in specla.h; arguments are
+ * already validated by the caller (api_ops.c or the forward pass). The scalar versions are the
+ * oracle: plain loops in a fixed, documented summation order. SIMD variants live in *_avx2.c files
+ * behind the same signatures and are chosen by cpu_exec.kernels. */
+#ifndef SPECLA_CPU_OPS_H
+#define SPECLA_CPU_OPS_H
+#include <stdint.h>
+
+#include "specla.h"
+
+typedef struct cpu_exec {
+    int n_threads; /* >= 1 */
+    int kernels;   /* SPECLA_CPU_SCALAR or SPECLA_CPU_AVX2, never AUTO */
+} cpu_exec;
+
+/* Resolves AUTO / n_threads <= 0 against this machine; rejects AVX2 on a CPU without it. */
+specla_status cpu_exec_resolve(int n_threads, int kernels, cpu_exec *out);
+int cpu_has_avx2_fma(void);
+
+/* --- quant: dequantize n elements (a multiple of the block) of one row ------------------------- */
+void cpu_dequantize_row_scalar(int32_t type, const void *src, int64_t n, float *dst);
+void cpu_dequantize_row_avx2(int32_t type, const void *src, int64_t n, float *dst);
+
+/* --- matmul: y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T, threads over output rows ---------- */
+void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
+void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
+void cpu_matmul(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
+/* Row `row` of a weight tensor (any type) as floats: embedding lookup. */
+void cpu_get_row(const specla_tensor *w, int64_t row, float *dst);
+
+/* --- element-wise, norms and the recurrent / attention ops (ops_scalar.c) ---------------------- */
+void cpu_rms_norm(const float *x, const float *weight, int n_rows, int n, float eps, float *y);
+void cpu_l2_norm(const float *x, int n_rows, int n, float eps, float *y);
+float cpu_silu(float x);
+float cpu_sigmoid(float x);
+float cpu_softplus(float x);
+void cpu_causal_conv(const cpu_exec *ex, const float *x, const float *weight, int T, int C, int K,
+                     float *conv_state, float *y);
+void cpu_gated_delta_rule(const cpu_exec *ex, const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, int T, int Hk, int Hv, int S, float *state, float *out);
+void cpu_rope_neox(float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,
+                   float freq_base);
+void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache,
+                   const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+
+#endif

@@ -1,0 +1,159 @@
+/* Scalar CPU kernels for everything but quantized matmul: norms, activations, the causal conv,
+ * the gated delta rule, NEOX RoPE and causal attention. They are the oracle of the GPU kernels to
+ * come, so each loop is written in the plainest order; threads split independent heads/rows only,
+ * never a reduction, so results do not depend on the thread count. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+void cpu_rms_norm(const float *x, const float *weight, int n_rows, int n, float eps, float *y) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (int64_t)r * n;
+        float *yr = y + (int64_t)r * n;
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += xr[i] * xr[i];
+        const float scale = 1.0f / sqrtf(sum / (float)n + eps);
+        for (int i = 0; i < n; i++) yr[i] = weight ? xr[i] * scale * weight[i] : xr[i] * scale;
+    }
+}
+
+void cpu_l2_norm(const float *x, int n_rows, int n, float eps, float *y) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (int64_t)r * n;
+        float *yr = y + (int64_t)r * n;
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) sum += xr[i] * xr[i];
+        const float scale = 1.0f / sqrtf(sum + eps);
+        for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
+    }
+}
+
+void cpu_causal_conv(const cpu_exec *ex, const float *x, const float *weight, int T, int C, int K,
+                     float *conv_state, float *y) {
+    /* window of token t = rows t .. t+K-1 of [conv_state (K-1 rows) ; x (T rows)], oldest first */
+    const int hist = K - 1;
+#pragma omp parallel for num_threads(ex->n_threads) schedule(static)
+    for (int c = 0; c < C; c++) {
+        const float *w = weight + (int64_t)c * K;
+        for (int t = 0; t < T; t++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) {
+                const int row = t + j; /* index into the concatenated [state ; x] sequence */
+                const float s = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
+                acc += s * w[j];
+            }
+            y[(int64_t)t * C + c] = cpu_silu(acc);
+        }
+        /* the new state is the last K-1 raw inputs of the concatenated sequence */
+        float window[64];
+        float *tail = hist <= 64 ? window : (float *)malloc(sizeof(float) * (size_t)hist);
+        for (int j = 0; j < hist; j++) {
+            const int row = T + j;
+            tail[j] = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
+        }
+        for (int j = 0; j < hist; j++) conv_state[(int64_t)j * C + c] = tail[j];
+        if (tail != window) free(tail);
+    }
+}
+
+void cpu_gated_delta_rule(const cpu_exec *ex, const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, int T, int Hk, int Hv, int S, float *state, float *out) {
+    const float scale = 1.0f / sqrtf((float)S);
+    /* Value heads are independent; within a head, each state row j (one value index) evolves
+     * independently too: decay, read M^T k, delta update, read M^T q. */
+#pragma omp parallel for num_threads(ex->n_threads) schedule(static)
+    for (int h = 0; h < Hv; h++) {
+        const int kh = h % Hk; /* tiled V-head mapping of the qwen35 converter */
+        float *M = state + (int64_t)h * S * S;
+        for (int t = 0; t < T; t++) {
+            const float *qt = q + ((int64_t)t * Hk + kh) * S;
+            const float *kt = k + ((int64_t)t * Hk + kh) * S;
+            const float *vt = v + ((int64_t)t * Hv + h) * S;
+            const float decay = expf(g[(int64_t)t * Hv + h]);
+            const float b = beta[(int64_t)t * Hv + h];
+            float *ot = out + ((int64_t)t * Hv + h) * S;
+            for (int j = 0; j < S; j++) {
+                float *row = M + (int64_t)j * S;
+                float kv = 0.0f;
+                for (int i = 0; i < S; i++) {
+                    row[i] *= decay;
+                    kv += row[i] * kt[i];
+                }
+                const float delta = b * (vt[j] - kv);
+                float o = 0.0f;
+                for (int i = 0; i < S; i++) {
+                    row[i] += kt[i] * delta;
+                    o += row[i] * qt[i];
+                }
+                ot[j] = o * scale;
+            }
+        }
+    }
+}
+
+void cpu_rope_neox(float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,
+                   float freq_base) {
+    const int half = n_rot / 2;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            /* angles in double: the oracle should not add error of its own */
+            const double theta = (double)positions[t] * pow((double)freq_base, -2.0 * i / n_rot);
+            const float c = (float)cos(theta), s = (float)sin(theta);
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
+                const float a = xh[i], b = xh[i + half];
+                xh[i] = a * c - b * s;
+                xh[i + half] = a * s + b * c;
+            }
+        }
+    }
+}
+
+void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache,
+                   const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
+    const float scale = 1.0f / sqrtf((float)D);
+    const int group = nh / nkv;
+    int max_rows = 0;
+    for (int t = 0; t < T; t++)
+        if (positions[t] + 1 > max_rows) max_rows = positions[t] + 1;
+#pragma omp parallel num_threads(ex->n_threads)
+    {
+        float *scores = (float *)malloc(sizeof(float) * (size_t)max_rows);
+#pragma omp for schedule(static) collapse(2)
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < nh; h++) {
+                const int kvh = h / group;
+                const int n_rows = positions[t] + 1; /* causal: rows 0 .. position */
+                const float *qh = q + ((int64_t)t * nh + h) * D;
+                float max_score = -INFINITY;
+                for (int r = 0; r < n_rows; r++) {
+                    const float *kr = k_cache + ((int64_t)r * nkv + kvh) * D;
+                    float s = 0.0f;
+                    for (int d = 0; d < D; d++) s += qh[d] * kr[d];
+                    s *= scale;
+                    scores[r] = s;
+                    if (s > max_score) max_score = s;
+                }
+                float sum = 0.0f;
+                for (int r = 0; r < n_rows; r++) {
+                    scores[r] = expf(scores[r] - max_score);
+                    sum += scores[r];
+                }
+                float *oh = out + ((int64_t)t * nh + h) * D;
+                for (int d = 0; d < D; d++) oh[d] = 0.0f;
+                for (int r = 0; r < n_rows; r++) {
+                    const float p = scores[r] / sum;
+                    const float *vr = v_cache + ((int64_t)r * nkv + kvh) * D;
+                    for (int d = 0; d < D; d++) oh[d] += p * vr[d];
+                }
+            }
+        }
+        free(scores);
+    }
+}

@@ -1,0 +1,241 @@
+/*
+ * specla.h — the one C ABI of libspecla.
+ *
+ * This is the only header the Python layer (ctypes, ABI mode) or an embedding desktop tool reads.
+ * Rules of the house:
+ *   - opaque handles (specla_model, specla_context), plain structs, int status codes;
+ *   - on failure a call returns a non-zero specla_status and leaves a message in a thread-local
+ *     string read by specla_last_error(); it never aborts the process;
+ *   - shapes and layouts are documented at each declaration and validated at the boundary,
+ *     so kernels behind it receive already-checked plain structs.
+ *
+ * Layout conventions (also in docs/conventions.md):
+ *   - Shapes are written fastest dimension LAST in C array notation: x[T][C] means T rows of C floats.
+ *   - A weight tensor is GGUF {n_in, n_out}: n_out rows, each row n_in elements stored as consecutive
+ *     quant blocks of its own type. A matmul computes y[b][o] = sum_i W[o][i] * x[b][i].
+ *   - Gated DeltaNet state of one layer: state[Hv][S][S] laid out [head][value j][key i], i.e. the
+ *     transpose of the math's M[i][j]; row j of a head is contiguous over the key index so that
+ *     (M^T k)_j is one contiguous dot product (the same layout llama.cpp uses).
+ *   - Conv state of one layer: conv_state[K-1][C], row 0 the oldest raw (pre-conv) input.
+ *   - KV cache of one attention layer: k[n_ctx][n_head_kv][head_dim], same for v, F32.
+ */
+#ifndef SPECLA_H
+#define SPECLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SPECLA_API __declspec(dllexport)
+#else
+#define SPECLA_API __attribute__((visibility("default")))
+#endif
+
+#define SPECLA_ABI_VERSION 1
+
+typedef enum specla_status {
+    SPECLA_OK = 0,
+    SPECLA_ERR_INVALID_ARGUMENT = 1, /* bad shape, type, pointer or value */
+    SPECLA_ERR_OUT_OF_MEMORY = 2,
+    SPECLA_ERR_UNSUPPORTED = 3,      /* valid request this build cannot do (type, backend) */
+    SPECLA_ERR_STATE = 4,            /* context full, wrong positions, ... */
+} specla_status;
+
+/* Tensor element types: the GGML type ids, so GGUF values pass through unchanged. */
+typedef enum specla_type {
+    SPECLA_TYPE_F32 = 0,
+    SPECLA_TYPE_F16 = 1,
+    SPECLA_TYPE_Q8_0 = 8,
+    SPECLA_TYPE_Q4_K = 12,
+    SPECLA_TYPE_Q5_K = 13,
+    SPECLA_TYPE_Q6_K = 14,
+    SPECLA_TYPE_BF16 = 30,
+} specla_type;
+
+/* Which CPU kernels to use. AUTO picks the fastest the running CPU supports. SCALAR is the oracle. */
+typedef enum specla_cpu_kernels {
+    SPECLA_CPU_AUTO = 0,
+    SPECLA_CPU_SCALAR = 1,
+    SPECLA_CPU_AVX2 = 2,
+} specla_cpu_kernels;
+
+SPECLA_API int specla_abi_version(void);
+/* Message of the last failed call on this thread ("" if none). Valid until the next call. */
+SPECLA_API const char *specla_last_error(void);
+/* Kernels AUTO resolves to on this CPU (SPECLA_CPU_SCALAR or SPECLA_CPU_AVX2). */
+SPECLA_API int specla_cpu_best_kernels(void);
+/* Number of CUDA devices visible to this build (0 when built without CUDA or when none is present). */
+SPECLA_API int specla_cuda_device_count(void);
+
+/* Elements per block and bytes per block of a type; 0 for unknown types. */
+SPECLA_API int specla_type_block_elements(int32_t type);
+SPECLA_API int specla_type_block_bytes(int32_t type);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model: hyper-parameters and weights of one qwen35 trunk. Weight bytes are NOT copied on the CPU:
+ * the caller (Python, holding the GGUF mmap) keeps them alive for the model's lifetime.
+ * ------------------------------------------------------------------------------------------- */
+
+/* A weight view. ne0 = elements per row (GGUF ne[0], n_in), ne1 = rows (GGUF ne[1], 1 for vectors). */
+typedef struct specla_tensor {
+    const void *data;
+    int32_t type;   /* specla_type */
+    int32_t ne0;
+    int32_t ne1;
+    int32_t _pad;
+    int64_t nbytes; /* must equal ne1 * ne0 / block_elements * block_bytes */
+} specla_tensor;
+
+typedef struct specla_hparams {
+    int32_t n_layer;         /* trunk depth = block_count - nextn_predict_layers */
+    int32_t n_embd;          /* E */
+    int32_t n_ff;            /* F */
+    int32_t n_vocab;         /* V (rows of token_embd) */
+    int32_t n_head;          /* nh, full-attention query heads */
+    int32_t n_head_kv;       /* nkv */
+    int32_t head_dim;        /* D (key_length == value_length) */
+    int32_t rope_dims;       /* rotated dims (NEOX pairs (i, i + rope_dims/2)) */
+    float rope_freq_base;
+    float rms_eps;
+    int32_t ssm_conv_kernel; /* K */
+    int32_t ssm_state_size;  /* S */
+    int32_t ssm_group_count; /* Hk, key heads of the linear layers */
+    int32_t ssm_time_step_rank; /* Hv, value heads; value head h uses key head h % Hk */
+    int32_t n_ctx_train;
+    int32_t _pad;
+    const uint8_t *layer_is_recurrent; /* [n_layer], 1 = Gated DeltaNet, 0 = full attention */
+} specla_hparams;
+
+/* Weights of one trunk layer. Tensors a layer type does not use are left zeroed (data = NULL).
+ * Norm weights already hold (1 + w) as the converter writes them; ssm_a holds -exp(A_log). */
+typedef struct specla_layer_weights {
+    specla_tensor attn_norm;           /* {E} */
+    specla_tensor post_attention_norm; /* {E}, the pre-FFN norm */
+    /* Gated DeltaNet */
+    specla_tensor attn_qkv;            /* {E, C}, C = 2*Hk*S + Hv*S */
+    specla_tensor attn_gate;           /* {E, Hv*S} (z) */
+    specla_tensor ssm_conv1d;          /* {K, C}, F32 */
+    specla_tensor ssm_dt_bias;         /* {Hv} */
+    specla_tensor ssm_a;               /* {Hv} */
+    specla_tensor ssm_beta;            /* {E, Hv} */
+    specla_tensor ssm_alpha;           /* {E, Hv} */
+    specla_tensor ssm_norm;            /* {S} */
+    specla_tensor ssm_out;             /* {Hv*S, E} */
+    /* full attention */
+    specla_tensor attn_q;              /* {E, 2*nh*D}, per head [D query rows | D gate rows] */
+    specla_tensor attn_k;              /* {E, nkv*D} */
+    specla_tensor attn_v;              /* {E, nkv*D} */
+    specla_tensor attn_output;         /* {nh*D, E} */
+    specla_tensor attn_q_norm;         /* {D} */
+    specla_tensor attn_k_norm;         /* {D} */
+    /* SwiGLU */
+    specla_tensor ffn_gate;            /* {E, F} */
+    specla_tensor ffn_up;              /* {E, F} */
+    specla_tensor ffn_down;            /* {F, E} */
+} specla_layer_weights;
+
+typedef struct specla_weights {
+    specla_tensor token_embd;          /* {E, V} */
+    specla_tensor output_norm;         /* {E} */
+    specla_tensor output;              /* {E, V}; data = NULL means tied to token_embd */
+    const specla_layer_weights *layers; /* [n_layer] */
+} specla_weights;
+
+typedef struct specla_model specla_model;
+
+/* Validates every shape and type against hparams; the structs are copied, weight bytes are not. */
+SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, const specla_weights *weights,
+                                             specla_model **out_model);
+SPECLA_API void specla_model_free(specla_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: all mutable state of one sequence (KV cache, conv windows, GDN states, scratch).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct specla_context_params {
+    int32_t n_ctx;       /* KV cache rows (max positions) */
+    int32_t max_batch;   /* most tokens one forward call may carry */
+    int32_t n_threads;   /* CPU threads; <= 0 means all cores */
+    int32_t cpu_kernels; /* specla_cpu_kernels */
+} specla_context_params;
+
+typedef struct specla_context specla_context;
+
+SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
+                                               specla_context **out_context);
+SPECLA_API void specla_context_free(specla_context *context);
+/* Forget every token: n_past = 0, KV rows dropped, conv and GDN states zeroed. */
+SPECLA_API specla_status specla_context_reset(specla_context *context);
+/* Tokens committed to the durable state so far. */
+SPECLA_API int32_t specla_context_n_past(const specla_context *context);
+
+/* One forward pass over a batch of tokens: the only call a generation step makes.
+ * positions[i] must be n_past + i for now (a plain sequence continuation); tree batches, whose
+ * positions repeat, arrive with the SpecLA verify call. The batch is appended to the durable state.
+ * logits: if not NULL, receives [n_logit_rows][n_vocab] where n_logit_rows = n_tokens when
+ * logits_all != 0, else 1 (the last token only).
+ * argmax: if not NULL, receives [n_logit_rows] argmax ids (lowest index wins ties). */
+typedef struct specla_batch {
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *positions; /* [n_tokens] */
+    int32_t n_tokens;
+    int32_t logits_all;
+    float *logits;
+    int32_t *argmax;
+} specla_batch;
+
+SPECLA_API specla_status specla_forward(specla_context *context, const specla_batch *batch);
+
+/* ---------------------------------------------------------------------------------------------
+ * Single ops, for tests against the numpy oracles and for tools. The forward pass calls the same
+ * kernels internally. Every op takes the options struct so the kernel choice is explicit.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct specla_op_options {
+    int32_t n_threads;   /* <= 0: all cores */
+    int32_t cpu_kernels; /* specla_cpu_kernels */
+} specla_op_options;
+
+/* dst[n_elements] = dequantized src; n_elements a multiple of the type's block. */
+SPECLA_API specla_status specla_op_dequantize(const specla_op_options *opt, int32_t type, const void *src,
+                                              int64_t n_elements, float *dst);
+/* y[n_batch][w.ne1] = x[n_batch][w.ne0] . W^T. Each row of y is computed in the same order whatever
+ * n_batch is (batch-invariant), so a verify row equals the decode row bit for bit. */
+SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const specla_tensor *w, const float *x,
+                                          int32_t n_batch, float *y);
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be NULL: no scale). rows of n. */
+SPECLA_API specla_status specla_op_rms_norm(const specla_op_options *opt, const float *x, const float *weight,
+                                            int32_t n_rows, int32_t n, float eps, float *y);
+/* y[r] = x[r] / sqrt(sum(x[r]^2) + eps). */
+SPECLA_API specla_status specla_op_l2_norm(const specla_op_options *opt, const float *x, int32_t n_rows, int32_t n,
+                                           float eps, float *y);
+/* Causal depthwise conv + SiLU over T tokens. x[T][C] raw inputs, weight[C][K] (k = 0 oldest),
+ * conv_state[K-1][C] in/out (updated to the last K-1 raw inputs), y[T][C]. */
+SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, const float *x, const float *weight,
+                                               int32_t T, int32_t C, int32_t K, float *conv_state, float *y);
+/* Gated delta rule over T tokens for Hv value heads (value head h uses key head h % Hk).
+ * q[T][Hk][S], k[T][Hk][S] (already L2-normalised), v[T][Hv][S], g[T][Hv] (log-decay <= 0),
+ * beta[T][Hv]; state[Hv][S][S] in/out ([head][value j][key i]); out[T][Hv][S] = M^T q / sqrt(S). */
+SPECLA_API specla_status specla_op_gated_delta_rule(const specla_op_options *opt, const float *q, const float *k,
+                                                    const float *v, const float *g, const float *beta, int32_t T,
+                                                    int32_t Hk, int32_t Hv, int32_t S, float *state, float *out);
+/* In-place NEOX RoPE on the first n_rot dims of each head: pairs (i, i + n_rot/2), theta_i =
+ * pos * base^(-2i/n_rot). x[T][n_heads][head_dim], positions[T]. */
+SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float *x, const int32_t *positions,
+                                             int32_t T, int32_t n_heads, int32_t head_dim, int32_t n_rot,
+                                             float freq_base);
+/* Causal softmax attention with GQA (query head h uses kv head h / (nh / nkv)), scale 1/sqrt(D).
+ * q[T][nh][D]; k_cache, v_cache [n_kv][nkv][D]; query t sees cache rows 0..positions[t].
+ * out[T][nh][D]. */
+SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const float *q, const float *k_cache,
+                                             const float *v_cache, const int32_t *positions, int32_t T,
+                                             int32_t n_kv, int32_t nh, int32_t nkv, int32_t D, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPECLA_H */

@@ -1,0 +1,146 @@
+/* specla_model_create: validate a qwen35 trunk's hyper-parameters and weight views at the ABI
+ * boundary, so that the forward pass can trust every shape. The Python loader validates first
+ * with file-level messages; this is the second gate for embedders calling the C ABI directly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "qwen35.h"
+#include "tensor_types.h"
+
+static specla_status check_tensor(const specla_tensor *t, const char *what, int layer, int64_t ne0, int64_t ne1,
+                                  int must_be_f32) {
+    char name[96];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "blk.%d.%s", layer, what);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    if (t->data == NULL) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: missing (data is NULL)", name);
+    if (type_block_elements(t->type) == 0)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "tensor %s: unsupported type id %d", name, t->type);
+    if (must_be_f32 && t->type != SPECLA_TYPE_F32)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "tensor %s: must be F32, got %s", name, type_name(t->type));
+    if (t->ne0 != ne0 || t->ne1 != ne1)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: shape {%d, %d}, expected {%lld, %lld}", name,
+                           t->ne0, t->ne1, (long long)ne0, (long long)ne1);
+    const int64_t row = type_row_bytes(t->type, t->ne0);
+    if (row < 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: row length %d is not a multiple of the %s block",
+                           name, t->ne0, type_name(t->type));
+    if (row * t->ne1 != t->nbytes)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: %lld bytes, expected %lld", name,
+                           (long long)t->nbytes, (long long)(row * t->ne1));
+    return SPECLA_OK;
+}
+
+#define CHECK(expr)                                                                                                    \
+    do {                                                                                                               \
+        specla_status s_ = (expr);                                                                                     \
+        if (s_ != SPECLA_OK) return s_;                                                                                \
+    } while (0)
+
+static specla_status validate_hparams(const specla_hparams *hp) {
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->ssm_conv_kernel < 2 || hp->ssm_state_size <= 0 ||
+        hp->ssm_group_count <= 0 || hp->ssm_time_step_rank <= 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: every size must be positive (conv kernel >= 2)");
+    if (hp->n_head % hp->n_head_kv != 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: n_head %d is not a multiple of n_head_kv %d",
+                           hp->n_head, hp->n_head_kv);
+    if (hp->ssm_time_step_rank % hp->ssm_group_count != 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: Hv %d is not a multiple of Hk %d",
+                           hp->ssm_time_step_rank, hp->ssm_group_count);
+    if (hp->rope_dims <= 0 || hp->rope_dims % 2 != 0 || hp->rope_dims > hp->head_dim)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: rope_dims %d must be even and <= head_dim %d",
+                           hp->rope_dims, hp->head_dim);
+    if (hp->ssm_conv_kernel > 64)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: conv kernel %d > 64", hp->ssm_conv_kernel);
+    if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: rms_eps and rope_freq_base must be positive");
+    if (hp->layer_is_recurrent == NULL)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: layer_is_recurrent is NULL");
+    return SPECLA_OK;
+}
+
+static specla_status validate_layer(const specla_hparams *hp, const specla_layer_weights *lw, int il, int C) {
+    const int E = hp->n_embd, F = hp->n_ff, S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
+    const int D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    CHECK(check_tensor(&lw->attn_norm, "attn_norm.weight", il, E, 1, 1));
+    CHECK(check_tensor(&lw->post_attention_norm, "post_attention_norm.weight", il, E, 1, 1));
+    if (hp->layer_is_recurrent[il]) {
+        CHECK(check_tensor(&lw->attn_qkv, "attn_qkv.weight", il, E, C, 0));
+        CHECK(check_tensor(&lw->attn_gate, "attn_gate.weight", il, E, Hv * S, 0));
+        CHECK(check_tensor(&lw->ssm_conv1d, "ssm_conv1d.weight", il, hp->ssm_conv_kernel, C, 1));
+        CHECK(check_tensor(&lw->ssm_dt_bias, "ssm_dt.bias", il, Hv, 1, 1));
+        CHECK(check_tensor(&lw->ssm_a, "ssm_a", il, Hv, 1, 1));
+        CHECK(check_tensor(&lw->ssm_beta, "ssm_beta.weight", il, E, Hv, 0));
+        CHECK(check_tensor(&lw->ssm_alpha, "ssm_alpha.weight", il, E, Hv, 0));
+        CHECK(check_tensor(&lw->ssm_norm, "ssm_norm.weight", il, S, 1, 1));
+        CHECK(check_tensor(&lw->ssm_out, "ssm_out.weight", il, Hv * S, E, 0));
+    } else {
+        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, 2 * nh * D, 0));
+        CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
+        CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
+        CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
+        CHECK(check_tensor(&lw->attn_q_norm, "attn_q_norm.weight", il, D, 1, 1));
+        CHECK(check_tensor(&lw->attn_k_norm, "attn_k_norm.weight", il, D, 1, 1));
+    }
+    CHECK(check_tensor(&lw->ffn_gate, "ffn_gate.weight", il, E, F, 0));
+    CHECK(check_tensor(&lw->ffn_up, "ffn_up.weight", il, E, F, 0));
+    CHECK(check_tensor(&lw->ffn_down, "ffn_down.weight", il, F, E, 0));
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, const specla_weights *weights,
+                                             specla_model **out_model) {
+    if (!hparams || !weights || !out_model || !weights->layers)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_model_create: NULL argument");
+    *out_model = NULL;
+    CHECK(validate_hparams(hparams));
+    const int C = 2 * hparams->ssm_group_count * hparams->ssm_state_size +
+                  hparams->ssm_time_step_rank * hparams->ssm_state_size;
+    CHECK(check_tensor(&weights->token_embd, "token_embd.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
+    CHECK(check_tensor(&weights->output_norm, "output_norm.weight", -1, hparams->n_embd, 1, 1));
+    if (weights->output.data)
+        CHECK(check_tensor(&weights->output, "output.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
+    int n_attention = 0;
+    for (int il = 0; il < hparams->n_layer; il++) {
+        CHECK(validate_layer(hparams, &weights->layers[il], il, C));
+        n_attention += !hparams->layer_is_recurrent[il];
+    }
+
+    specla_model *m = (specla_model *)calloc(1, sizeof *m);
+    if (!m) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_model_create: out of memory");
+    m->hp = *hparams;
+    m->layer_is_recurrent = (uint8_t *)malloc((size_t)hparams->n_layer);
+    m->layers = (specla_layer_weights *)malloc(sizeof(specla_layer_weights) * (size_t)hparams->n_layer);
+    m->state_slot = (int *)malloc(sizeof(int) * (size_t)hparams->n_layer);
+    if (!m->layer_is_recurrent || !m->layers || !m->state_slot) {
+        specla_model_free(m);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_model_create: out of memory");
+    }
+    memcpy(m->layer_is_recurrent, hparams->layer_is_recurrent, (size_t)hparams->n_layer);
+    memcpy(m->layers, weights->layers, sizeof(specla_layer_weights) * (size_t)hparams->n_layer);
+    m->hp.layer_is_recurrent = m->layer_is_recurrent;
+    m->token_embd = weights->token_embd;
+    m->output_norm = weights->output_norm;
+    m->output = weights->output.data ? weights->output : weights->token_embd;
+    m->conv_channels = C;
+    for (int il = 0; il < hparams->n_layer; il++) {
+        if (m->layer_is_recurrent[il])
+            m->state_slot[il] = m->n_recurrent_layers++;
+        else
+            m->state_slot[il] = m->n_attention_layers++;
+    }
+    *out_model = m;
+    return SPECLA_OK;
+}
+
+SPECLA_API void specla_model_free(specla_model *model) {
+    if (!model) return;
+    free(model->layer_is_recurrent);
+    free(model->layers);
+    free(model->state_slot);
+    free(model);
+}

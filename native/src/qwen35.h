@@ -1,0 +1,49 @@
+/* The qwen35 model and its per-sequence context (private to the library). The model is read-only
+ * after creation and may be shared by several contexts; a context owns every piece of mutable
+ * state of one sequence. */
+#ifndef SPECLA_QWEN35_H
+#define SPECLA_QWEN35_H
+#include "cpu_ops.h"
+#include "specla.h"
+
+struct specla_model {
+    specla_hparams hp;           /* hp.layer_is_recurrent points at layer_is_recurrent below */
+    uint8_t *layer_is_recurrent; /* [n_layer] */
+    specla_tensor token_embd, output_norm, output; /* output aliases token_embd when tied */
+    specla_layer_weights *layers;                  /* [n_layer] */
+    int conv_channels;           /* C = 2*Hk*S + Hv*S */
+    int n_attention_layers, n_recurrent_layers;
+    int *state_slot;             /* [n_layer]: index among layers of the same kind */
+};
+
+/* Scratch activations for up to max_batch tokens, allocated once per context. */
+typedef struct forward_scratch {
+    float *hidden;   /* [B][E] residual stream */
+    float *normed;   /* [B][E] */
+    float *layer_out;/* [B][E] */
+    float *proj;     /* [B][max(C, 2*nh*D)] qkv or q|gate projection */
+    float *conv_out; /* [B][C] */
+    float *q, *k, *v;/* [B][max(Hk*S, nh*D)], [B][max(Hk*S, nkv*D)], [B][max(Hv*S, nkv*D)] */
+    float *gate;     /* [B][max(Hv*S, nh*D)] z of GDN, output gate of attention */
+    float *beta, *g; /* [B][Hv] */
+    float *mix;      /* [B][max(Hv*S, nh*D)] head outputs before the output projection */
+    float *ffn_a, *ffn_b; /* [B][F] */
+    float *logits;   /* [B][V] only when the caller wants argmax without logits */
+    int logits_rows;
+} forward_scratch;
+
+struct specla_context {
+    const specla_model *model;
+    specla_context_params params;
+    cpu_exec exec;
+    int32_t n_past;
+    /* durable state; see specla.h for layouts */
+    float **k_cache, **v_cache; /* [n_attention_layers] -> [n_ctx][nkv][D] */
+    float **conv_state;         /* [n_recurrent_layers] -> [K-1][C] */
+    float **gdn_state;          /* [n_recurrent_layers] -> [Hv][S][S] */
+    forward_scratch scratch;
+};
+
+specla_status qwen35_forward(specla_context *ctx, const specla_batch *batch);
+
+#endif

@@ -1,0 +1,85 @@
+#include "tensor_types.h"
+
+#include <string.h>
+
+int type_block_elements(int32_t type) {
+    switch (type) {
+    case SPECLA_TYPE_F32:
+    case SPECLA_TYPE_F16:
+    case SPECLA_TYPE_BF16: return 1;
+    case SPECLA_TYPE_Q8_0: return QK8_0;
+    case SPECLA_TYPE_Q4_K:
+    case SPECLA_TYPE_Q5_K:
+    case SPECLA_TYPE_Q6_K: return QK_K;
+    default: return 0;
+    }
+}
+
+int type_block_bytes(int32_t type) {
+    switch (type) {
+    case SPECLA_TYPE_F32: return 4;
+    case SPECLA_TYPE_F16:
+    case SPECLA_TYPE_BF16: return 2;
+    case SPECLA_TYPE_Q8_0: return (int)sizeof(block_q8_0);
+    case SPECLA_TYPE_Q4_K: return (int)sizeof(block_q4_K);
+    case SPECLA_TYPE_Q5_K: return (int)sizeof(block_q5_K);
+    case SPECLA_TYPE_Q6_K: return (int)sizeof(block_q6_K);
+    default: return 0;
+    }
+}
+
+const char *type_name(int32_t type) {
+    switch (type) {
+    case SPECLA_TYPE_F32: return "F32";
+    case SPECLA_TYPE_F16: return "F16";
+    case SPECLA_TYPE_BF16: return "BF16";
+    case SPECLA_TYPE_Q8_0: return "Q8_0";
+    case SPECLA_TYPE_Q4_K: return "Q4_K";
+    case SPECLA_TYPE_Q5_K: return "Q5_K";
+    case SPECLA_TYPE_Q6_K: return "Q6_K";
+    default: return "unsupported";
+    }
+}
+
+int64_t type_row_bytes(int32_t type, int64_t n) {
+    int be = type_block_elements(type);
+    if (be == 0 || n % be != 0) return -1;
+    return n / be * type_block_bytes(type);
+}
+
+float half_to_float(specla_half h) {
+    /* Exact binary16 -> binary32 conversion, subnormals and inf/nan included. */
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while ((mant & 0x400) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float bf16_to_float(specla_bf16 h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+SPECLA_API int specla_type_block_elements(int32_t type) { return type_block_elements(type); }
+SPECLA_API int specla_type_block_bytes(int32_t type) { return type_block_bytes(type); }

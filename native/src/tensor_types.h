@@ -1,0 +1,62 @@
+/* Quantization block layouts, shared by every backend. Byte-exact with GGML's (checked by the
+ * static_asserts and, in tests, by comparing dequantization with gguf.quants.dequantize). */
+#ifndef SPECLA_TENSOR_TYPES_H
+#define SPECLA_TENSOR_TYPES_H
+#include <assert.h>
+#include <stdint.h>
+
+#include "specla.h"
+
+#define QK8_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef uint16_t specla_half; /* IEEE binary16 bits */
+typedef uint16_t specla_bf16; /* bfloat16 bits */
+
+/* Q8_0: x = d * q */
+typedef struct {
+    specla_half d;
+    int8_t qs[QK8_0];
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 size");
+
+/* Q4_K: x = d * sc * q - dmin * m, 8 sub-blocks of 32 with 6-bit scales/mins packed in 12 bytes */
+typedef struct {
+    specla_half d;
+    specla_half dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
+
+/* Q5_K: Q4_K plus one high bit per element in qh */
+typedef struct {
+    specla_half d;
+    specla_half dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K size");
+
+/* Q6_K: x = d * sc * (q - 32), 16 int8 scales, d stored last */
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    specla_half d;
+} block_q6_K;
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K size");
+
+/* Elements per block and bytes per block; 0 when the type is not supported. */
+int type_block_elements(int32_t type);
+int type_block_bytes(int32_t type);
+const char *type_name(int32_t type);
+/* Bytes of one row of n elements (n a multiple of the block); -1 when not representable. */
+int64_t type_row_bytes(int32_t type, int64_t n);
+
+float half_to_float(specla_half h);
+float bf16_to_float(specla_bf16 h);
+
+#endif

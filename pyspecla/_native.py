@@ -1,0 +1,242 @@
+"""Loads libspecla and declares its C ABI (native/include/specla.h) with ctypes.
+
+This module is the only place that knows the ABI's struct layouts. Every call goes through
+`check(status)`, which turns a non-zero status into a NativeError carrying the library's message.
+The library is looked up at $SPECLA_LIBRARY first (a development build), then inside the
+installed package."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import NativeError
+
+ABI_VERSION = 1
+
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_OUT_OF_MEMORY = 2
+ERR_UNSUPPORTED = 3
+ERR_STATE = 4
+
+CPU_AUTO = 0
+CPU_SCALAR = 1
+CPU_AVX2 = 2
+CPU_KERNELS = {"auto": CPU_AUTO, "scalar": CPU_SCALAR, "avx2": CPU_AVX2}
+
+c_float_p = ctypes.POINTER(ctypes.c_float)
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("type", ctypes.c_int32),
+        ("ne0", ctypes.c_int32),
+        ("ne1", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
+        ("nbytes", ctypes.c_int64),
+    ]
+
+
+class HParams(ctypes.Structure):
+    _fields_ = [
+        ("n_layer", ctypes.c_int32),
+        ("n_embd", ctypes.c_int32),
+        ("n_ff", ctypes.c_int32),
+        ("n_vocab", ctypes.c_int32),
+        ("n_head", ctypes.c_int32),
+        ("n_head_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("rope_dims", ctypes.c_int32),
+        ("rope_freq_base", ctypes.c_float),
+        ("rms_eps", ctypes.c_float),
+        ("ssm_conv_kernel", ctypes.c_int32),
+        ("ssm_state_size", ctypes.c_int32),
+        ("ssm_group_count", ctypes.c_int32),
+        ("ssm_time_step_rank", ctypes.c_int32),
+        ("n_ctx_train", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
+        ("layer_is_recurrent", ctypes.POINTER(ctypes.c_uint8)),
+    ]
+
+
+LAYER_TENSOR_FIELDS = (
+    # (struct field, GGUF name suffix after "blk.N.")
+    ("attn_norm", "attn_norm.weight"),
+    ("post_attention_norm", "post_attention_norm.weight"),
+    ("attn_qkv", "attn_qkv.weight"),
+    ("attn_gate", "attn_gate.weight"),
+    ("ssm_conv1d", "ssm_conv1d.weight"),
+    ("ssm_dt_bias", "ssm_dt.bias"),
+    ("ssm_a", "ssm_a"),
+    ("ssm_beta", "ssm_beta.weight"),
+    ("ssm_alpha", "ssm_alpha.weight"),
+    ("ssm_norm", "ssm_norm.weight"),
+    ("ssm_out", "ssm_out.weight"),
+    ("attn_q", "attn_q.weight"),
+    ("attn_k", "attn_k.weight"),
+    ("attn_v", "attn_v.weight"),
+    ("attn_output", "attn_output.weight"),
+    ("attn_q_norm", "attn_q_norm.weight"),
+    ("attn_k_norm", "attn_k_norm.weight"),
+    ("ffn_gate", "ffn_gate.weight"),
+    ("ffn_up", "ffn_up.weight"),
+    ("ffn_down", "ffn_down.weight"),
+)
+
+
+class LayerWeights(ctypes.Structure):
+    _fields_ = [(field, Tensor) for field, _ in LAYER_TENSOR_FIELDS]
+
+
+class Weights(ctypes.Structure):
+    _fields_ = [
+        ("token_embd", Tensor),
+        ("output_norm", Tensor),
+        ("output", Tensor),
+        ("layers", ctypes.POINTER(LayerWeights)),
+    ]
+
+
+class ContextParams(ctypes.Structure):
+    _fields_ = [
+        ("n_ctx", ctypes.c_int32),
+        ("max_batch", ctypes.c_int32),
+        ("n_threads", ctypes.c_int32),
+        ("cpu_kernels", ctypes.c_int32),
+    ]
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [
+        ("tokens", c_int32_p),
+        ("positions", c_int32_p),
+        ("n_tokens", ctypes.c_int32),
+        ("logits_all", ctypes.c_int32),
+        ("logits", c_float_p),
+        ("argmax", c_int32_p),
+    ]
+
+
+class OpOptions(ctypes.Structure):
+    _fields_ = [("n_threads", ctypes.c_int32), ("cpu_kernels", ctypes.c_int32)]
+
+
+def _library_path() -> Path:
+    env = os.environ.get("SPECLA_LIBRARY")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for name in ("libspecla.so", "libspecla.dylib", "specla.dll"):
+        if (here / name).exists():
+            return here / name
+    raise NativeError(
+        -1,
+        f"libspecla not found in {here} (install the package with `pip install .`, "
+        "or point SPECLA_LIBRARY at a development build)",
+    )
+
+
+_i32, _i64, _p, _f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "specla_abi_version": (ctypes.c_int, []),
+    "specla_last_error": (ctypes.c_char_p, []),
+    "specla_cpu_best_kernels": (ctypes.c_int, []),
+    "specla_cuda_device_count": (ctypes.c_int, []),
+    "specla_type_block_elements": (ctypes.c_int, [_i32]),
+    "specla_type_block_bytes": (ctypes.c_int, [_i32]),
+    "specla_model_create": (ctypes.c_int, [ctypes.POINTER(HParams), ctypes.POINTER(Weights), ctypes.POINTER(_p)]),
+    "specla_model_free": (None, [_p]),
+    "specla_context_create": (ctypes.c_int, [_p, ctypes.POINTER(ContextParams), ctypes.POINTER(_p)]),
+    "specla_context_free": (None, [_p]),
+    "specla_context_reset": (ctypes.c_int, [_p]),
+    "specla_context_n_past": (_i32, [_p]),
+    "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
+    "specla_op_dequantize": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, _p, _i64, c_float_p]),
+    "specla_op_matmul": (ctypes.c_int, [ctypes.POINTER(OpOptions), ctypes.POINTER(Tensor), c_float_p, _i32, c_float_p]),
+    "specla_op_rms_norm": (ctypes.c_int, [ctypes.POINTER(OpOptions), c_float_p, c_float_p, _i32, _i32, _f32, c_float_p]),
+    "specla_op_l2_norm": (ctypes.c_int, [ctypes.POINTER(OpOptions), c_float_p, _i32, _i32, _f32, c_float_p]),
+    "specla_op_causal_conv": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), c_float_p, c_float_p, _i32, _i32, _i32, c_float_p, c_float_p],
+    ),
+    "specla_op_gated_delta_rule": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), c_float_p, c_float_p, c_float_p, c_float_p, c_float_p,
+         _i32, _i32, _i32, _i32, c_float_p, c_float_p],
+    ),
+    "specla_op_rope_neox": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), c_float_p, c_int32_p, _i32, _i32, _i32, _i32, _f32],
+    ),
+    "specla_op_attention": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), c_float_p, c_float_p, c_float_p, c_int32_p, _i32, _i32, _i32, _i32, _i32, c_float_p],
+    ),
+}
+
+
+def _load():
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NativeError(-1, f"{path}: cannot load libspecla ({exc})") from None
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if lib.specla_abi_version() != ABI_VERSION:
+        raise NativeError(-1, f"{path}: ABI version {lib.specla_abi_version()}, this package expects {ABI_VERSION}")
+    return lib
+
+
+lib = _load()
+
+
+def last_error() -> str:
+    msg = lib.specla_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def check(status: int) -> None:
+    """Raise NativeError with the library's message when a call failed."""
+    if status != OK:
+        raise NativeError(status, last_error() or f"libspecla call failed with status {status}")
+
+
+def op_options(n_threads: int = 0, cpu_kernels: str | int = "auto") -> OpOptions:
+    kernels = CPU_KERNELS[cpu_kernels] if isinstance(cpu_kernels, str) else int(cpu_kernels)
+    return OpOptions(n_threads, kernels)
+
+
+def float_ptr(a: np.ndarray):
+    """Pointer to a C-contiguous float32 array (asserted: a silent copy would lose outputs)."""
+    if a.dtype != np.float32 or not a.flags.c_contiguous:
+        raise TypeError("expected a C-contiguous float32 array")
+    return a.ctypes.data_as(c_float_p)
+
+
+def int32_ptr(a: np.ndarray):
+    if a.dtype != np.int32 or not a.flags.c_contiguous:
+        raise TypeError("expected a C-contiguous int32 array")
+    return a.ctypes.data_as(c_int32_p)
+
+
+def tensor_struct(data: np.ndarray, ggml_type: int, ne0: int, ne1: int) -> Tensor:
+    """A Tensor view of raw bytes (the caller keeps `data` alive)."""
+    return Tensor(data.ctypes.data, int(ggml_type), int(ne0), int(ne1), 0, int(data.nbytes))
+
+
+def cpu_best_kernels() -> int:
+    return lib.specla_cpu_best_kernels()
+
+
+def cuda_device_count() -> int:
+    return lib.specla_cuda_device_count()

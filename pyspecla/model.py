@@ -1,0 +1,218 @@
+"""The Python face of a loaded qwen35 model: `Model.load(path)` → logits, greedy generation,
+tokenization. Weights stay in the GGUF's memory map; the native library reads them in place."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import _native
+from .errors import UsageError
+from .gguf_model import ModelFile
+
+
+class Context:
+    """One sequence's native state (KV cache, conv windows, GDN states). Create with
+    `Model.new_context()`. One native call per forward chunk of at most `max_batch` tokens."""
+
+    def __init__(self, model: "Model", n_ctx: int, max_batch: int, n_threads: int, cpu_kernels: str):
+        if n_ctx <= 0:
+            raise UsageError(f"n_ctx must be positive, got {n_ctx}")
+        self.model = model
+        self.n_ctx = n_ctx
+        self.max_batch = min(max_batch, n_ctx)
+        kernels = _native.CPU_KERNELS.get(cpu_kernels)
+        if kernels is None:
+            raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {cpu_kernels!r}")
+        params = _native.ContextParams(n_ctx, self.max_batch, n_threads, kernels)
+        handle = ctypes.c_void_p()
+        _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
+        self._handle = handle
+        # reusable per-call buffers, so a decode step allocates nothing in Python either
+        self._argmax = np.zeros(self.max_batch, dtype=np.int32)
+        self._positions = np.arange(self.max_batch, dtype=np.int32)
+
+    @property
+    def n_past(self) -> int:
+        return _native.lib.specla_context_n_past(self._handle)
+
+    def reset(self) -> None:
+        _native.check(_native.lib.specla_context_reset(self._handle))
+
+    def close(self) -> None:
+        if self._handle:
+            _native.lib.specla_context_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def _forward(self, tokens: np.ndarray, logits_all: bool, logits: np.ndarray | None, want_argmax: bool) -> None:
+        n = len(tokens)
+        positions = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
+        batch = _native.Batch(
+            _native.int32_ptr(tokens),
+            _native.int32_ptr(positions),
+            n,
+            1 if logits_all else 0,
+            _native.float_ptr(logits) if logits is not None else None,
+            _native.int32_ptr(self._argmax) if want_argmax else None,
+        )
+        _native.check(_native.lib.specla_forward(self._handle, ctypes.byref(batch)))
+
+    def eval(self, token_ids: Sequence[int], logits_all: bool = False) -> np.ndarray:
+        """Append tokens (chunked by max_batch). Returns logits: (n_tokens, V) when logits_all,
+        else (V,) for the last token."""
+        tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
+        if tokens.ndim != 1 or len(tokens) == 0:
+            raise UsageError("eval needs a non-empty 1-D list of token ids")
+        V = self.model.hparams.n_vocab
+        out = np.empty((len(tokens), V) if logits_all else (V,), dtype=np.float32)
+        for start in range(0, len(tokens), self.max_batch):
+            chunk = tokens[start : start + self.max_batch]
+            last_chunk = start + self.max_batch >= len(tokens)
+            if logits_all:
+                self._forward(chunk, True, out[start : start + len(chunk)], False)
+            elif last_chunk:
+                self._forward(chunk, False, out.reshape(1, V), False)
+            else:
+                self._forward(chunk, False, None, False)
+        return out
+
+    def eval_argmax(self, token_ids: Sequence[int]) -> int:
+        """Append tokens and return the greedy next token (no logits copied to Python)."""
+        tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
+        for start in range(0, len(tokens), self.max_batch):
+            chunk = tokens[start : start + self.max_batch]
+            last_chunk = start + self.max_batch >= len(tokens)
+            self._forward(chunk, False, None, last_chunk)
+        return int(self._argmax[0])
+
+
+class Model:
+    """A qwen35 model loaded from a GGUF file (memory-mapped; CPU backend)."""
+
+    def __init__(self, file: ModelFile, n_threads: int = 0, cpu_kernels: str = "auto"):
+        self.file = file
+        self.hparams = file.hparams
+        self.n_threads = n_threads
+        self.cpu_kernels = cpu_kernels
+        self._tokenizer = None
+        hp = file.hparams
+        self._recurrent = (ctypes.c_uint8 * hp.n_layer)(*[1 if r else 0 for r in hp.layer_is_recurrent])
+        self._hparams_struct = _native.HParams(
+            hp.n_layer, hp.n_embd, hp.n_ff, hp.n_vocab, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dims,
+            hp.rope_freq_base, hp.rms_eps, hp.ssm_conv_kernel, hp.ssm_state_size, hp.ssm_group_count,
+            hp.ssm_time_step_rank, hp.n_ctx_train, 0, self._recurrent,
+        )
+        layers = (_native.LayerWeights * hp.n_layer)()
+        for il in range(hp.n_layer):
+            for field, suffix in _native.LAYER_TENSOR_FIELDS:
+                view = file.optional_tensor(f"blk.{il}.{suffix}")
+                if view is not None:
+                    setattr(layers[il], field, self._tensor(view))
+        output = file.optional_tensor("output.weight")
+        self._weights = _native.Weights(
+            self._tensor(file.tensor("token_embd.weight")),
+            self._tensor(file.tensor("output_norm.weight")),
+            self._tensor(output) if output is not None else _native.Tensor(),
+            layers,
+        )
+        self._layers = layers
+        handle = ctypes.c_void_p()
+        _native.check(
+            _native.lib.specla_model_create(
+                ctypes.byref(self._hparams_struct), ctypes.byref(self._weights), ctypes.byref(handle)
+            )
+        )
+        self._handle = handle
+
+    @staticmethod
+    def _tensor(view) -> _native.Tensor:
+        ne0 = int(view.ne[0])
+        ne1 = int(np.prod(view.ne[1:])) if len(view.ne) > 1 else 1
+        return _native.tensor_struct(view.data, view.ggml_type, ne0, ne1)
+
+    @classmethod
+    def load(cls, path, n_threads: int = 0, cpu_kernels: str = "auto") -> "Model":
+        """Open and validate a qwen35 GGUF. Raises GGUFError naming the file and the culprit."""
+        if cpu_kernels not in _native.CPU_KERNELS:
+            raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {cpu_kernels!r}")
+        return cls(ModelFile.open(path), n_threads=n_threads, cpu_kernels=cpu_kernels)
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            _native.lib.specla_model_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def new_context(self, n_ctx: int = 4096, max_batch: int = 64) -> Context:
+        return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels)
+
+    # --- convenience API -------------------------------------------------------------------
+    def logits(self, token_ids: Sequence[int], max_batch: int = 64) -> np.ndarray:
+        """Logits (n_tokens, n_vocab) of every position, from a fresh context."""
+        ctx = self.new_context(n_ctx=max(len(token_ids), 1), max_batch=max_batch)
+        try:
+            return ctx.eval(token_ids, logits_all=True)
+        finally:
+            ctx.close()
+
+    def generate(self, token_ids: Sequence[int], max_tokens: int, stop_at_eos: bool = False) -> list[int]:
+        """Greedy continuation of token_ids: up to max_tokens new ids."""
+        return list(self.stream(token_ids, max_tokens, stop_at_eos=stop_at_eos))
+
+    def stream(
+        self,
+        token_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+        context: Context | None = None,
+    ) -> Iterator[int]:
+        """Yield new token ids one by one: greedy at temperature 0, else sampled from
+        softmax(logits / temperature) with a seeded generator."""
+        if max_tokens < 0:
+            raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
+        if temperature < 0:
+            raise UsageError(f"temperature must be >= 0, got {temperature}")
+        if len(token_ids) == 0:
+            raise UsageError("the prompt must contain at least one token")
+        ctx = context or self.new_context(n_ctx=len(token_ids) + max_tokens + 1)
+        rng = np.random.default_rng(seed)
+        eos = self.tokenizer.eos_ids if stop_at_eos else set()
+        try:
+            pending = list(token_ids)
+            for _ in range(max_tokens):
+                if temperature == 0.0:
+                    token = ctx.eval_argmax(pending)
+                else:
+                    logits = ctx.eval(pending).astype(np.float64) / temperature
+                    p = np.exp(logits - logits.max())
+                    token = int(rng.choice(len(p), p=p / p.sum()))
+                yield token
+                if token in eos:
+                    return
+                pending = [token]
+        finally:
+            if context is None:
+                ctx.close()
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from .tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_gguf_fields(self.file.metadata, self.file.path)
+        return self._tokenizer
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, special=special)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
