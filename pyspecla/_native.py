@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,9 +133,18 @@ def _library_path() -> Path:
     if env:
         return Path(env)
     here = Path(__file__).resolve().parent
-    for name in ("libspecla.so", "libspecla.dylib", "specla.dll"):
+    names = ("libspecla.so", "libspecla.dylib", "specla.dll")
+    for name in names:
         if (here / name).exists():
             return here / name
+    # Running from a source checkout (e.g. `python -m pytest` in the repo root puts the source
+    # tree first on sys.path): use the library of the installed package; the ABI version check
+    # below refuses a mismatched one.
+    for entry in sys.path:
+        for name in names:
+            candidate = Path(entry or ".") / "pyspecla" / name
+            if candidate.exists():
+                return candidate.resolve()
     raise NativeError(
         -1,
         f"libspecla not found in {here} (install the package with `pip install .`, "

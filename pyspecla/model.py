@@ -42,7 +42,7 @@ class Context:
         _native.check(_native.lib.specla_context_reset(self._handle))
 
     def close(self) -> None:
-        if self._handle:
+        if getattr(self, "_handle", None):
             _native.lib.specla_context_free(self._handle)
             self._handle = None
 

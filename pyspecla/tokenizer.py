@@ -329,6 +329,8 @@ class Tokenizer:
         n_vocab = len(tokens)
 
         token_types = fields.get(_KEY_TOKEN_TYPE)
+        if hasattr(token_types, "tolist"):  # a numpy array is fine too
+            token_types = token_types.tolist()
         if token_types is None:
             token_types = [TOKEN_TYPE_NORMAL] * n_vocab  # llama.cpp's default without the key
         elif isinstance(token_types, str) or not isinstance(token_types, Sequence):

@@ -148,7 +148,14 @@ static void dequantize_q6_k(const block_q6_K *blocks, int64_t n_blocks, float *d
 
 static void dequantize_f16(const specla_half *src, int64_t n, float *dst) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i + 8 <= n; i += 8) {
+        const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)) == 0) {
+            _mm256_storeu_ps(dst + i, f);
+        } else { /* vcvtph2ps quiets signalling NaNs; keep the payload bits exactly as the oracle does */
+            for (int l = 0; l < 8; l++) dst[i + l] = half_to_float(src[i + l]);
+        }
+    }
     for (; i < n; i++) dst[i] = half_to_float(src[i]);
 }
 

@@ -1,0 +1,330 @@
+"""Native dequantization and quantized matmul against independent oracles, on every CPU kernel set.
+
+- dequantization == gguf.quants.dequantize BIT FOR BIT (both kernel sets), on random blocks and on
+  blocks written by the project's encoder (pyspecla.quant);
+- matmul == float64 numpy (gguf-dequantized W) within 1e-5 of each element's sum |W||x|, outputs
+  NaN-poisoned before every call (pyspecla.ops does that);
+- batch invariance: row b of y is the same bits whatever n_batch (and the 64-row grouping) is, and
+  whatever the thread count is;
+- the scalar oracle and the AVX2 kernels agree within the same tolerance;
+- bad arguments come back as an error status whose message names the op.
+Inputs are fresh each run (seeded from entropy); the seed is in every assertion message."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_DEV_LIBRARY = Path(__file__).resolve().parents[1] / "build" / "dev" / "native" / "libspecla.so"
+if "SPECLA_LIBRARY" not in os.environ and _DEV_LIBRARY.exists():
+    os.environ["SPECLA_LIBRARY"] = str(_DEV_LIBRARY)
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
+from gguf import quants as gguf_quants  # noqa: E402
+
+from pyspecla import _native, ops  # noqa: E402
+from pyspecla._native import float_ptr, lib  # noqa: E402
+
+T = GGMLQuantizationType
+ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+QUANT_TYPES = [T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+# byte offsets of the f16 scale fields inside a block (kept finite in random blocks)
+F16_FIELDS = {T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+MATMUL_TOL = 1e-5
+QK_K = 256
+
+
+def fresh_rng():
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    return np.random.default_rng(seed), seed
+
+
+def skip_unless_available(cpu_kernels: str):
+    if cpu_kernels == "avx2" and _native.cpu_best_kernels() != _native.CPU_AVX2:
+        pytest.skip("this CPU has no AVX2/FMA/F16C")
+
+
+def finite_halves(r, count, scale=None) -> np.ndarray:
+    """count finite f16 values as uint8 pairs: any finite bit pattern (subnormals, 65504, ±0), or
+    normal(0, scale) values when scale is given."""
+    if scale is None:
+        bits = r.integers(0, 1 << 16, count, dtype=np.uint16)
+        bits = np.where((bits & 0x7C00) == 0x7C00, bits & 0x83FF, bits).astype(np.uint16)  # inf/nan -> finite
+    else:
+        bits = (r.standard_normal(count) * scale).astype(np.float16).view(np.uint16)
+    return bits.view(np.uint8).reshape(count, 2)
+
+
+def random_blocks(r, qtype, n_rows, n_cols, scale=None) -> np.ndarray:
+    """Raw bytes (n_rows, row_bytes) of a random tensor: random block bytes, f16 fields finite.
+    F32/F16/BF16 get finite values (normal * scale) when scale is given, any bit pattern otherwise."""
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    n_blocks = n_rows * n_cols // block
+    if qtype in (T.F32, T.F16, T.BF16):
+        if scale is None:
+            return r.integers(0, 256, (n_rows, n_cols * block_bytes), dtype=np.uint8)
+        values = (r.standard_normal((n_rows, n_cols)) * scale).astype(np.float32)
+        if qtype == T.F16:
+            return values.astype(np.float16).view(np.uint8)
+        if qtype == T.BF16:
+            return (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        return values.view(np.uint8)
+    raw = r.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+    for offset in F16_FIELDS[qtype]:
+        raw[:, offset:offset + 2] = finite_halves(r, n_blocks, scale)
+    return raw.reshape(n_rows, -1)
+
+
+def reference_dequantize(raw: np.ndarray, qtype) -> np.ndarray:
+    return gguf_quants.dequantize(np.ascontiguousarray(raw), qtype)
+
+
+def assert_same_bits(actual, expected, what):
+    a = np.ascontiguousarray(actual, dtype=np.float32).reshape(-1).view(np.uint32)
+    e = np.ascontiguousarray(expected, dtype=np.float32).reshape(-1).view(np.uint32)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    bad = np.flatnonzero(a != e)
+    assert bad.size == 0, (f"{what}: {bad.size} of {a.size} elements differ, first at {bad[0]}: "
+                           f"{a[bad[0]]:#010x} != {e[bad[0]]:#010x}")
+
+
+# --------------------------------------------------------------------------------------------------
+# dequantization: bit-exact against gguf
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_dequantize_random_blocks_bit_exact(cpu_kernels, qtype):
+    skip_unless_available(cpu_kernels)
+    r, seed = fresh_rng()
+    block = GGML_QUANT_SIZES[qtype][0]
+    n = block * (37 if block > 1 else 4099)  # odd counts: no 8-lane alignment for F16/BF16/F32 tails
+    raw = random_blocks(r, qtype, 1, n)
+    out = ops.dequantize(raw, qtype, n, cpu_kernels=cpu_kernels)
+    assert_same_bits(out, reference_dequantize(raw, qtype).reshape(-1), f"{qtype.name} seed={seed}")
+
+
+@pytest.mark.parametrize("qtype", [T.F16, T.BF16], ids=lambda t: t.name)
+def test_dequantize_every_16_bit_pattern(cpu_kernels, qtype):
+    """All 65536 halves / bfloat16s, NaN payloads and subnormals included."""
+    skip_unless_available(cpu_kernels)
+    raw = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
+    out = ops.dequantize(raw, qtype, 1 << 16, cpu_kernels=cpu_kernels)
+    assert_same_bits(out, reference_dequantize(raw, qtype), qtype.name)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_dequantize_encoder_blocks_bit_exact(cpu_kernels, qtype):
+    skip_unless_available(cpu_kernels)
+    quant = pytest.importorskip("pyspecla.quant")
+    r, seed = fresh_rng()
+    block = GGML_QUANT_SIZES[qtype][0]
+    n = 16 * max(block, 32)
+    data = r.standard_normal((4, n)).astype(np.float32) * np.array([1e-3, 0.1, 1.0, 30.0], np.float32)[:, None]
+    data[1, : n // 2] = 0.0  # all-zero blocks
+    data[2] += 0.5  # offsets: the K-quant mins at work
+    raw = quant.quantize(data, qtype)
+    out = ops.dequantize(raw, qtype, data.size, cpu_kernels=cpu_kernels)
+    assert_same_bits(out, reference_dequantize(raw, qtype).reshape(-1), f"{qtype.name} encoder seed={seed}")
+
+
+# --------------------------------------------------------------------------------------------------
+# matmul against float64 numpy
+
+
+def row_length(qtype, kind: str) -> int:
+    """'a' / 'b': two row lengths per type that exercise whole 256-element chunks plus a partial one."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    if block == QK_K:
+        return {"a": 512, "b": 768}[kind]
+    if block == 32:
+        return {"a": 96, "b": 288}[kind]  # Q8_0: 3 blocks; one 256 chunk + one block
+    return {"a": 37, "b": 300}[kind]  # F32/F16/BF16: ragged tails of 5 and 44 elements
+
+
+MATMUL_SHAPES = [  # (row kind, n_out, n_batch)
+    ("a", 7, 1),
+    ("b", 33, 1),
+    ("b", 33, 3),
+    ("a", 33, 33),
+    ("b", 7, 64),
+    ("a", 7, 65),
+]
+
+
+def matmul_oracle(raw, qtype, n_in, n_out, x):
+    w = reference_dequantize(raw, qtype).reshape(n_out, n_in).astype(np.float64)
+    x64 = x.astype(np.float64)
+    return x64 @ w.T, np.abs(x64) @ np.abs(w).T
+
+
+def assert_matmul_close(y, expected, magnitude, what):
+    assert np.isfinite(y).all(), f"{what}: non-finite output (unwritten element?)"
+    err = np.abs(y.astype(np.float64) - expected)
+    bound = MATMUL_TOL * magnitude + 1e-30
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    assert (err <= bound).all(), (f"{what}: error {err[worst]:.3e} at {worst} exceeds "
+                                  f"{MATMUL_TOL} * sum|W||x| = {bound[worst]:.3e}")
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("kind,n_out,n_batch", MATMUL_SHAPES)
+def test_matmul_matches_numpy(cpu_kernels, qtype, kind, n_out, n_batch):
+    skip_unless_available(cpu_kernels)
+    r, seed = fresh_rng()
+    n_in = row_length(qtype, kind)
+    raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
+    x = r.standard_normal((n_batch, n_in)).astype(np.float32)
+    y = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels=cpu_kernels)
+    expected, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+    assert_matmul_close(y, expected, magnitude,
+                        f"{qtype.name} {n_out}x{n_in} n_batch={n_batch} {cpu_kernels} seed={seed}")
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_batch_invariant(cpu_kernels, qtype):
+    """Row b of y has the same bits for n_batch = 1, 17, 64 and 130 (three groups of <= 64), and for
+    1 or 2 threads."""
+    skip_unless_available(cpu_kernels)
+    r, seed = fresh_rng()
+    n_in, n_out = row_length(qtype, "b"), 67  # big enough to run on both threads
+    raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
+    x = r.standard_normal((130, n_in)).astype(np.float32)
+
+    def mm(rows, n_threads=2):
+        return ops.matmul(raw, qtype, n_in, n_out, x[rows], n_threads=n_threads, cpu_kernels=cpu_kernels)
+
+    y130 = mm(slice(0, 130))
+    y64, y17 = mm(slice(0, 64)), mm(slice(0, 17))
+    for b in (0, 1, 16, 17, 63, 64, 65, 127, 129):
+        y1 = mm(slice(b, b + 1), n_threads=1)
+        what = f"{qtype.name} {cpu_kernels} row {b} seed={seed}"
+        assert_same_bits(y130[b], y1[0], f"{what}: n_batch=130 vs 1")
+        if b < 64:
+            assert_same_bits(y64[b], y1[0], f"{what}: n_batch=64 vs 1")
+        if b < 17:
+            assert_same_bits(y17[b], y1[0], f"{what}: n_batch=17 vs 1")
+    assert_same_bits(mm(slice(0, 64), n_threads=1), y64, f"{qtype.name} {cpu_kernels}: 1 vs 2 threads seed={seed}")
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_scalar_and_avx2_agree(qtype):
+    skip_unless_available("avx2")
+    r, seed = fresh_rng()
+    n_in, n_out, n_batch = row_length(qtype, "b"), 45, 5
+    raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
+    x = r.standard_normal((n_batch, n_in)).astype(np.float32)
+    y_scalar = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="scalar")
+    y_avx2 = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="avx2")
+    _, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+    assert_matmul_close(y_avx2, y_scalar.astype(np.float64), magnitude, f"{qtype.name} avx2 vs scalar seed={seed}")
+
+
+def test_matmul_wide_rows_q4_k_q6_k():
+    """Model-sized rows (3584 inputs, 14 chunks) on the default kernels, n_batch 1 and 4."""
+    r, seed = fresh_rng()
+    for qtype in (T.Q4_K, T.Q6_K):
+        n_in, n_out = 3584, 40
+        raw = random_blocks(r, qtype, n_out, n_in, scale=0.02)
+        for n_batch in (1, 4):
+            x = r.standard_normal((n_batch, n_in)).astype(np.float32)
+            y = ops.matmul(raw, qtype, n_in, n_out, x)
+            expected, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+            assert_matmul_close(y, expected, magnitude, f"{qtype.name} wide n_batch={n_batch} seed={seed}")
+
+
+# --------------------------------------------------------------------------------------------------
+# bad arguments: a status and a message naming the op, never a crash
+
+
+def options(cpu_kernels=0, n_threads=1):
+    return ctypes.byref(_native.OpOptions(n_threads, cpu_kernels))
+
+
+def expect_error(status, op, *fragments, code=_native.ERR_INVALID_ARGUMENT):
+    message = _native.last_error()
+    assert status == code, f"expected status {code}, got {status} ({message!r})"
+    assert op in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_dequantize_bad_arguments():
+    src = np.zeros(1024, np.uint8)
+    dst = np.zeros(256, np.float32)
+    op = "specla_op_dequantize"
+    expect_error(lib.specla_op_dequantize(options(), 2, src.ctypes.data, 32, float_ptr(dst)), op, "type 2",
+                 code=_native.ERR_UNSUPPORTED)  # Q4_0: not supported
+    expect_error(lib.specla_op_dequantize(options(), 999, src.ctypes.data, 32, float_ptr(dst)), op,
+                 code=_native.ERR_UNSUPPORTED)
+    expect_error(lib.specla_op_dequantize(options(), int(T.Q4_K), src.ctypes.data, 100, float_ptr(dst)), op, "100")
+    expect_error(lib.specla_op_dequantize(options(), int(T.Q8_0), src.ctypes.data, 0, float_ptr(dst)), op)
+    expect_error(lib.specla_op_dequantize(options(), int(T.Q8_0), None, 32, float_ptr(dst)), op, "src")
+    expect_error(lib.specla_op_dequantize(options(), int(T.Q8_0), src.ctypes.data, 32, None), op, "dst")
+    expect_error(lib.specla_op_dequantize(options(cpu_kernels=7), int(T.Q8_0), src.ctypes.data, 32,
+                                          float_ptr(dst)), op, "7")
+    if _native.cpu_best_kernels() != _native.CPU_AVX2:
+        expect_error(lib.specla_op_dequantize(options(cpu_kernels=_native.CPU_AVX2), int(T.Q8_0), src.ctypes.data,
+                                              32, float_ptr(dst)), op, "AVX2", code=_native.ERR_UNSUPPORTED)
+    # NULL options mean defaults
+    assert lib.specla_op_dequantize(None, int(T.Q8_0), src.ctypes.data, 32, float_ptr(dst)) == _native.OK
+
+
+def test_matmul_bad_arguments():
+    raw = np.zeros((4, 144), np.uint8)  # four Q4_K rows of 256
+    x = np.zeros((2, 256), np.float32)
+    y = np.zeros((2, 4), np.float32)
+    op = "specla_op_matmul"
+
+    def call(w, n_batch=2, x_ptr=float_ptr(x), y_ptr=float_ptr(y), opts=None):
+        return lib.specla_op_matmul(opts if opts is not None else options(), w, x_ptr, n_batch, y_ptr)
+
+    good = _native.tensor_struct(raw, int(T.Q4_K), 256, 4)
+    assert call(good) == _native.OK
+    assert np.array_equal(y, np.zeros_like(y))
+    expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 256, 4, 0, 144 * 3)), op, "nbytes", "576")
+    expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 128, 4, 0, 144 * 4)), op, "ne0", "128")
+    expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 256, 0, 0, 0)), op, "ne1")
+    expect_error(call(_native.Tensor(raw.ctypes.data, 3, 256, 4, 0, 144 * 4)), op, "type 3",
+                 code=_native.ERR_UNSUPPORTED)
+    expect_error(call(_native.Tensor(None, int(T.Q4_K), 256, 4, 0, 144 * 4)), op, "data")
+    expect_error(call(good, n_batch=0), op, "n_batch")
+    expect_error(call(good, x_ptr=None), op, "x")
+    expect_error(call(good, y_ptr=None), op, "y")
+    expect_error(lib.specla_op_matmul(options(), None, float_ptr(x), 2, float_ptr(y)), op, "w")
+    expect_error(call(good, opts=options(cpu_kernels=-1)), op, "-1")
+
+
+def test_other_ops_bad_arguments():
+    a = np.zeros(4096, np.float32)
+    p = float_ptr(a)
+    pos = np.array([0, 1, 5], np.int32)
+    pos_p = _native.int32_ptr(pos)
+    expect_error(lib.specla_op_rms_norm(options(), None, None, 1, 8, 1e-6, p), "specla_op_rms_norm", "x")
+    expect_error(lib.specla_op_rms_norm(options(), p, None, 1, 0, 1e-6, p), "specla_op_rms_norm", "n")
+    expect_error(lib.specla_op_rms_norm(options(), p, None, 1, 8, float("nan"), p), "specla_op_rms_norm", "eps")
+    expect_error(lib.specla_op_l2_norm(options(), p, -1, 8, 1e-6, p), "specla_op_l2_norm", "n_rows")
+    expect_error(lib.specla_op_causal_conv(options(), p, p, 1, 8, 4, None, p), "specla_op_causal_conv",
+                 "conv_state")
+    expect_error(lib.specla_op_causal_conv(options(), p, p, 1, 0, 4, p, p), "specla_op_causal_conv", "C")
+    expect_error(lib.specla_op_gated_delta_rule(options(), p, p, p, p, p, 1, 2, 3, 8, p, p),
+                 "specla_op_gated_delta_rule", "Hv = 3", "Hk = 2")
+    expect_error(lib.specla_op_gated_delta_rule(options(), p, p, p, p, None, 1, 1, 1, 8, p, p),
+                 "specla_op_gated_delta_rule", "beta")
+    expect_error(lib.specla_op_rope_neox(options(), p, pos_p, 3, 2, 8, 5, 1e4), "specla_op_rope_neox", "n_rot = 5")
+    expect_error(lib.specla_op_rope_neox(options(), p, pos_p, 3, 2, 8, 10, 1e4), "specla_op_rope_neox", "10")
+    expect_error(lib.specla_op_rope_neox(options(), p, pos_p, 3, 2, 8, 8, 0.0), "specla_op_rope_neox", "freq_base")
+    expect_error(lib.specla_op_attention(options(), p, p, p, pos_p, 3, 8, 6, 4, 8, p), "specla_op_attention",
+                 "nh = 6", "nkv = 4")
+    expect_error(lib.specla_op_attention(options(), p, p, p, pos_p, 3, 5, 4, 2, 8, p), "specla_op_attention",
+                 "positions[2] = 5", "5)")
+    expect_error(lib.specla_op_attention(options(), p, p, None, pos_p, 3, 8, 4, 2, 8, p), "specla_op_attention",
+                 "v_cache")
+
+
+def test_cpu_best_kernels_and_cuda_count():
+    assert _native.cpu_best_kernels() in (_native.CPU_SCALAR, _native.CPU_AVX2)
+    assert _native.cuda_device_count() >= 0

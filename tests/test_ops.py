@@ -1,0 +1,131 @@
+"""Every native op against its numpy oracle (pyspecla.reference.ops), on fresh random inputs, on
+every CPU kernel set; outputs are NaN-poisoned inside pyspecla.ops before each call. Quantized
+matmul and dequantization have their own file (test_native_quant.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspecla import ops
+from pyspecla.errors import NativeError
+from pyspecla.reference import ops as ref
+
+RTOL = 2e-5
+
+
+def rng(request_id: int = 0):
+    # fresh inputs each run (seeded from entropy), the seed printed on failure via the assert text
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    return np.random.default_rng(seed), seed
+
+
+def assert_close(actual, expected, tol, seed, what):
+    assert np.isfinite(actual).all(), f"{what}: non-finite output (unwritten element?) seed={seed}"
+    scale = max(np.abs(expected).max(), 1e-30)
+    err = np.abs(actual.astype(np.float64) - expected).max() / scale
+    assert err <= tol, f"{what}: max error {err:.3e} of scale {scale:.3e} > {tol}, seed={seed}"
+
+
+@pytest.mark.parametrize("rows,n", [(1, 1), (1, 7), (5, 33), (3, 128), (64, 1024), (2, 5120)])
+def test_rms_norm(cpu_kernels, rows, n):
+    r, seed = rng()
+    x = r.standard_normal((rows, n)).astype(np.float32) * 3
+    w = r.standard_normal(n).astype(np.float32)
+    assert_close(ops.rms_norm(x, w, 1e-6, cpu_kernels=cpu_kernels), ref.rms_norm(x, w, 1e-6), RTOL, seed, "rms_norm")
+    assert_close(ops.rms_norm(x, None, 1e-6, cpu_kernels=cpu_kernels), ref.rms_norm(x, None, 1e-6), RTOL, seed,
+                 "rms_norm without weight")
+
+
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 33), (48, 128)])
+def test_l2_norm(cpu_kernels, rows, n):
+    r, seed = rng()
+    x = r.standard_normal((rows, n)).astype(np.float32)
+    assert_close(ops.l2_norm(x, 1e-6, cpu_kernels=cpu_kernels), ref.l2_norm(x, 1e-6), RTOL, seed, "l2_norm")
+
+
+@pytest.mark.parametrize("T,C,K", [(1, 1, 4), (1, 96, 4), (33, 96, 4), (5, 10240, 4), (7, 65, 2), (3, 17, 6)])
+def test_causal_conv(cpu_kernels, T, C, K):
+    r, seed = rng()
+    x = r.standard_normal((T, C)).astype(np.float32)
+    w = r.standard_normal((C, K)).astype(np.float32) * 0.5
+    state = r.standard_normal((K - 1, C)).astype(np.float32)
+    y, new_state = ops.causal_conv(x, w, state, cpu_kernels=cpu_kernels)
+    y_ref, state_ref = ref.causal_conv(x, w, state)
+    assert_close(y, y_ref, RTOL, seed, "causal_conv output")
+    # the state is a copy of raw inputs: exact
+    assert np.array_equal(new_state, state_ref.astype(np.float32)), f"conv state, seed={seed}"
+
+
+def _gdn_inputs(r, T, Hk, Hv, S):
+    q = ref.l2_norm(r.standard_normal((T, Hk, S)), 1e-6).astype(np.float32)
+    k = ref.l2_norm(r.standard_normal((T, Hk, S)), 1e-6).astype(np.float32)
+    v = r.standard_normal((T, Hv, S)).astype(np.float32)
+    g = -np.abs(r.standard_normal((T, Hv))).astype(np.float32) * 0.5
+    beta = (1 / (1 + np.exp(-r.standard_normal((T, Hv))))).astype(np.float32)
+    state = (r.standard_normal((Hv, S, S)) * 0.1).astype(np.float32)
+    return q, k, v, g, beta, state
+
+
+@pytest.mark.parametrize(
+    "T,Hk,Hv,S",
+    [(1, 1, 1, 16), (1, 2, 6, 32), (33, 2, 6, 32), (4, 16, 48, 128), (17, 3, 9, 8), (63, 1, 3, 64)],
+)
+def test_gated_delta_rule(cpu_kernels, T, Hk, Hv, S):
+    r, seed = rng()
+    q, k, v, g, beta, state = _gdn_inputs(r, T, Hk, Hv, S)
+    out, new_state = ops.gated_delta_rule(q, k, v, g, beta, state, cpu_kernels=cpu_kernels)
+    out_ref, state_ref = ref.gated_delta_rule(q, k, v, g, beta, state)
+    assert_close(out, out_ref, 1e-4, seed, "gdn output")
+    assert_close(new_state, state_ref, 1e-4, seed, "gdn state")
+
+
+def test_gated_delta_rule_chunks_equal_whole(cpu_kernels):
+    """Running T tokens at once or in pieces gives the same bits: the state carries everything."""
+    r, _ = rng()
+    q, k, v, g, beta, state = _gdn_inputs(r, 20, 2, 6, 32)
+    whole, s_whole = ops.gated_delta_rule(q, k, v, g, beta, state, cpu_kernels=cpu_kernels)
+    s = state
+    parts = []
+    for a, b in [(0, 1), (1, 8), (8, 20)]:
+        o, s = ops.gated_delta_rule(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], s, cpu_kernels=cpu_kernels)
+        parts.append(o)
+    assert np.array_equal(np.concatenate(parts), whole)
+    assert np.array_equal(s, s_whole)
+
+
+@pytest.mark.parametrize("T,n_heads,D,n_rot", [(1, 1, 2, 2), (5, 6, 32, 16), (3, 24, 256, 64), (7, 2, 64, 64)])
+def test_rope_neox(cpu_kernels, T, n_heads, D, n_rot):
+    r, seed = rng()
+    x = r.standard_normal((T, n_heads, D)).astype(np.float32)
+    pos = r.integers(0, 100000, T).astype(np.int32)
+    assert_close(ops.rope_neox(x, pos, n_rot, 1e7, cpu_kernels=cpu_kernels), ref.rope_neox(x, pos, n_rot, 1e7),
+                 1e-5, seed, "rope")
+
+
+@pytest.mark.parametrize(
+    "T,n_kv,nh,nkv,D",
+    [(1, 1, 1, 1, 8), (1, 40, 6, 1, 32), (5, 33, 6, 1, 32), (4, 65, 24, 4, 256), (3, 20, 12, 4, 16)],
+)
+def test_attention(cpu_kernels, T, n_kv, nh, nkv, D):
+    """Causal GQA attention, including group ratio 6 (nh 6, nkv 1) and 27B's 24/4."""
+    r, seed = rng()
+    q = r.standard_normal((T, nh, D)).astype(np.float32)
+    kc = r.standard_normal((n_kv, nkv, D)).astype(np.float32)
+    vc = r.standard_normal((n_kv, nkv, D)).astype(np.float32)
+    pos = np.sort(r.integers(0, n_kv, T)).astype(np.int32)
+    assert_close(ops.attention(q, kc, vc, pos, cpu_kernels=cpu_kernels), ref.attention(q, kc, vc, pos), 1e-5, seed,
+                 "attention")
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(NativeError, match="gated_delta_rule"):
+        x = np.zeros((1, 2, 8), np.float32)
+        ops.gated_delta_rule(x, x, np.zeros((1, 3, 8), np.float32), np.zeros((1, 3), np.float32),
+                             np.zeros((1, 3), np.float32), np.zeros((3, 8, 8), np.float32))  # Hv 3 % Hk 2 != 0
+    with pytest.raises(NativeError, match="attention"):
+        q = np.zeros((1, 4, 8), np.float32)
+        c = np.zeros((2, 1, 8), np.float32)
+        ops.attention(q, c, c, [5])  # position beyond the cache
+    with pytest.raises(NativeError, match="rope"):
+        ops.rope_neox(np.zeros((1, 1, 8), np.float32), [0], 3, 1e4)  # odd rotated dims
