@@ -83,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _generate(model, prompt_ids, args, out=sys.stdout) -> dict:
+def _generate(model, prompt_ids, args, out=None) -> dict:
     from .tokenizer import StreamingDetokenizer
+
+    out = out or sys.stdout
 
     ctx = model.new_context(n_ctx=args.ctx_size or (len(prompt_ids) + args.n_predict + 1))
     detok = StreamingDetokenizer(model.tokenizer)

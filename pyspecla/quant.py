@@ -6,8 +6,10 @@
 The layouts are the ones in shared/spec/qwen35-contract.md §4; `gguf.quants.dequantize` is the
 independent decoder the tests hold this encoder to. The algorithms follow llama.cpp's reference
 quantizers (quantize_row_q8_0_ref, q4_K_ref / q5_K_ref with make_qkx2_quants, q6_K_ref with
-make_qx_quants), computed in float32 like the C code; outputs are close to llama-quantize's but
-not promised bit-equal (summation order differs, so rare rounding ties may fall the other way).
+make_qx_quants, which is what llama-quantize runs without an imatrix), computed in float32 like
+the C code, but with coarser scale-search grids (see _Q4_K_SEARCH) for speed. With llama.cpp's
+grids patched in, the bytes equal its reference block for block, except that a rare near-tie
+falls the other way (summation order differs).
 Q8_0 and BF16 are delegated to gguf.quants, so those bytes are exactly what gguf writes.
 
 Speed: everything is vectorised over all blocks of a chunk. Sub-blocks are laid out as columns
@@ -29,15 +31,16 @@ from .errors import UsageError
 
 __all__ = ["quantize", "dequantize", "SUPPORTED_TYPES", "block_size", "type_size"]
 
-QK_K = 256
 _TILE_ELEMENTS = 1 << 17  # elements per tile: big enough to amortise the per-call overhead of the
 # many small per-sub-block numpy ops, small enough that the ~10 float32 temporaries stay near L2
 _GROUP_MAX_EPS = 1e-15  # llama.cpp GROUP_MAX_EPS: below this a group counts as all-zero
 
 # Scale-search grids. llama.cpp tries 21 iscales for Q4_K (nmax−1 … nmax+1 in steps of 0.1), 16
-# for Q5_K and 18 for Q6_K; that is ~2 ns/element per candidate here, too slow for the test-model
-# tool. The same ranges at a coarser pitch lose < 0.6 % relative RMS error (measured on Gaussian
-# and Laplace data: Q4_K 0.0721 vs 0.0717, Q5_K 0.0364 vs 0.0362, Q6_K identical) at 3x the speed.
+# for Q5_K and 18 for Q6_K; at ~2.5 ns/element per candidate here that is too slow for the
+# test-model tool (Q4_K 15 M elements/s). The same ranges at a coarser pitch cost little: relative
+# RMS error on Gaussian / Laplace / 1 %-outlier data, full grid → these grids: Q4_K 0.0715 →
+# 0.0720, 0.0846 → 0.0852, 0.0775 → 0.0793; Q5_K +0.3–0.5 %; Q6_K unchanged (0.0177), for 2.5x
+# the speed. The tests patch in the full grids to compare with a transcription of llama.cpp.
 _Q4_K_SEARCH = (-1.0, 0.4, 5)  # (rmin, rdelta, nstep): iscale offsets −1.0, −0.6, … , +1.0
 _Q5_K_SEARCH = (-0.5, 0.25, 6)  # offsets −0.5, −0.25, … , +1.0
 _Q6_K_STEPS = (-9, -6, -3, 3, 6, 9)  # iscale = −(32 + 0.1·step)/max, beside the plain −32/max
@@ -130,14 +133,12 @@ def _fit_symmetric_scale(x: np.ndarray, nmax: int):
     w = x * x
     wx = w * x
     level = np.empty_like(x)
-    weighted_level = np.empty_like(x)
 
     def sums(scale_numerator):
         np.multiply(x, -scale_numerator / signed_max, out=level)
         np.rint(level, out=level)
         np.clip(level, -nmax, nmax - 1, out=level)
-        np.multiply(w, level, out=weighted_level)
-        return np.einsum("ij,ij->j", wx, level), np.einsum("ij,ij->j", weighted_level, level)
+        return np.einsum("ij,ij->j", wx, level), np.einsum("ij,ij,ij->j", w, level, level)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         sum_lx, sum_l2 = sums(np.float32(nmax))

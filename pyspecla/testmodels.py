@@ -8,8 +8,9 @@ tokenizer (pyspecla.synthetic_vocab), norm weights stored as (1 + w), ssm_a = -e
 ssm_conv1d F32 {K, C}, and the llama-quantize type placement for each `quant`.
 
 Weights are random, scaled so that activations stay O(1) through the depth and the logits are
-neither flat nor one-hot: greedy decoding moves between many tokens and top-1/top-2 gaps are
-mostly well above quantization noise. Each tensor draws from its own generator,
+neither flat nor one-hot: greedy decoding moves between many tokens, top-1/top-2 gaps are mostly
+well above quantization noise, and quantization noise does not compound with depth (see
+LOGIT_STD, RESIDUAL_RATIO). Each tensor draws from its own generator,
 np.random.default_rng([seed, crc32(name)]), so the bytes do not depend on the tensor order, and
 tensors are generated, quantized and written one at a time (a 27B file never sits in memory).
 """
@@ -113,13 +114,17 @@ LOGIT_STD = 5.0  # spread of the logits over the vocabulary, roughly
 # embedding a large part of the stream stops quantization noise from compounding with depth, so
 # files of different quant types stay close and argmax comparisons stay meaningful.
 RESIDUAL_RATIO = 1.0
+# A tied head turns the embedding's direct path into a symmetric bilinear form (the logit of b
+# after a equals the logit of a after b), and greedy decoding falls into 2-cycles (seen at
+# V = 248320) unless the branches weigh more.
+RESIDUAL_RATIO_TIED = 2.0
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
     shape: tuple[int, ...]  # numpy order (GGUF ne reversed): (n_out, n_in) for a weight
-    init: str  # how _generate fills it
+    init: str  # how it is filled: normal (params['std']), norm, signed_norm, ssm_a, dt_bias
     params: dict = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -128,13 +133,16 @@ def use_more_bits(i_layer: int, n_layers: int) -> bool:
     return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
 
 
-def tensor_type(name: str, shape: tuple[int, ...], quant: str, n_layer_all: int) -> GGMLQuantizationType:
-    """The GGML type llama-quantize gives tensor `name` for `quant` (see the module docstring).
+def tensor_type(name: str, n_dims: int, quant: str, n_layer_all: int, tied_output: bool = False) -> GGMLQuantizationType:
+    """The GGML type llama-quantize gives tensor `name` (of n_dims dimensions) for `quant`.
 
-    q4_k_m follows llama-quant.cpp (the vendored llama.cpp): output (or token_embd when tied) Q6_K;
-    attn_v / attn_qkv (one per layer, counted in layer order) and ffn_down Q6_K on use_more_bits
-    layers, Q4_K on the others; every other 2-D weight Q4_K; ssm_conv1d and 1-D tensors F32."""
-    if len(shape) < 2 or "ssm_conv1d" in name or quant == "f32":
+    f16 / q8_0: every 2-D weight in that type except ssm_conv1d. q4_k_m follows llama-quant.cpp
+    (the vendored llama.cpp): output Q6_K, and token_embd too when the head is tied (it is
+    quantized as the output); attn_v / attn_qkv (one per layer, counted in layer order, so the
+    index is the layer) and ffn_down Q6_K on use_more_bits(layer, n_layer_all) layers, Q4_K on
+    the others; every other 2-D weight Q4_K. ssm_conv1d and every 1-D tensor stay F32.
+    (n_layer_all = block_count, MTP blocks included.) Checked against llama_model_quantize."""
+    if n_dims < 2 or "ssm_conv1d" in name or quant == "f32":
         return Q.F32
     if quant == "f16":
         return Q.F16
@@ -142,7 +150,7 @@ def tensor_type(name: str, shape: tuple[int, ...], quant: str, n_layer_all: int)
         return Q.Q8_0
     if quant != "q4_k_m":
         raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
-    if name == "output.weight" or name == "token_embd.weight#tied":
+    if name == "output.weight" or (tied_output and name == "token_embd.weight"):
         return Q.Q6_K
     if name.startswith("blk.") and (name.endswith(".attn_v.weight") or name.endswith(".attn_qkv.weight")
                                     or name.endswith(".ffn_down.weight")):
@@ -160,7 +168,8 @@ def tensor_plan(preset: Preset) -> list[TensorSpec]:
     # Scales (see RESIDUAL_RATIO): all branches together add about RESIDUAL_RATIO x the embedding
     # rms to the residual stream, whatever the depth.
     embd_std = LOGIT_STD / math.sqrt(E) if p.tied_output else 1.0
-    branch = RESIDUAL_RATIO * embd_std / math.sqrt(2 * p.n_layer)
+    ratio = RESIDUAL_RATIO_TIED if p.tied_output else RESIDUAL_RATIO
+    branch = ratio * embd_std / math.sqrt(2 * p.n_layer)
     specs = [
         TensorSpec("token_embd.weight", (V, E), "normal", {"std": embd_std}),
         # tied head: a zero-mean output norm so a token's own embedding row gets no systematic
@@ -204,15 +213,11 @@ def tensor_plan(preset: Preset) -> list[TensorSpec]:
     return specs
 
 
-def _placement_name(spec: TensorSpec, preset: Preset) -> str:
-    # a tied token_embd is quantized with the output's type (llama-quant.cpp has_tied_embeddings)
-    if spec.name == "token_embd.weight" and preset.tied_output:
-        return "token_embd.weight#tied"
-    return spec.name
-
-
 def _tensor_types(preset: Preset, quant: str) -> dict[str, GGMLQuantizationType]:
-    return {s.name: tensor_type(_placement_name(s, preset), s.shape, quant, preset.n_layer) for s in tensor_plan(preset)}
+    return {
+        s.name: tensor_type(s.name, len(s.shape), quant, preset.n_layer, preset.tied_output)
+        for s in tensor_plan(preset)
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,9 +306,9 @@ def _add_tokenizer(writer: GGUFWriter, n_vocab: int) -> None:
 def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", seed: int = 0, **overrides) -> Path:
     """Write a synthetic qwen35 GGUF. `preset` is a PRESETS name or a Preset; keyword overrides
     replace Preset fields (e.g. n_layer=8). Same arguments → identical bytes. Returns the path."""
-    p = PRESETS[preset] if isinstance(preset, str) else preset
     if isinstance(preset, str) and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset] if isinstance(preset, str) else preset
     if overrides:
         p = replace(p, **overrides)
     if quant not in QUANTS:

@@ -381,3 +381,23 @@ def test_quantized_reference_stays_close_to_f32(model_path):
     b = q8.forward(q8.new_state(), PROMPT)
     assert np.sqrt(np.mean((a - b) ** 2)) < 0.15
     assert np.mean(a.argmax(1) == b.argmax(1)) >= 0.8
+
+
+def test_from_gguf_honours_recurrent_layers_and_skips_mtp_blocks(tmp_path):
+    from gguf_fixtures import write_minimal_qwen35
+
+    # the array says layers 0, 2, 3 are recurrent (the interval rule would say 0, 1, 2); block 4
+    # is an MTP block whose tensors the trunk must ignore
+    fixture = write_minimal_qwen35(
+        tmp_path / "m.gguf", n_layers=4, nextn=1, recurrent_layers=[True, False, True, True, False],
+        extra_tensors={"blk.4.attn_norm.weight": ((64,), int(QT.F32))},
+    )
+    m = ReferenceModel.from_gguf(fixture.path)
+    assert m.hp.n_layer == 4
+    assert m.hp.layer_is_recurrent == [True, False, True, True]
+    assert not any(name.startswith("blk.4.") for name in m.w)
+    tokens = [1, 7, 30, 2, 2, 11]
+    full = m.forward(m.new_state(), tokens)
+    state = m.new_state()
+    steps = np.concatenate([m.forward(state, [t]) for t in tokens])
+    np.testing.assert_allclose(steps, full, rtol=0, atol=1e-5)

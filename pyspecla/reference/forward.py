@@ -1,4 +1,4 @@
-"""The whole qwen35 trunk forward in numpy, written from docs/spec qwen35-contract.md.
+"""The whole qwen35 trunk forward in numpy, written from the qwen35 contract (spec/qwen35-contract.md).
 
 This is the oracle of the whole model: slow and plain. Weights are held dequantized as float32
 numpy arrays under their GGUF names, in the numpy layout gguf.GGUFReader uses (GGUF ne reversed:
@@ -210,8 +210,8 @@ class ReferenceModel:
     # --- forward ---------------------------------------------------------------------------------
 
     def _linear(self, x, name: str) -> np.ndarray:
-        w = self.w[name]
-        return (np.asarray(x, self.dtype) @ w.T.astype(self.dtype)).astype(np.float32)
+        w = self.w[name].astype(self.dtype, copy=False)
+        return (np.asarray(x, self.dtype) @ w.T).astype(np.float32)
 
     def _rms(self, x, name: str | None) -> np.ndarray:
         return ops.rms_norm(x, None if name is None else self.w[name], self.hp.rms_eps, dtype=self.dtype)

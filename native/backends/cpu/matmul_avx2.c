@@ -4,13 +4,15 @@
  * once per group of at most 64 batch rows, one chunk of 256 elements at a time (one K-quant block,
  * eight Q8_0 blocks, or 256 F32/F16/BF16 values). Each chunk is decoded ONCE into a 256-float stack
  * buffer and then used by every batch row of the group, so one pass over the weights serves up to 64
- * tokens; with a single batch row the accumulators simply stay in registers.
+ * tokens. A group of one row (decode) skips the buffer: its levels go straight from the block into
+ * the FMAs, the same operations in the same order (accumulate_chunk_direct).
  *
  * What is decoded, per type:
  *   - Q8_0, Q4_K, Q6_K (the decode-critical types) are decoded to their integer levels as floats,
  *     not to weights: the block scales are applied once per scale group to a partial dot product,
  *     (d*sc) * sum(q*x), and the Q4_K mins once per block as dmin*m times precomputed sums of x over
- *     each 32-element sub-block. This is the same sum regrouped; it halves the float work per weight.
+ *     each 32-element sub-block. This is the same sum regrouped; it saves a multiply (and for Q4_K a
+ *     subtraction) per weight, which is most of the float work of the decode path.
  *   - F32 / F16 / BF16 / Q5_K are dequantized (cpu_dequantize_row_avx2, bit-identical to the scalar
  *     oracle) and FMA'd directly.
  *
@@ -23,7 +25,7 @@
  *   Q4_K  per block, per nibble pair p = 0..3 (sub-blocks 2p and 2p+1, 32 bytes of qs):
  *         t_lo = q.x of sub-block 2p, t_hi = (16 q).x of sub-block 2p+1 (the high nibble kept in
  *         place, an exact power-of-two scaling), a0 = fma(d*sc_2p, t_lo, a0),
- *         a1 = fma((d*sc_2p+1)/16, t_hi, a1); then once per block, lane j = sub-block j:
+ *         a1 = fma((d*sc_{2p+1})/16, t_hi, a1); then once per block, lane j = sub-block j:
  *         a2 = fnmadd(dmin*m_j, sx_j, a2), sx_j = the sum of x over sub-block j computed by
  *         subblock_sums() (fixed order, a function of x alone).
  *   Q6_K  per block, per 16-element scale group k = 0..15: t = (q - 32).x over its 2 vectors;
@@ -75,19 +77,16 @@ static void subblock_sums(const float *x, int64_t count, float *sums) {
     }
 }
 
-/* ---- decoding one chunk ------------------------------------------------------------------------ */
+/* ---- block levels and scales (shared by the buffered and the direct path) ------------------------ */
 
-ALWAYS_INLINE void decode_q8_0(const block_q8_0 *blocks, int64_t len, chunk_decoded *dc) {
-    for (int64_t k = 0; k < len / QK8_0; k++) {
-        dc->scale[k] = _cvtsh_ss(blocks[k].d);
-        for (int g = 0; g < 4; g++) {
-            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blocks[k].qs + 8 * g)));
-            _mm256_store_ps(dc->q + 32 * k + 8 * g, _mm256_cvtepi32_ps(q));
-        }
-    }
+/* Q8_0: levels q[8g .. 8g+8) of a block as floats. */
+ALWAYS_INLINE __m256 q8_0_levels(const block_q8_0 *blk, int g) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 8 * g))));
 }
 
-ALWAYS_INLINE void decode_q4_k(const block_q4_K *blk, chunk_decoded *dc) {
+/* Q4_K: scale[j] = d * sc_j (divided by 16 for odd j, whose levels are decoded as 16 q: exact),
+ * min[j] = dmin * m_j. */
+ALWAYS_INLINE void q4_k_scales(const block_q4_K *blk, float *scale, float *min) {
     const float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
     const uint8_t *s = blk->scales;
     for (int j = 0; j < 8; j++) {
@@ -99,24 +98,23 @@ ALWAYS_INLINE void decode_q4_k(const block_q4_K *blk, chunk_decoded *dc) {
             sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
             m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
         }
-        /* odd sub-blocks are the high nibbles, decoded as 16 q: scale by 1/16 (exact) */
-        dc->scale[j] = (j & 1) ? d * (float)sc * 0.0625f : d * (float)sc;
-        dc->min[j] = dmin * (float)m;
-    }
-    const __m256i low = _mm256_set1_epi32(0x0f), high = _mm256_set1_epi32(0xf0);
-    for (int p = 0; p < 4; p++) {
-        for (int g = 0; g < 4; g++) {
-            const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 32 * p + 8 * g)));
-            _mm256_store_ps(dc->q + 64 * p + 8 * g, _mm256_cvtepi32_ps(_mm256_and_si256(bytes, low)));
-            _mm256_store_ps(dc->q + 64 * p + 32 + 8 * g, _mm256_cvtepi32_ps(_mm256_and_si256(bytes, high)));
-        }
+        scale[j] = (j & 1) ? d * (float)sc * 0.0625f : d * (float)sc;
+        min[j] = dmin * (float)m;
     }
 }
 
-ALWAYS_INLINE void decode_q6_k(const block_q6_K *blk, chunk_decoded *dc) {
+/* Q4_K: elements [8g, 8g+8) of sub-block 2p (q, low nibbles) and of sub-block 2p+1 (16 q, the high
+ * nibbles masked in place), from bytes qs[32p + 8g .. +8). */
+ALWAYS_INLINE void q4_k_levels(const block_q4_K *blk, int p, int g, __m256 *low_levels, __m256 *high_levels) {
+    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 32 * p + 8 * g)));
+    *low_levels = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)));
+    *high_levels = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0xf0)));
+}
+
+/* Q6_K: scale[k] = d * sc_k for the 16 groups of 16; levels[i] = q_i - 32 in element order. */
+ALWAYS_INLINE void q6_k_decode_int(const block_q6_K *blk, float *scale, int8_t *levels) {
     const float d = _cvtsh_ss(blk->d);
-    for (int k = 0; k < 16; k++) dc->scale[k] = d * (float)blk->scales[k];
-    _Alignas(32) int8_t levels[QK_K]; /* q - 32, element order */
+    for (int k = 0; k < 16; k++) scale[k] = d * (float)blk->scales[k];
     const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
     for (int half = 0; half < 2; half++) {
         const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
@@ -138,10 +136,37 @@ ALWAYS_INLINE void decode_q6_k(const block_q6_K *blk, chunk_decoded *dc) {
             (__m256i *)(out + 96),
             _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3), bias));
     }
-    for (int i = 0; i < QK_K; i += 8) {
-        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(levels + i)));
-        _mm256_store_ps(dc->q + i, _mm256_cvtepi32_ps(q));
+}
+
+ALWAYS_INLINE __m256 i8_levels(const int8_t *levels) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)levels)));
+}
+
+/* ---- decoding one chunk into the shared buffer -------------------------------------------------- */
+
+ALWAYS_INLINE void decode_q8_0(const block_q8_0 *blocks, int64_t len, chunk_decoded *dc) {
+    for (int64_t k = 0; k < len / QK8_0; k++) {
+        dc->scale[k] = _cvtsh_ss(blocks[k].d);
+        for (int g = 0; g < 4; g++) _mm256_store_ps(dc->q + 32 * k + 8 * g, q8_0_levels(&blocks[k], g));
     }
+}
+
+ALWAYS_INLINE void decode_q4_k(const block_q4_K *blk, chunk_decoded *dc) {
+    q4_k_scales(blk, dc->scale, dc->min);
+    for (int p = 0; p < 4; p++) {
+        for (int g = 0; g < 4; g++) {
+            __m256 low_levels, high_levels;
+            q4_k_levels(blk, p, g, &low_levels, &high_levels);
+            _mm256_store_ps(dc->q + 64 * p + 8 * g, low_levels);
+            _mm256_store_ps(dc->q + 64 * p + 32 + 8 * g, high_levels);
+        }
+    }
+}
+
+ALWAYS_INLINE void decode_q6_k(const block_q6_K *blk, chunk_decoded *dc) {
+    _Alignas(32) int8_t levels[QK_K];
+    q6_k_decode_int(blk, dc->scale, levels);
+    for (int i = 0; i < QK_K; i += 8) _mm256_store_ps(dc->q + i, i8_levels(levels + i));
 }
 
 /* Decodes chunk c (elements [256c, 256c + len)) of a row. */
@@ -213,6 +238,59 @@ ALWAYS_INLINE void accumulate_chunk(int32_t type, const chunk_decoded *dc, const
     }
 }
 
+/* ---- one chunk straight from the blocks into ONE batch row's accumulators ------------------------
+ * The decode path for a group of one row: exactly the operations of decode_chunk + accumulate_chunk
+ * on the same values in the same order (so the same bits), without the round trip through the float
+ * buffer. */
+ALWAYS_INLINE void accumulate_chunk_direct(int32_t type, const uint8_t *row, int64_t c, int64_t len,
+                                           chunk_decoded *dc, const float *x, const float *sx, __m256 *a) {
+    switch (type) {
+    case SPECLA_TYPE_Q8_0: {
+        const block_q8_0 *blocks = (const block_q8_0 *)row + 8 * c;
+        for (int64_t k = 0; k < len / QK8_0; k++) {
+            const float *xk = x + 32 * k;
+            __m256 t = _mm256_mul_ps(q8_0_levels(&blocks[k], 0), _mm256_loadu_ps(xk));
+            for (int g = 1; g < 4; g++) t = _mm256_fmadd_ps(q8_0_levels(&blocks[k], g), _mm256_loadu_ps(xk + 8 * g), t);
+            a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(blocks[k].d)), t, a[k & 1]);
+        }
+        break;
+    }
+    case SPECLA_TYPE_Q4_K: {
+        const block_q4_K *blk = (const block_q4_K *)row + c;
+        q4_k_scales(blk, dc->scale, dc->min);
+        for (int p = 0; p < 4; p++) {
+            __m256 t_lo, t_hi, low_levels, high_levels;
+            const float *xp = x + 64 * p;
+            q4_k_levels(blk, p, 0, &low_levels, &high_levels);
+            t_lo = _mm256_mul_ps(low_levels, _mm256_loadu_ps(xp));
+            t_hi = _mm256_mul_ps(high_levels, _mm256_loadu_ps(xp + 32));
+            for (int g = 1; g < 4; g++) {
+                q4_k_levels(blk, p, g, &low_levels, &high_levels);
+                t_lo = _mm256_fmadd_ps(low_levels, _mm256_loadu_ps(xp + 8 * g), t_lo);
+                t_hi = _mm256_fmadd_ps(high_levels, _mm256_loadu_ps(xp + 32 + 8 * g), t_hi);
+            }
+            a[0] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p]), t_lo, a[0]);
+            a[1] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p + 1]), t_hi, a[1]);
+        }
+        a[2] = _mm256_fnmadd_ps(_mm256_load_ps(dc->min), _mm256_loadu_ps(sx), a[2]);
+        break;
+    }
+    case SPECLA_TYPE_Q6_K: {
+        _Alignas(32) int8_t levels[QK_K];
+        q6_k_decode_int((const block_q6_K *)row + c, dc->scale, levels);
+        for (int k = 0; k < 16; k++) {
+            __m256 t = _mm256_mul_ps(i8_levels(levels + 16 * k), _mm256_loadu_ps(x + 16 * k));
+            t = _mm256_fmadd_ps(i8_levels(levels + 16 * k + 8), _mm256_loadu_ps(x + 16 * k + 8), t);
+            a[k & 3] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[k]), t, a[k & 3]);
+        }
+        break;
+    }
+    default:
+        decode_chunk(type, row, c, len, dc);
+        accumulate_chunk(type, dc, x, sx, a);
+    }
+}
+
 /* ---- rows -------------------------------------------------------------------------------------- */
 
 typedef struct matmul_job {
@@ -247,8 +325,8 @@ ALWAYS_INLINE void matmul_row(int32_t type, const matmul_job *job, int64_t o) {
             __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
             for (int64_t c = 0; c < n_chunks; c++) {
                 const int64_t start = MATMUL_CHUNK * c;
-                decode_chunk(type, row, c, n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK, &dc);
-                accumulate_chunk(type, &dc, xb + start, chunk_sums(type, job, b0, c, sums_scratch), a);
+                accumulate_chunk_direct(type, row, c, n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK, &dc,
+                                        xb + start, chunk_sums(type, job, b0, c, sums_scratch), a);
             }
             job->y[(int64_t)b0 * w->ne1 + o] = hsum_fixed(a[0], a[1], a[2], a[3]);
             continue;

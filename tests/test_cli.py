@@ -1,0 +1,104 @@
+"""The command line as a user meets it: run, inspect, --help, and clean failures (one line on
+stderr naming the file or flag, exit status 2, no traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyspecla.cli import build_parser, main
+
+
+def run_cli(*args, timeout=120):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    return subprocess.run([sys.executable, "-m", "pyspecla", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_run_streams_text_and_reports_speed(tiny_model_path):
+    path = tiny_model_path("q8_0")
+    result = run_cli("run", path, "-p", "def add(a, b):\n", "-n", "12", "--ignore-eos")
+    assert result.returncode == 0, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("prompt: ") and "tokens/s" in last and "decode: 11 tokens" in last
+
+
+def test_run_output_equals_greedy_generation(tiny_model_path, capsys):
+    from pyspecla import Model
+
+    path = tiny_model_path("f32")
+    model = Model.load(path)
+    prompt = "Hello, world"
+    expected = model.detokenize(model.generate(model.tokenize(prompt), 16))
+    assert main(["run", path, "-p", prompt, "-n", "16", "--ignore-eos"]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def test_run_with_chat_and_sampling_is_reproducible(tiny_model_path):
+    path = tiny_model_path("q8_0")
+    args = ("run", path, "-p", "hi", "--chat", "-n", "8", "--temp", "0.9", "--seed", "5", "--ignore-eos")
+    a, b = run_cli(*args), run_cli(*args)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+
+
+def test_prompt_file_keeps_final_newline(tiny_model_path, tmp_path, capsys):
+    from pyspecla import Model
+
+    path = tiny_model_path("f32")
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_bytes("def f(x):\n".encode())
+    model = Model.load(path)
+    expected = model.detokenize(model.generate(model.tokenize("def f(x):\n"), 6))
+    assert main(["run", path, "-f", str(prompt_file), "-n", "6", "--ignore-eos"]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def test_inspect_lists_metadata_pattern_and_tensors(tiny_model_path):
+    result = run_cli("inspect", tiny_model_path("q4_k_m"))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "architecture: qwen35" in out
+    assert "RRRA" in out
+    assert "blk.0.attn_qkv.weight" in out and "Q6_K" in out and "Q4_K" in out
+
+
+def test_help_documents_every_flag():
+    parser = build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings} has no help text"
+    result = run_cli("run", "--help")
+    assert result.returncode == 0 and "--n-predict" in result.stdout and "--temp" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "{missing}", "-p", "x"], "{missing}"),
+        (["run", "{model}", "-p", "x", "-n", "0"], "-n/--n-predict must be positive"),
+        (["run", "{model}", "-p", "x", "--temp", "-1"], "--temp must be >= 0"),
+        (["run", "{model}", "-p", "x", "--temp", "hot"], "--temp expects a number"),
+        (["run", "{model}"], "needs a prompt"),
+        (["run", "{model}", "-f", "{missing}"], "--prompt-file"),
+        (["run", "{notgguf}", "-p", "x"], "not a GGUF"),
+        (["inspect", "{notgguf}"], "not a GGUF"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
+    paths = {
+        "model": tiny_model_path("q8_0"),
+        "missing": str(tmp_path / "no-such-file.gguf"),
+        "notgguf": str(tmp_path / "notes.txt"),
+    }
+    (tmp_path / "notes.txt").write_text("this is not a model\n")
+    args = [a.format(**paths) for a in args]
+    needle = needle.format(**paths)
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
