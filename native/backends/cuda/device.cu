@@ -4,7 +4,7 @@
 #include "specla.h"
 #include "vendor.h"
 
-extern "C" SPECLA_API int specla_cuda_device_count(void) {
+extern "C" int cuda_backend_device_count(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
         cudaGetLastError(); // clear the sticky "no driver" error; no device is not a failure
