@@ -102,3 +102,13 @@ def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
     assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_demo_builds_its_model_once_and_generates(tmp_path):
+    first = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "8", timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "building the demo model" in first.stderr
+    assert "decode: 7 tokens" in first.stderr
+    second = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "8")
+    assert second.returncode == 0 and "building" not in second.stderr
+    assert second.stdout == first.stdout, "the demo is deterministic"
