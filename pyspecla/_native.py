@@ -128,6 +128,57 @@ class OpOptions(ctypes.Structure):
     _fields_ = [("n_threads", ctypes.c_int32), ("cpu_kernels", ctypes.c_int32)]
 
 
+HLD_MAGIC = 0x534C4844
+HLD_VERSION = 1
+HLD_HEADER_INTS = 20
+
+VERIFY_METHODS = {"hld_chains": 0, "root_to_leaf": 1, "dense_checkpoints": 2}
+COMMIT_METHODS = {"deferred_factors": 0, "factors_now": 1, "replay": 2, "checkpoint_restore": 3}
+
+
+class RecurrentShape(ctypes.Structure):
+    _fields_ = [
+        ("n_layers", ctypes.c_int32),
+        ("Hk", ctypes.c_int32),
+        ("Hv", ctypes.c_int32),
+        ("S", ctypes.c_int32),
+        ("C", ctypes.c_int32),
+        ("K", ctypes.c_int32),
+        ("max_nodes", ctypes.c_int32),
+        ("verify_method", ctypes.c_int32),
+        ("commit_method", ctypes.c_int32),
+    ]
+
+
+class RecurrentStates(ctypes.Structure):
+    _fields_ = [("gdn", ctypes.POINTER(c_float_p)), ("conv", ctypes.POINTER(c_float_p))]
+
+
+class ConvTreeArgs(ctypes.Structure):
+    _fields_ = [
+        ("schedule", c_int32_p),
+        ("layer", ctypes.c_int32),
+        ("x", c_float_p),
+        ("weight", c_float_p),
+        ("conv_state", c_float_p),
+        ("y", c_float_p),
+    ]
+
+
+class GdnTreeArgs(ctypes.Structure):
+    _fields_ = [
+        ("schedule", c_int32_p),
+        ("layer", ctypes.c_int32),
+        ("q", c_float_p),
+        ("k", c_float_p),
+        ("v", c_float_p),
+        ("g", c_float_p),
+        ("beta", c_float_p),
+        ("state", c_float_p),
+        ("out", c_float_p),
+    ]
+
+
 def _library_path() -> Path:
     env = os.environ.get("SPECLA_LIBRARY")
     if env:
@@ -188,6 +239,22 @@ _SIGNATURES = {
     "specla_op_attention": (
         ctypes.c_int,
         [ctypes.POINTER(OpOptions), c_float_p, c_float_p, c_float_p, c_int32_p, _i32, _i32, _i32, _i32, _i32, c_float_p],
+    ),
+    "specla_hld_size": (_i32, [_i32]),
+    "specla_hld_build": (ctypes.c_int, [c_int32_p, _i32, _i32, c_int32_p, _i32]),
+    "specla_factor_banks_create": (ctypes.c_int, [ctypes.POINTER(RecurrentShape), ctypes.POINTER(_p)]),
+    "specla_factor_banks_free": (None, [_p]),
+    "specla_factor_banks_pending": (_i32, [_p]),
+    "specla_factor_banks_bytes": (_i64, [_p]),
+    "specla_op_conv_tree": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(ConvTreeArgs)]),
+    "specla_op_gdn_tree_verify": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(GdnTreeArgs)]),
+    "specla_factor_banks_accept": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), _p, c_int32_p, c_int32_p, _i32, ctypes.POINTER(RecurrentStates)],
+    ),
+    "specla_finish_speculative_state": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(RecurrentStates)],
     ),
 }
 

@@ -235,6 +235,131 @@ SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const
                                              const float *v_cache, const int32_t *positions, int32_t T,
                                              int32_t n_kv, int32_t nh, int32_t nkv, int32_t D, float *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * SpecLA: verifying a tree of candidate tokens through the recurrent layers without snapshots.
+ * Terms as in docs/specla.md. A verify step is: for every recurrent layer, the tree conv and the
+ * GDN tree verify (which first fold the previous step's pending accepted path into the durable
+ * state, once), then specla_factor_banks_accept() with the accepted path. At the end of decoding
+ * (or before plain decoding resumes) specla_finish_speculative_state() folds what is pending.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The heavy-light (HLD) schedule of a tree, packed in one int32 array that kernels read as data.
+ * Built by specla_hld_build from a parent array in topological order (parents[0] = -1,
+ * 0 <= parents[t] < t). Every array is padded to `capacity` entries (-1 beyond the used ones), so
+ * the layout of a schedule depends on the capacity only, never on the tree: a GPU graph captured
+ * once can replay every step with the topology passed as data.
+ *
+ * header (SPECLA_HLD_HEADER_INTS int32):
+ *   [0] SPECLA_HLD_MAGIC   [1] SPECLA_HLD_VERSION   [2] n_nodes   [3] n_chains   [4] n_waves
+ *   [5] n_boundaries       [6] max_chains_per_wave  [7] max_depth (root = 0)      [8] capacity
+ *   [9] total ints (= specla_hld_size(capacity))
+ *   [10..19] offsets (in ints from the start) of the arrays below, in this order:
+ *   parents[cap]              the input parent array
+ *   order[cap]                nodes chain after chain (chains in schedule order), root to leaf
+ *   chain_offsets[cap + 1]    chain c is order[chain_offsets[c] .. chain_offsets[c + 1])
+ *   chain_parent_boundary[cap] boundary slot the chain starts from; -1 = the durable state (root chain)
+ *   chain_wave[cap]           0 for the root chain, wave(parent's chain) + 1 otherwise
+ *   node_boundary[cap]        slot that receives the state after this node, -1 = none
+ *   node_depth[cap]           edges from the root
+ *   chain_parent_node[cap]    tree parent of the chain's first node, -1 for the root chain
+ *                             (node-level readiness: a chain may start once this node is done)
+ *   node_chain[cap]           chain index of each node
+ *   node_position[cap]        index of each node within `order`
+ * Heavy child = the child with the largest subtree, ties to the lowest index. Chains start at the
+ * root and at every node that is not its parent's heavy child, and follow heavy children to a leaf.
+ * Chains are numbered by their first node, then stable-sorted by wave. Boundary slots are given to
+ * the distinct parent nodes of non-root chains in increasing node order. */
+#define SPECLA_HLD_MAGIC 0x534c4844 /* "DHLS" in memory: SpecLA HLD */
+#define SPECLA_HLD_VERSION 1
+#define SPECLA_HLD_HEADER_INTS 20
+SPECLA_API int32_t specla_hld_size(int32_t capacity); /* ints of a schedule padded to capacity */
+SPECLA_API specla_status specla_hld_build(const int32_t *parents, int32_t n_nodes, int32_t capacity,
+                                          int32_t *schedule, int32_t schedule_ints);
+
+/* How a step verifies the tree and how the accepted path reaches the durable state. SpecLA is
+ * HLD_CHAINS + DEFERRED_FACTORS; the others are the baselines it is measured against. */
+typedef enum specla_verify_method {
+    SPECLA_VERIFY_HLD_CHAINS = 0,        /* state-resident chains, states only at boundary slots */
+    SPECLA_VERIFY_ROOT_TO_LEAF = 1,      /* replay every root-to-leaf path from the durable state */
+    SPECLA_VERIFY_DENSE_CHECKPOINTS = 2, /* the full state after every node, kept for restore */
+} specla_verify_method;
+
+typedef enum specla_commit_method {
+    SPECLA_COMMIT_DEFERRED_FACTORS = 0,   /* fold the path's factors inside the next verify */
+    SPECLA_COMMIT_FACTORS_NOW = 1,        /* fold the path's factors at accept time */
+    SPECLA_COMMIT_REPLAY = 2,             /* keep a snapshot (the untouched durable state) and
+                                             replay the accepted tokens sequentially at accept */
+    SPECLA_COMMIT_CHECKPOINT_RESTORE = 3, /* copy the accepted leaf's checkpoint (needs
+                                             SPECLA_VERIFY_DENSE_CHECKPOINTS) */
+} specla_commit_method;
+
+typedef struct specla_recurrent_shape {
+    int32_t n_layers;  /* recurrent layers */
+    int32_t Hk, Hv, S; /* key heads, value heads (value head h uses key head h % Hk), state size */
+    int32_t C, K;      /* conv channels and kernel */
+    int32_t max_nodes; /* largest tree (root included) a step may verify */
+    int32_t verify_method;
+    int32_t commit_method;
+} specla_recurrent_shape;
+
+/* Two FP32 factor banks per model: per node and recurrent layer k [Hk][S], delta [Hv][S], g [Hv]
+ * and the raw conv input x [C] (plus, for the baselines, what they need: the node inputs v, beta
+ * for replay, or dense per-node states for checkpoints). One bank receives the factors of the
+ * verify running now, the other holds the pending accepted path of the previous step. */
+typedef struct specla_factor_banks specla_factor_banks;
+SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape *shape,
+                                                    specla_factor_banks **out_banks);
+SPECLA_API void specla_factor_banks_free(specla_factor_banks *banks);
+/* Accepted tokens whose factors wait to be folded (0 when nothing is pending). */
+SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *banks);
+/* Bytes the banks hold, and bytes of state kept per verified node by the chosen methods. */
+SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *banks);
+
+/* Per-layer durable state the commit paths may need to write (arrays of n_layers pointers). */
+typedef struct specla_recurrent_states {
+    float *const *gdn;  /* [n_layers] -> [Hv][S][S] */
+    float *const *conv; /* [n_layers] -> [K-1][C] */
+} specla_recurrent_states;
+
+/* Tree-aware causal conv + SiLU of one layer. x[N][C] raw inputs of the nodes (node order),
+ * weight[C][K], conv_state[K-1][C] durable window (the pending raw inputs are shifted in first,
+ * once), y[N][C]. Each node's window comes from its tree parent's history. Records x per node. */
+typedef struct specla_conv_tree_args {
+    const int32_t *schedule;
+    int32_t layer;
+    const float *x;
+    const float *weight;
+    float *conv_state;
+    float *y;
+} specla_conv_tree_args;
+SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specla_factor_banks *banks,
+                                             const specla_conv_tree_args *args);
+
+/* Gated-delta-rule tree verify of one layer (all value heads). q,k [N][Hk][S] (L2-normalised),
+ * v [N][Hv][S], g, beta [N][Hv]; state [Hv][S][S] durable ([head][value][key]); out [N][Hv][S].
+ * With DEFERRED_FACTORS and something pending, the pending path is folded into `state` first
+ * (written once); otherwise `state` is only read. Factors of every node go to the write bank. */
+typedef struct specla_gdn_tree_args {
+    const int32_t *schedule;
+    int32_t layer;
+    const float *q, *k, *v, *g, *beta;
+    float *state;
+    float *out;
+} specla_gdn_tree_args;
+SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt, specla_factor_banks *banks,
+                                                   const specla_gdn_tree_args *args);
+
+/* The accepted path: node indices from the root (path[0] = 0), each the child of the previous.
+ * Path = 0..n-1 swaps the banks' roles (no copy); any other path gathers its factors into path
+ * order. FACTORS_NOW, REPLAY and CHECKPOINT_RESTORE write the durable states here (states may be
+ * NULL for DEFERRED_FACTORS). */
+SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt, specla_factor_banks *banks,
+                                                    const int32_t *schedule, const int32_t *path, int32_t n,
+                                                    const specla_recurrent_states *states);
+/* Fold whatever is pending into the durable states exactly once; a no-op when nothing is. */
+SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options *opt, specla_factor_banks *banks,
+                                                         const specla_recurrent_states *states);
+
 #ifdef __cplusplus
 }
 #endif

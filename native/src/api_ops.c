@@ -136,6 +136,7 @@ SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, con
     CHECK_POSITIVE(op, C);
     CHECK_POSITIVE(op, K);
     if (K > 1 && conv_state == NULL) return FAIL_INVALID("%s: conv_state is NULL but K = %d needs %d rows", op, K, K - 1);
+    if (K > 64) return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: conv kernel K = %d > 64", op, K);
     cpu_exec ex;
     const specla_status status = resolve_options(op, opt, &ex);
     if (status != SPECLA_OK) return status;

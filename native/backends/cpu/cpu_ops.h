@@ -43,4 +43,28 @@ void cpu_rope_neox(float *x, const int32_t *positions, int T, int n_heads, int h
 void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache,
                    const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
 
+/* --- SpecLA tree verify (specla_tree_cpu.c); schedule = packed HLD layout (specla.h) ---------- */
+/* Tree verify of one GDN layer through state-resident HLD chains. `state` is read only.
+ * out [N][Hv][S]; delta_out [N][Hv][S] receives every node's delta factor. */
+void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k, const float *v,
+                         const float *g, const float *beta, int Hk, int Hv, int S, const float *state, float *out,
+                         float *delta_out);
+/* Baseline: replay every root-to-leaf path from `state` (nodes on shared prefixes recomputed). */
+void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                               const float *state, float *out, float *delta_out);
+/* Baseline: the full state after every node, kept in checkpoints [N][Hv][S][S]. */
+void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
+                              const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                              const float *state, float *out, float *delta_out, float *checkpoints);
+/* Fold P accepted tokens' factors k [P][Hk][S], delta [P][Hv][S], g [P][Hv] into state. */
+void cpu_gdn_fold(const cpu_exec *ex, float *state, const float *k, const float *delta, const float *g, int P, int Hk,
+                  int Hv, int S);
+/* Tree conv + SiLU: each node's window from its tree parent's history; conv_state read only.
+ * window_out (may be NULL) receives each node's last K-1 raw inputs [N][K-1][C] (checkpoints). */
+void cpu_conv_tree(const cpu_exec *ex, const int32_t *schedule, const float *x, const float *weight, int C, int K,
+                   const float *conv_state, float *y, float *window_out);
+/* Shift P raw inputs x [P][C] into the conv window [K-1][C]. */
+void cpu_conv_fold(float *conv_state, const float *x, int P, int C, int K);
+
 #endif

@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "recurrent_step.h"
 
-float cpu_silu(float x) { return x / (1.0f + expf(-x)); }
+float cpu_silu(float x) { return silu_f32(x); }
 float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 float cpu_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -41,58 +42,35 @@ void cpu_causal_conv(const cpu_exec *ex, const float *x, const float *weight, in
 #pragma omp parallel for num_threads(ex->n_threads) schedule(static)
     for (int c = 0; c < C; c++) {
         const float *w = weight + (int64_t)c * K;
+        float window[64]; /* K <= 64 is checked at the boundary */
         for (int t = 0; t < T; t++) {
-            float acc = 0.0f;
             for (int j = 0; j < K; j++) {
                 const int row = t + j; /* index into the concatenated [state ; x] sequence */
-                const float s = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
-                acc += s * w[j];
+                window[j] = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
             }
-            y[(int64_t)t * C + c] = cpu_silu(acc);
+            y[(int64_t)t * C + c] = conv_window_output(window, w, K);
         }
         /* the new state is the last K-1 raw inputs of the concatenated sequence */
-        float window[64];
-        float *tail = hist <= 64 ? window : (float *)malloc(sizeof(float) * (size_t)hist);
         for (int j = 0; j < hist; j++) {
             const int row = T + j;
-            tail[j] = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
+            window[j] = row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
         }
-        for (int j = 0; j < hist; j++) conv_state[(int64_t)j * C + c] = tail[j];
-        if (tail != window) free(tail);
+        for (int j = 0; j < hist; j++) conv_state[(int64_t)j * C + c] = window[j];
     }
 }
 
 void cpu_gated_delta_rule(const cpu_exec *ex, const float *q, const float *k, const float *v, const float *g,
                           const float *beta, int T, int Hk, int Hv, int S, float *state, float *out) {
     const float scale = 1.0f / sqrtf((float)S);
-    /* Value heads are independent; within a head, each state row j (one value index) evolves
-     * independently too: decay, read M^T k, delta update, read M^T q. */
+    /* value heads are independent; each walks the tokens in order */
 #pragma omp parallel for num_threads(ex->n_threads) schedule(static)
     for (int h = 0; h < Hv; h++) {
         const int kh = h % Hk; /* tiled V-head mapping of the qwen35 converter */
         float *M = state + (int64_t)h * S * S;
         for (int t = 0; t < T; t++) {
-            const float *qt = q + ((int64_t)t * Hk + kh) * S;
-            const float *kt = k + ((int64_t)t * Hk + kh) * S;
-            const float *vt = v + ((int64_t)t * Hv + h) * S;
-            const float decay = expf(g[(int64_t)t * Hv + h]);
-            const float b = beta[(int64_t)t * Hv + h];
-            float *ot = out + ((int64_t)t * Hv + h) * S;
-            for (int j = 0; j < S; j++) {
-                float *row = M + (int64_t)j * S;
-                float kv = 0.0f;
-                for (int i = 0; i < S; i++) {
-                    row[i] *= decay;
-                    kv += row[i] * kt[i];
-                }
-                const float delta = b * (vt[j] - kv);
-                float o = 0.0f;
-                for (int i = 0; i < S; i++) {
-                    row[i] += kt[i] * delta;
-                    o += row[i] * qt[i];
-                }
-                ot[j] = o * scale;
-            }
+            gdn_head_step(M, S, q + ((int64_t)t * Hk + kh) * S, k + ((int64_t)t * Hk + kh) * S,
+                          v + ((int64_t)t * Hv + h) * S, expf(g[(int64_t)t * Hv + h]), beta[(int64_t)t * Hv + h],
+                          scale, out + ((int64_t)t * Hv + h) * S, NULL);
         }
     }
 }

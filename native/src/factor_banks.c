@@ -1,0 +1,347 @@
+/* Factor banks and the speculative-state lifecycle of the recurrent layers (SpecLA).
+ *
+ * Two FP32 banks; per verified node and recurrent layer each holds k [Hk][S], delta [Hv][S],
+ * g [Hv] and the raw conv input x [C] (the REPLAY baseline also keeps v and beta). The verify
+ * running now writes bank `write_bank`; the other bank holds the accepted path of the previous
+ * step, in path order, `n_pending` tokens long, waiting to be folded into the durable state.
+ *
+ * Per layer, flags remember whether this step already folded the pending path (so a repeated
+ * verify or a finish never folds twice) and whether the layer was verified (accept needs all). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "error.h"
+#include "hld_schedule.h"
+
+struct specla_factor_banks {
+    specla_recurrent_shape shape;
+    float *bank[2];
+    int64_t layer_floats;                    /* floats of one layer's block in one bank */
+    int64_t off_k, off_delta, off_g, off_x;  /* offsets inside a layer block */
+    int64_t off_v, off_beta;                 /* REPLAY only, else -1 */
+    int write_bank;
+    int32_t n_pending;
+    int32_t n_verified;
+    uint8_t *gdn_folded, *conv_folded, *gdn_verified, *conv_verified; /* [n_layers] */
+    float *checkpoints;  /* DENSE_CHECKPOINTS: [n_layers][max_nodes][Hv][S][S] */
+    float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
+};
+
+static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
+    return b->bank[bank] + (int64_t)layer * b->layer_floats;
+}
+
+SPECLA_API void specla_factor_banks_free(specla_factor_banks *b) {
+    if (!b) return;
+    free(b->bank[0]);
+    free(b->bank[1]);
+    free(b->gdn_folded);
+    free(b->checkpoints);
+    free(b->conv_windows);
+    free(b);
+}
+
+SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape *shape,
+                                                    specla_factor_banks **out_banks) {
+    if (!shape || !out_banks) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_factor_banks_create: NULL argument");
+    *out_banks = NULL;
+    const specla_recurrent_shape *s = shape;
+    if (s->n_layers <= 0 || s->Hk <= 0 || s->Hv <= 0 || s->S <= 0 || s->C <= 0 || s->K < 2 || s->K > 64 ||
+        s->max_nodes <= 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "factor banks: n_layers %d, Hk %d, Hv %d, S %d, C %d, max_nodes %d must be positive and "
+                           "K %d in [2, 64]",
+                           s->n_layers, s->Hk, s->Hv, s->S, s->C, s->max_nodes, s->K);
+    if (s->Hv % s->Hk != 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "factor banks: Hv %d is not a multiple of Hk %d", s->Hv, s->Hk);
+    if (s->verify_method < SPECLA_VERIFY_HLD_CHAINS || s->verify_method > SPECLA_VERIFY_DENSE_CHECKPOINTS)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "factor banks: unknown verify_method %d", s->verify_method);
+    if (s->commit_method < SPECLA_COMMIT_DEFERRED_FACTORS || s->commit_method > SPECLA_COMMIT_CHECKPOINT_RESTORE)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "factor banks: unknown commit_method %d", s->commit_method);
+    if (s->commit_method == SPECLA_COMMIT_CHECKPOINT_RESTORE && s->verify_method != SPECLA_VERIFY_DENSE_CHECKPOINTS)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "factor banks: commit_method CHECKPOINT_RESTORE needs verify_method DENSE_CHECKPOINTS");
+
+    specla_factor_banks *b = (specla_factor_banks *)calloc(1, sizeof *b);
+    if (!b) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "factor banks: out of memory");
+    b->shape = *s;
+    const int64_t N = s->max_nodes;
+    int64_t off = 0;
+    b->off_k = off, off += N * s->Hk * s->S;
+    b->off_delta = off, off += N * s->Hv * s->S;
+    b->off_g = off, off += N * s->Hv;
+    b->off_x = off, off += N * s->C;
+    b->off_v = b->off_beta = -1;
+    if (s->commit_method == SPECLA_COMMIT_REPLAY) {
+        b->off_v = off, off += N * s->Hv * s->S;
+        b->off_beta = off, off += N * s->Hv;
+    }
+    b->layer_floats = off;
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        b->bank[i] = (float *)calloc((size_t)(off * s->n_layers), sizeof(float));
+        ok = b->bank[i] != NULL;
+    }
+    b->gdn_folded = (uint8_t *)calloc((size_t)s->n_layers * 4, 1);
+    ok = ok && b->gdn_folded;
+    if (ok) {
+        b->conv_folded = b->gdn_folded + s->n_layers;
+        b->gdn_verified = b->gdn_folded + 2 * s->n_layers;
+        b->conv_verified = b->gdn_folded + 3 * s->n_layers;
+    }
+    if (ok && s->verify_method == SPECLA_VERIFY_DENSE_CHECKPOINTS) {
+        b->checkpoints = (float *)malloc(sizeof(float) * (size_t)(s->n_layers * N * s->Hv) * (size_t)s->S * (size_t)s->S);
+        b->conv_windows = (float *)malloc(sizeof(float) * (size_t)(s->n_layers * N * (s->K - 1)) * (size_t)s->C);
+        ok = b->checkpoints && b->conv_windows;
+    }
+    if (!ok) {
+        specla_factor_banks_free(b);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "factor banks: out of memory for %d layers x %d nodes",
+                           s->n_layers, s->max_nodes);
+    }
+    *out_banks = b;
+    return SPECLA_OK;
+}
+
+SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *b) { return b ? b->n_pending : -1; }
+
+SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *b) {
+    if (!b) return -1;
+    const specla_recurrent_shape *s = &b->shape;
+    int64_t bytes = 2 * b->layer_floats * s->n_layers * (int64_t)sizeof(float);
+    if (b->checkpoints)
+        bytes += (int64_t)sizeof(float) * s->n_layers * s->max_nodes *
+                 ((int64_t)s->Hv * s->S * s->S + (int64_t)(s->K - 1) * s->C);
+    return bytes;
+}
+
+/* A schedule handed in through the ABI: trust nothing until the header checks out. */
+static specla_status check_schedule(const int32_t *sched, int32_t max_nodes, const char *op) {
+    if (!sched) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule is NULL", op);
+    if (sched[0] != SPECLA_HLD_MAGIC || sched[1] != SPECLA_HLD_VERSION)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule has a bad magic or version (not built by "
+                                                        "specla_hld_build?)", op);
+    const int32_t n = sched[HLD_N_NODES_AT], cap = sched[HLD_CAPACITY_AT];
+    if (n < 1 || n > cap || sched[HLD_TOTAL_AT] != specla_hld_size(cap))
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule header is inconsistent", op);
+    if (n > max_nodes)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: tree of %d nodes exceeds the banks' max_nodes %d", op, n,
+                           max_nodes);
+    return SPECLA_OK;
+}
+
+static specla_status resolve(const specla_op_options *opt, cpu_exec *ex) {
+    return cpu_exec_resolve(opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, ex);
+}
+
+static void copy_rows(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
+
+SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt, specla_factor_banks *b,
+                                                   const specla_gdn_tree_args *a) {
+    static const char op[] = "specla_op_gdn_tree_verify";
+    if (!b || !a || !a->q || !a->k || !a->v || !a->g || !a->beta || !a->state || !a->out)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    const specla_recurrent_shape *s = &b->shape;
+    specla_status st = check_schedule(a->schedule, s->max_nodes, op);
+    if (st != SPECLA_OK) return st;
+    if (a->layer < 0 || a->layer >= s->n_layers)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, a->layer, s->n_layers);
+    cpu_exec ex;
+    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    const int N = hld_n_nodes(a->schedule), l = a->layer;
+
+    /* deferred commit: the previous step's accepted path enters the durable state here, once */
+    if (b->n_pending > 0 && !b->gdn_folded[l]) {
+        const float *pending = layer_block(b, b->write_bank ^ 1, l);
+        cpu_gdn_fold(&ex, a->state, pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending, s->Hk,
+                     s->Hv, s->S);
+        b->gdn_folded[l] = 1;
+    }
+    float *bank = layer_block(b, b->write_bank, l);
+    float *delta = bank + b->off_delta;
+    switch (s->verify_method) {
+    case SPECLA_VERIFY_HLD_CHAINS:
+        cpu_gdn_tree_chains(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state, a->out,
+                            delta);
+        break;
+    case SPECLA_VERIFY_ROOT_TO_LEAF:
+        cpu_gdn_tree_root_to_leaf(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
+                                  a->out, delta);
+        break;
+    default: {
+        const int64_t per_layer = (int64_t)s->max_nodes * s->Hv * s->S * s->S;
+        cpu_gdn_tree_checkpoints(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
+                                 a->out, delta, b->checkpoints + l * per_layer);
+    }
+    }
+    /* k and g are inputs, recorded as they are (they are half of every node's factors) */
+    copy_rows(bank + b->off_k, a->k, (int64_t)N * s->Hk * s->S);
+    copy_rows(bank + b->off_g, a->g, (int64_t)N * s->Hv);
+    if (b->off_v >= 0) {
+        copy_rows(bank + b->off_v, a->v, (int64_t)N * s->Hv * s->S);
+        copy_rows(bank + b->off_beta, a->beta, (int64_t)N * s->Hv);
+    }
+    b->gdn_verified[l] = 1;
+    b->n_verified = N;
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specla_factor_banks *b,
+                                             const specla_conv_tree_args *a) {
+    static const char op[] = "specla_op_conv_tree";
+    if (!b || !a || !a->x || !a->weight || !a->conv_state || !a->y)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    const specla_recurrent_shape *s = &b->shape;
+    specla_status st = check_schedule(a->schedule, s->max_nodes, op);
+    if (st != SPECLA_OK) return st;
+    if (a->layer < 0 || a->layer >= s->n_layers)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, a->layer, s->n_layers);
+    cpu_exec ex;
+    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    const int N = hld_n_nodes(a->schedule), l = a->layer;
+
+    if (b->n_pending > 0 && !b->conv_folded[l]) {
+        cpu_conv_fold(a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x, b->n_pending, s->C, s->K);
+        b->conv_folded[l] = 1;
+    }
+    float *windows = b->conv_windows ? b->conv_windows + (int64_t)l * s->max_nodes * (s->K - 1) * s->C : NULL;
+    cpu_conv_tree(&ex, a->schedule, a->x, a->weight, s->C, s->K, a->conv_state, a->y, windows);
+    copy_rows(layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
+    b->conv_verified[l] = 1;
+    b->n_verified = N;
+    return SPECLA_OK;
+}
+
+static int is_prefix_path(const int32_t *path, int32_t n) {
+    for (int i = 0; i < n; i++)
+        if (path[i] != i) return 0;
+    return 1;
+}
+
+/* Fold the pending path of layer l into its durable states (the parts not folded yet). */
+static void fold_layer(const cpu_exec *ex, specla_factor_banks *b, int l, const specla_recurrent_states *states) {
+    const specla_recurrent_shape *s = &b->shape;
+    const float *pending = layer_block(b, b->write_bank ^ 1, l);
+    if (!b->gdn_folded[l])
+        cpu_gdn_fold(ex, states->gdn[l], pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending,
+                     s->Hk, s->Hv, s->S);
+    if (!b->conv_folded[l]) cpu_conv_fold(states->conv[l], pending + b->off_x, b->n_pending, s->C, s->K);
+}
+
+static void reset_step_flags(specla_factor_banks *b) { memset(b->gdn_folded, 0, (size_t)b->shape.n_layers * 4); }
+
+static specla_status check_states(const specla_factor_banks *b, const specla_recurrent_states *states, const char *op) {
+    if (!states || !states->gdn || !states->conv)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: the durable states are needed here", op);
+    for (int l = 0; l < b->shape.n_layers; l++)
+        if (!states->gdn[l] || !states->conv[l])
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: state pointer of layer %d is NULL", op, l);
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt, specla_factor_banks *b,
+                                                    const int32_t *schedule, const int32_t *path, int32_t n,
+                                                    const specla_recurrent_states *states) {
+    static const char op[] = "specla_factor_banks_accept";
+    if (!b || !path) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    const specla_recurrent_shape *s = &b->shape;
+    specla_status st = check_schedule(schedule, s->max_nodes, op);
+    if (st != SPECLA_OK) return st;
+    const int32_t *parents = hld_parents(schedule);
+    const int N = hld_n_nodes(schedule);
+    if (N != b->n_verified)
+        return specla_fail(SPECLA_ERR_STATE, "%s: schedule has %d nodes, the last verify had %d", op, N, b->n_verified);
+    if (n < 1 || n > N) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path length %d not in [1, %d]", op, n, N);
+    if (path[0] != 0) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[0] = %d, must be the root 0", op, path[0]);
+    for (int i = 1; i < n; i++)
+        if (path[i] < 0 || path[i] >= N || parents[path[i]] != path[i - 1])
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[%d] = %d is not a child of path[%d] = %d", op, i,
+                               path[i], i - 1, path[i - 1]);
+    for (int l = 0; l < s->n_layers; l++)
+        if (!b->gdn_verified[l] || !b->conv_verified[l])
+            return specla_fail(SPECLA_ERR_STATE, "%s: layer %d was not verified (GDN and conv) in this step", op, l);
+    cpu_exec ex;
+    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    if (s->commit_method != SPECLA_COMMIT_DEFERRED_FACTORS && (st = check_states(b, states, op)) != SPECLA_OK) return st;
+
+    switch (s->commit_method) {
+    case SPECLA_COMMIT_DEFERRED_FACTORS:
+    case SPECLA_COMMIT_FACTORS_NOW:
+        if (is_prefix_path(path, n)) {
+            b->write_bank ^= 1; /* the bank just written is in path order already: swap roles, no copy */
+        } else {
+            /* gather the path's factors into the other bank (its old pending path is folded) */
+            const int src = b->write_bank, dst = b->write_bank ^ 1;
+            for (int l = 0; l < s->n_layers; l++) {
+                const float *from = layer_block(b, src, l);
+                float *to = layer_block(b, dst, l);
+                for (int i = 0; i < n; i++) {
+                    const int64_t u = path[i];
+                    copy_rows(to + b->off_k + i * s->Hk * s->S, from + b->off_k + u * s->Hk * s->S, (int64_t)s->Hk * s->S);
+                    copy_rows(to + b->off_delta + i * s->Hv * s->S, from + b->off_delta + u * s->Hv * s->S,
+                              (int64_t)s->Hv * s->S);
+                    copy_rows(to + b->off_g + i * s->Hv, from + b->off_g + u * s->Hv, s->Hv);
+                    copy_rows(to + b->off_x + i * s->C, from + b->off_x + u * s->C, s->C);
+                }
+            }
+        }
+        b->n_pending = n;
+        reset_step_flags(b);
+        if (s->commit_method == SPECLA_COMMIT_FACTORS_NOW) {
+            for (int l = 0; l < s->n_layers; l++) fold_layer(&ex, b, l, states);
+            b->n_pending = 0;
+        }
+        break;
+    case SPECLA_COMMIT_REPLAY: {
+        /* the durable state was never written during verify: it is the snapshot; decode the
+         * accepted tokens again, sequentially, from their recorded inputs */
+        float *scratch = (float *)malloc(sizeof(float) * (size_t)(s->Hv * s->S + s->C));
+        if (!scratch) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", op);
+        for (int l = 0; l < s->n_layers; l++) {
+            const float *bank = layer_block(b, b->write_bank, l);
+            for (int i = 0; i < n; i++) {
+                const int64_t u = path[i];
+                const float *k = bank + b->off_k + u * s->Hk * s->S;
+                /* outputs are discarded: q only feeds the output read, so k stands in for it */
+                cpu_gated_delta_rule(&ex, k, k, bank + b->off_v + u * s->Hv * s->S, bank + b->off_g + u * s->Hv,
+                                     bank + b->off_beta + u * s->Hv, 1, s->Hk, s->Hv, s->S, states->gdn[l], scratch);
+                cpu_conv_fold(states->conv[l], bank + b->off_x + u * s->C, 1, s->C, s->K);
+            }
+        }
+        free(scratch);
+        reset_step_flags(b);
+        break;
+    }
+    default: { /* CHECKPOINT_RESTORE */
+        const int leaf = path[n - 1];
+        const int64_t gdn_node = (int64_t)s->Hv * s->S * s->S, conv_node = (int64_t)(s->K - 1) * s->C;
+        for (int l = 0; l < s->n_layers; l++) {
+            copy_rows(states->gdn[l], b->checkpoints + ((int64_t)l * s->max_nodes + leaf) * gdn_node, gdn_node);
+            copy_rows(states->conv[l], b->conv_windows + ((int64_t)l * s->max_nodes + leaf) * conv_node, conv_node);
+        }
+        reset_step_flags(b);
+    }
+    }
+    b->n_verified = 0;
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options *opt, specla_factor_banks *b,
+                                                         const specla_recurrent_states *states) {
+    static const char op[] = "specla_finish_speculative_state";
+    if (!b) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL banks", op);
+    if (b->n_pending > 0) {
+        specla_status st = check_states(b, states, op);
+        if (st != SPECLA_OK) return st;
+        cpu_exec ex;
+        if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+        for (int l = 0; l < b->shape.n_layers; l++) fold_layer(&ex, b, l, states);
+        b->n_pending = 0;
+    }
+    /* an unaccepted verify (a cancelled step) is dropped: its factors are never used */
+    reset_step_flags(b);
+    b->n_verified = 0;
+    return SPECLA_OK;
+}
