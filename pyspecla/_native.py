@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -110,6 +110,22 @@ class ContextParams(ctypes.Structure):
         ("max_batch", ctypes.c_int32),
         ("n_threads", ctypes.c_int32),
         ("cpu_kernels", ctypes.c_int32),
+        ("max_tree_nodes", ctypes.c_int32),
+        ("verify_method", ctypes.c_int32),
+        ("commit_method", ctypes.c_int32),
+        ("n_capture_layers", ctypes.c_int32),
+        ("capture_layers", c_int32_p),
+    ]
+
+
+class TreeBatch(ctypes.Structure):
+    _fields_ = [
+        ("tokens", c_int32_p),
+        ("parents", c_int32_p),
+        ("n_nodes", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
+        ("logits", c_float_p),
+        ("argmax", c_int32_p),
     ]
 
 
@@ -219,6 +235,11 @@ _SIGNATURES = {
     "specla_context_reset": (ctypes.c_int, [_p]),
     "specla_context_n_past": (_i32, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
+    "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),
+    "specla_accept_path": (ctypes.c_int, [_p, c_int32_p, _i32]),
+    "specla_context_finish_speculative_state": (ctypes.c_int, [_p]),
+    "specla_context_pending": (_i32, [_p]),
+    "specla_context_read_features": (ctypes.c_int, [_p, _i32, _i32, c_float_p]),
     "specla_op_dequantize": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, _p, _i64, c_float_p]),
     "specla_op_matmul": (ctypes.c_int, [ctypes.POINTER(OpOptions), ctypes.POINTER(Tensor), c_float_p, _i32, c_float_p]),
     "specla_op_rms_norm": (ctypes.c_int, [ctypes.POINTER(OpOptions), c_float_p, c_float_p, _i32, _i32, _f32, c_float_p]),

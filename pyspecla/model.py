@@ -17,16 +17,28 @@ class Context:
     """One sequence's native state (KV cache, conv windows, GDN states). Create with
     `Model.new_context()`. One native call per forward chunk of at most `max_batch` tokens."""
 
-    def __init__(self, model: "Model", n_ctx: int, max_batch: int, n_threads: int, cpu_kernels: str):
+    def __init__(self, model: "Model", n_ctx: int, max_batch: int, n_threads: int, cpu_kernels: str,
+                 max_tree_nodes: int = 0, verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
+                 capture_layers=None):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         self.model = model
         self.n_ctx = n_ctx
         self.max_batch = min(max_batch, n_ctx)
+        self.max_tree_nodes = max_tree_nodes
         kernels = _native.CPU_KERNELS.get(cpu_kernels)
         if kernels is None:
             raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {cpu_kernels!r}")
-        params = _native.ContextParams(n_ctx, self.max_batch, n_threads, kernels)
+        if verify_method not in _native.VERIFY_METHODS:
+            raise UsageError(f"verify_method must be one of {sorted(_native.VERIFY_METHODS)}, got {verify_method!r}")
+        if commit_method not in _native.COMMIT_METHODS:
+            raise UsageError(f"commit_method must be one of {sorted(_native.COMMIT_METHODS)}, got {commit_method!r}")
+        self.capture_layers = np.ascontiguousarray(np.asarray(capture_layers or [], dtype=np.int32))
+        params = _native.ContextParams(
+            n_ctx, self.max_batch, n_threads, kernels, max_tree_nodes, _native.VERIFY_METHODS[verify_method],
+            _native.COMMIT_METHODS[commit_method], len(self.capture_layers),
+            _native.int32_ptr(self.capture_layers) if len(self.capture_layers) else None,
+        )
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
         self._handle = handle
@@ -79,6 +91,41 @@ class Context:
                 self._forward(chunk, False, out.reshape(1, V), False)
             else:
                 self._forward(chunk, False, None, False)
+        return out
+
+    # --- speculative decoding -------------------------------------------------------------------
+    def verify_tree(self, tokens, parents, want_logits: bool = False):
+        """One forward over a tree [root, nodes...] (node i at position n_past + depth). Returns the
+        target's argmax at every node (and the logits when asked). Commits nothing: call accept()."""
+        tokens = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32))
+        parents = np.ascontiguousarray(np.asarray(parents, dtype=np.int32))
+        n = len(tokens)
+        if n == 0 or len(parents) != n:
+            raise UsageError("verify_tree needs as many parents as tokens (at least one)")
+        argmax = np.empty(n, dtype=np.int32)
+        logits = np.empty((n, self.model.hparams.n_vocab), dtype=np.float32) if want_logits else None
+        batch = _native.TreeBatch(_native.int32_ptr(tokens), _native.int32_ptr(parents), n, 0,
+                                  _native.float_ptr(logits) if logits is not None else None, _native.int32_ptr(argmax))
+        _native.check(_native.lib.specla_verify_tree(self._handle, ctypes.byref(batch)))
+        return (argmax, logits) if want_logits else argmax
+
+    def accept(self, path) -> None:
+        """Commit the accepted path of the last verified tree (node ids from the root 0)."""
+        path = np.ascontiguousarray(np.asarray(path, dtype=np.int32))
+        _native.check(_native.lib.specla_accept_path(self._handle, _native.int32_ptr(path), len(path)))
+
+    def finish(self) -> None:
+        """finish_speculative_state: fold the pending path into the durable state (idempotent)."""
+        _native.check(_native.lib.specla_context_finish_speculative_state(self._handle))
+
+    @property
+    def pending(self) -> int:
+        return _native.lib.specla_context_pending(self._handle)
+
+    def read_features(self, first: int, n: int) -> np.ndarray:
+        """Captured feature rows of committed positions [first, first + n): (n, n_capture, n_embd)."""
+        out = np.empty((n, len(self.capture_layers), self.model.hparams.n_embd), dtype=np.float32)
+        _native.check(_native.lib.specla_context_read_features(self._handle, first, n, _native.float_ptr(out)))
         return out
 
     def eval_argmax(self, token_ids: Sequence[int]) -> int:
@@ -150,8 +197,13 @@ class Model:
     def __del__(self):
         self.close()
 
-    def new_context(self, n_ctx: int = 4096, max_batch: int = 64) -> Context:
-        return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels)
+    def new_context(self, n_ctx: int = 4096, max_batch: int = 64, max_tree_nodes: int = 0,
+                    verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
+                    capture_layers=None) -> Context:
+        """A fresh sequence. max_tree_nodes > 0 enables tree verification (SpecLA by default:
+        HLD chains + deferred factor commit; the other methods are the baselines)."""
+        return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels, max_tree_nodes=max_tree_nodes,
+                       verify_method=verify_method, commit_method=commit_method, capture_layers=capture_layers)
 
     # --- convenience API -------------------------------------------------------------------
     def logits(self, token_ids: Sequence[int], max_batch: int = 64) -> np.ndarray:

@@ -315,7 +315,7 @@ def test_accept_needs_every_layer_verified_and_methods_are_checked():
     banks.verify_gdn(sched, 0, L.q, L.k, L.v, L.g, L.beta, gdn[0])
     with pytest.raises(NativeError, match="layer 1 was not verified"):
         banks.accept(sched, [0, 1])
-    with pytest.raises(NativeError, match="exceeds the banks' max_nodes"):
+    with pytest.raises(NativeError, match="max_nodes"):
         banks.verify_gdn(build_schedule(chain(9)), 0, *(np.zeros((9,) + a.shape[1:], np.float32)
                                                          for a in (L.q, L.k, L.v, L.g, L.beta)), gdn[0])
     with pytest.raises(NativeError, match="needs verify_method DENSE_CHECKPOINTS"):

@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 1
+#define SPECLA_ABI_VERSION 2
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -161,6 +161,13 @@ typedef struct specla_context_params {
     int32_t max_batch;   /* most tokens one forward call may carry */
     int32_t n_threads;   /* CPU threads; <= 0 means all cores */
     int32_t cpu_kernels; /* specla_cpu_kernels */
+    /* Speculative decoding (all zero: plain decoding only) */
+    int32_t max_tree_nodes;   /* largest tree (root included) specla_verify_tree takes */
+    int32_t verify_method;    /* specla_verify_method; SpecLA = SPECLA_VERIFY_HLD_CHAINS */
+    int32_t commit_method;    /* specla_commit_method; SpecLA = SPECLA_COMMIT_DEFERRED_FACTORS */
+    int32_t n_capture_layers; /* trunk layers whose output rows a draft model reads (DFlash) */
+    const int32_t *capture_layers; /* [n_capture_layers] 0-based trunk layer indices; the feature of
+                                      a position is the residual stream after each listed layer */
 } specla_context_params;
 
 typedef struct specla_context specla_context;
@@ -189,6 +196,33 @@ typedef struct specla_batch {
 } specla_batch;
 
 SPECLA_API specla_status specla_forward(specla_context *context, const specla_batch *batch);
+
+/* Tree verify: one forward over a tree of candidate tokens [root, nodes...]; node i sits at
+ * position n_past + depth(i). Attention rows see the committed prefix, their ancestors and
+ * themselves; recurrent layers go through the SpecLA ops (the previous step's pending path is
+ * folded in first). Nothing durable changes except that fold: specla_accept_path commits.
+ * Each node's logits equal those of decoding its root path token by token, bit for bit. */
+typedef struct specla_tree_batch {
+    const int32_t *tokens;  /* [n_nodes], node 0 = the root (the last committed token) */
+    const int32_t *parents; /* [n_nodes], topological: parents[0] = -1, parents[i] < i */
+    int32_t n_nodes;
+    int32_t _pad;
+    float *logits;          /* optional [n_nodes][n_vocab] */
+    int32_t *argmax;        /* optional [n_nodes] */
+} specla_tree_batch;
+SPECLA_API specla_status specla_verify_tree(specla_context *context, const specla_tree_batch *tree);
+/* Commit the accepted path of the last verified tree (node ids from the root, path[0] = 0):
+ * n_past += n, KV rows and captured features moved to their positions, factor banks accept. */
+SPECLA_API specla_status specla_accept_path(specla_context *context, const int32_t *path, int32_t n);
+/* Fold the pending accepted path into the durable state (exactly once; a no-op when nothing is
+ * pending). specla_forward calls it itself before a plain batch. */
+SPECLA_API specla_status specla_context_finish_speculative_state(specla_context *context);
+/* Accepted tokens not yet folded into the durable state. */
+SPECLA_API int32_t specla_context_pending(const specla_context *context);
+/* Copy captured feature rows of committed positions [first, first + n) into out
+ * [n][n_capture_layers][n_embd]. */
+SPECLA_API specla_status specla_context_read_features(const specla_context *context, int32_t first, int32_t n,
+                                                      float *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Single ops, for tests against the numpy oracles and for tools. The forward pass calls the same
@@ -359,6 +393,64 @@ SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt
 /* Fold whatever is pending into the durable states exactly once; a no-op when nothing is. */
 SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options *opt, specla_factor_banks *banks,
                                                          const specla_recurrent_states *states);
+
+/* ---------------------------------------------------------------------------------------------
+ * DFlash block-diffusion draft (arch qwen35-dflash-draft). No embedding or LM head of its own:
+ * it embeds with the target's token_embd and projects its rows with the target's LM head. It
+ * reads the target context's captured feature rows (see specla_context_params.capture_layers).
+ * The draft only proposes: its numerics never affect what the target accepts.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct specla_draft_hparams {
+    int32_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
+    float rms_eps, rope_freq_base;
+    int32_t block_size;         /* 16: [last committed token, MASK x 15] */
+    int32_t mask_token_id;
+    int32_t n_target_layers;    /* feature row = n_target_layers x target n_embd */
+    int32_t sliding_window;     /* rows of context a sliding-window layer sees (0 = none) */
+    const uint8_t *layer_is_swa;/* [n_layer] or NULL: 1 = sliding-window layer (causal in the block) */
+    int32_t context_kv_layer_norm; /* 1: rms-norm each target layer's slice with aux_hidden_norm[i] */
+    int32_t _pad;
+} specla_draft_hparams;
+
+typedef struct specla_draft_layer_weights {
+    specla_tensor attn_norm, ffn_norm;
+    specla_tensor attn_q;      /* {E, nh*D} */
+    specla_tensor attn_k;      /* {E, nkv*D} */
+    specla_tensor attn_v;      /* {E, nkv*D} */
+    specla_tensor attn_output; /* {nh*D, E} */
+    specla_tensor attn_q_norm, attn_k_norm; /* {D} */
+    specla_tensor ffn_gate, ffn_up, ffn_down;
+} specla_draft_layer_weights;
+
+typedef struct specla_draft_weights {
+    specla_tensor fc;          /* {n_target_layers*E_target, E} */
+    specla_tensor hidden_norm; /* {E} */
+    specla_tensor output_norm; /* {E} */
+    const specla_tensor *aux_hidden_norm;      /* [n_target_layers] {E_target} or NULL */
+    const specla_draft_layer_weights *layers;  /* [n_layer] */
+} specla_draft_weights;
+
+typedef struct specla_draft_model specla_draft_model;
+typedef struct specla_draft_context specla_draft_context;
+
+/* The target model supplies the embedding and LM head; n_embd must match it. */
+SPECLA_API specla_status specla_draft_model_create(const specla_draft_hparams *hparams,
+                                                   const specla_draft_weights *weights, const specla_model *target,
+                                                   specla_draft_model **out_model);
+SPECLA_API void specla_draft_model_free(specla_draft_model *model);
+SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *model,
+                                                     const specla_context_params *params,
+                                                     specla_draft_context **out_context);
+SPECLA_API void specla_draft_context_free(specla_draft_context *context);
+SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *context);
+
+/* One draft block after the target context's committed tokens: takes in the feature rows the
+ * target committed since the last call, runs [root_token, MASK x (block_size-1)] and returns, for
+ * depths 1..n_depths (block rows 1..n_depths), the top_k tokens and their log-probabilities
+ * (log-softmax over the full vocabulary), best first: tokens/logprobs [n_depths][top_k]. */
+SPECLA_API specla_status specla_draft_propose(specla_draft_context *draft, const specla_context *target,
+                                              int32_t root_token, int32_t n_depths, int32_t top_k, int32_t *tokens,
+                                              float *logprobs);
 
 #ifdef __cplusplus
 }

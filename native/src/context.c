@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "factor_banks.h"
+#include "hld_schedule.h"
 #include "qwen35.h"
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -30,6 +32,13 @@ SPECLA_API void specla_context_free(specla_context *ctx) {
     free_array(ctx->conv_state, m->n_recurrent_layers);
     free_array(ctx->gdn_state, m->n_recurrent_layers);
     free_scratch(&ctx->scratch);
+    free(ctx->capture_layers);
+    free(ctx->capture_slot);
+    free(ctx->features);
+    specla_factor_banks_free(ctx->tree.banks);
+    free(ctx->tree.schedule);
+    free(ctx->tree.positions);
+    free(ctx->tree.rows);
     free(ctx);
 }
 
@@ -45,6 +54,16 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     if (params->max_batch <= 0 || params->max_batch > params->n_ctx)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: max_batch %d must be in [1, n_ctx = %d]",
                            params->max_batch, params->n_ctx);
+    if (params->max_tree_nodes < 0 || params->max_tree_nodes > params->n_ctx)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: max_tree_nodes %d must be in [0, n_ctx = %d]",
+                           params->max_tree_nodes, params->n_ctx);
+    if (params->n_capture_layers < 0 || (params->n_capture_layers > 0 && !params->capture_layers))
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: capture_layers is NULL but n_capture_layers = %d",
+                           params->n_capture_layers);
+    for (int i = 0; i < params->n_capture_layers; i++)
+        if (params->capture_layers[i] < 0 || params->capture_layers[i] >= model->hp.n_layer)
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: capture_layers[%d] = %d outside the %d trunk layers",
+                               i, params->capture_layers[i], model->hp.n_layer);
     cpu_exec exec;
     specla_status st = cpu_exec_resolve(params->n_threads, params->cpu_kernels, &exec);
     if (st != SPECLA_OK) return st;
@@ -53,6 +72,7 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     if (!ctx) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "context: out of memory");
     ctx->model = model;
     ctx->params = *params;
+    ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
     ctx->exec = exec;
 
     const specla_hparams *hp = &model->hp;
@@ -77,7 +97,8 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
         ok = ctx->conv_state[i] && ctx->gdn_state[i];
     }
 
-    const int64_t B = params->max_batch;
+    /* a tree batch uses the same scratch as a plain batch */
+    const int64_t B = imax(params->max_batch, params->max_tree_nodes);
     forward_scratch *s = &ctx->scratch;
     if (ok) {
         s->hidden = alloc_floats(B * hp->n_embd);
@@ -96,6 +117,43 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
         s->ffn_b = alloc_floats(B * hp->n_ff);
         ok = s->hidden && s->normed && s->layer_out && s->proj && s->conv_out && s->q && s->k && s->v && s->gate &&
              s->beta && s->g && s->mix && s->ffn_a && s->ffn_b;
+    }
+    if (ok && params->n_capture_layers > 0) {
+        ctx->n_capture = params->n_capture_layers;
+        ctx->capture_layers = (int32_t *)malloc(sizeof(int32_t) * (size_t)ctx->n_capture);
+        ctx->capture_slot = (int32_t *)malloc(sizeof(int32_t) * (size_t)hp->n_layer);
+        ctx->features = alloc_floats((int64_t)params->n_ctx * ctx->n_capture * hp->n_embd);
+        ok = ctx->capture_layers && ctx->capture_slot && ctx->features;
+        if (ok) {
+            for (int il = 0; il < hp->n_layer; il++) ctx->capture_slot[il] = -1;
+            for (int i = 0; i < ctx->n_capture; i++) {
+                const int layer = params->capture_layers[i];
+                if (ctx->capture_slot[layer] >= 0) {
+                    specla_context_free(ctx);
+                    return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: capture layer %d is listed twice", layer);
+                }
+                ctx->capture_layers[i] = layer;
+                ctx->capture_slot[layer] = i;
+            }
+        }
+    }
+    if (ok && params->max_tree_nodes > 0) {
+        tree_state *tr = &ctx->tree;
+        tr->schedule_ints = specla_hld_size(params->max_tree_nodes);
+        tr->schedule = (int32_t *)malloc(sizeof(int32_t) * (size_t)tr->schedule_ints);
+        tr->positions = (int32_t *)malloc(sizeof(int32_t) * (size_t)params->max_tree_nodes);
+        tr->rows = (int32_t *)malloc(sizeof(int32_t) * (size_t)params->max_tree_nodes);
+        ok = tr->schedule && tr->positions && tr->rows;
+        if (ok && model->n_recurrent_layers > 0) {
+            const specla_recurrent_shape shape = {model->n_recurrent_layers, Hk, Hv, S, C, hp->ssm_conv_kernel,
+                                                  params->max_tree_nodes, params->verify_method,
+                                                  params->commit_method};
+            st = specla_factor_banks_create(&shape, &tr->banks);
+            if (st != SPECLA_OK) {
+                specla_context_free(ctx);
+                return st;
+            }
+        }
     }
     if (!ok) {
         specla_context_free(ctx);
@@ -117,6 +175,8 @@ SPECLA_API specla_status specla_context_reset(specla_context *ctx) {
                sizeof(float) * (size_t)hp->ssm_time_step_rank * (size_t)hp->ssm_state_size * (size_t)hp->ssm_state_size);
     }
     ctx->n_past = 0;
+    factor_banks_discard(ctx->tree.banks); /* pending factors belong to the forgotten sequence */
+    ctx->tree.n_verified = 0;
     return SPECLA_OK;
 }
 
@@ -143,7 +203,125 @@ SPECLA_API specla_status specla_forward(specla_context *ctx, const specla_batch 
                                "sequence; tree batches go through the verify call)",
                                batch->positions[i], i, ctx->n_past + i);
     }
-    specla_status st = qwen35_forward(ctx, batch);
+    /* plain decoding continues from the durable state: fold any pending path first */
+    specla_status st = specla_context_finish_speculative_state(ctx);
+    if (st != SPECLA_OK) return st;
+    ctx->tree.n_verified = 0;
+    st = qwen35_forward(ctx, batch);
     if (st == SPECLA_OK) ctx->n_past += batch->n_tokens;
     return st;
+}
+
+/* The durable per-layer states in the form the factor banks take. */
+static specla_recurrent_states recurrent_states(specla_context *ctx) {
+    specla_recurrent_states states = {ctx->gdn_state, ctx->conv_state};
+    return states;
+}
+
+static specla_op_options op_options(const specla_context *ctx) {
+    specla_op_options opt = {ctx->exec.n_threads, ctx->exec.kernels};
+    return opt;
+}
+
+SPECLA_API specla_status specla_context_finish_speculative_state(specla_context *ctx) {
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_finish_speculative_state: NULL context");
+    if (!ctx->tree.banks) return SPECLA_OK;
+    const specla_op_options opt = op_options(ctx);
+    const specla_recurrent_states states = recurrent_states(ctx);
+    ctx->tree.n_verified = 0;
+    return specla_finish_speculative_state(&opt, ctx->tree.banks, &states);
+}
+
+SPECLA_API int32_t specla_context_pending(const specla_context *ctx) {
+    if (!ctx) return -1;
+    return ctx->tree.banks ? specla_factor_banks_pending(ctx->tree.banks) : 0;
+}
+
+SPECLA_API specla_status specla_verify_tree(specla_context *ctx, const specla_tree_batch *tree) {
+    static const char op[] = "specla_verify_tree";
+    if (!ctx || !tree || !tree->tokens || !tree->parents)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    tree_state *tr = &ctx->tree;
+    if (!tr->schedule)
+        return specla_fail(SPECLA_ERR_STATE, "%s: context created with max_tree_nodes = 0 (no tree verify)", op);
+    const int N = tree->n_nodes;
+    if (N < 1 || N > ctx->params.max_tree_nodes)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %d nodes, the context takes 1 .. %d", op, N,
+                           ctx->params.max_tree_nodes);
+    if (ctx->n_past + N > ctx->params.n_ctx)
+        return specla_fail(SPECLA_ERR_STATE, "%s: context full (n_past %d + %d nodes > n_ctx %d)", op, ctx->n_past, N,
+                           ctx->params.n_ctx);
+    for (int i = 0; i < N; i++)
+        if (tree->tokens[i] < 0 || tree->tokens[i] >= ctx->model->hp.n_vocab)
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: token %d of node %d is outside [0, %d)", op,
+                               tree->tokens[i], i, ctx->model->hp.n_vocab);
+    specla_status st = specla_hld_build(tree->parents, N, ctx->params.max_tree_nodes, tr->schedule, tr->schedule_ints);
+    if (st != SPECLA_OK) return st; /* the builder names the bad parent */
+    const int32_t *depth = tr->schedule + tr->schedule[HLD_OFF_NODE_DEPTH];
+    for (int i = 0; i < N; i++) {
+        tr->positions[i] = ctx->n_past + depth[i];
+        tr->rows[i] = ctx->n_past + i;
+    }
+    tr->n_verified = 0;
+    st = qwen35_forward_tree(ctx, tree);
+    if (st == SPECLA_OK) tr->n_verified = N;
+    return st;
+}
+
+SPECLA_API specla_status specla_accept_path(specla_context *ctx, const int32_t *path, int32_t n) {
+    static const char op[] = "specla_accept_path";
+    if (!ctx || !path) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    tree_state *tr = &ctx->tree;
+    if (tr->n_verified == 0) return specla_fail(SPECLA_ERR_STATE, "%s: no verified tree awaits acceptance", op);
+    const int32_t *parents = tr->schedule + tr->schedule[HLD_OFF_PARENTS];
+    if (n < 1 || n > tr->n_verified)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path length %d not in [1, %d]", op, n, tr->n_verified);
+    if (path[0] != 0) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[0] = %d, must be the root 0", op, path[0]);
+    for (int i = 1; i < n; i++)
+        if (path[i] < 0 || path[i] >= tr->n_verified || parents[path[i]] != path[i - 1])
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[%d] = %d is not a child of path[%d] = %d", op, i,
+                               path[i], i - 1, path[i - 1]);
+    if (tr->banks) {
+        const specla_op_options opt = op_options(ctx);
+        const specla_recurrent_states states = recurrent_states(ctx);
+        specla_status st = specla_factor_banks_accept(&opt, tr->banks, tr->schedule, path, n, &states);
+        if (st != SPECLA_OK) return st;
+    }
+    /* KV and feature compaction: the row of path[i] moves to position n_past + i. Ascending i is
+     * safe in place: path[i] >= i, and no later source path[j] (j > i) can be a destination < j. */
+    const specla_model *m = ctx->model;
+    const int64_t kv_row = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+    const int64_t feature_row = (int64_t)ctx->n_capture * m->hp.n_embd;
+    for (int i = 1; i < n; i++) {
+        const int64_t from = ctx->n_past + path[i], to = ctx->n_past + i;
+        if (from == to) continue;
+        for (int l = 0; l < m->n_attention_layers; l++) {
+            memcpy(ctx->k_cache[l] + to * kv_row, ctx->k_cache[l] + from * kv_row, sizeof(float) * (size_t)kv_row);
+            memcpy(ctx->v_cache[l] + to * kv_row, ctx->v_cache[l] + from * kv_row, sizeof(float) * (size_t)kv_row);
+        }
+        if (ctx->features)
+            memcpy(ctx->features + to * feature_row, ctx->features + from * feature_row,
+                   sizeof(float) * (size_t)feature_row);
+    }
+    ctx->n_past += n;
+    tr->n_verified = 0;
+    return SPECLA_OK;
+}
+
+const float *qwen35_context_features(const specla_context *ctx, int32_t pos) {
+    if (!ctx || !ctx->features || pos < 0 || pos >= ctx->n_past) return NULL;
+    return ctx->features + (int64_t)pos * ctx->n_capture * ctx->model->hp.n_embd;
+}
+
+SPECLA_API specla_status specla_context_read_features(const specla_context *ctx, int32_t first, int32_t n, float *out) {
+    if (!ctx || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_read_features: NULL argument");
+    if (!ctx->features)
+        return specla_fail(SPECLA_ERR_STATE, "specla_context_read_features: the context captures no features");
+    if (first < 0 || n < 0 || first + n > ctx->n_past)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "specla_context_read_features: rows [%d, %d) are not committed (n_past %d)", first, first + n,
+                           ctx->n_past);
+    const int64_t row = (int64_t)ctx->n_capture * ctx->model->hp.n_embd;
+    memcpy(out, ctx->features + (int64_t)first * row, sizeof(float) * (size_t)(row * n));
+    return SPECLA_OK;
 }

@@ -13,6 +13,7 @@
 
 #include "cpu_ops.h"
 #include "error.h"
+#include "factor_banks.h"
 #include "hld_schedule.h"
 
 struct specla_factor_banks {
@@ -117,19 +118,9 @@ SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *b) {
     return bytes;
 }
 
-/* A schedule handed in through the ABI: trust nothing until the header checks out. */
+/* A schedule handed in through the ABI: trust nothing until it checks out in full. */
 static specla_status check_schedule(const int32_t *sched, int32_t max_nodes, const char *op) {
-    if (!sched) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule is NULL", op);
-    if (sched[0] != SPECLA_HLD_MAGIC || sched[1] != SPECLA_HLD_VERSION)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule has a bad magic or version (not built by "
-                                                        "specla_hld_build?)", op);
-    const int32_t n = sched[HLD_N_NODES_AT], cap = sched[HLD_CAPACITY_AT];
-    if (n < 1 || n > cap || sched[HLD_TOTAL_AT] != specla_hld_size(cap))
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule header is inconsistent", op);
-    if (n > max_nodes)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: tree of %d nodes exceeds the banks' max_nodes %d", op, n,
-                           max_nodes);
-    return SPECLA_OK;
+    return hld_check(sched, max_nodes, op);
 }
 
 static specla_status resolve(const specla_op_options *opt, cpu_exec *ex) {
@@ -344,4 +335,11 @@ SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options
     reset_step_flags(b);
     b->n_verified = 0;
     return SPECLA_OK;
+}
+
+void factor_banks_discard(specla_factor_banks *b) {
+    if (!b) return;
+    b->n_pending = 0;
+    b->n_verified = 0;
+    reset_step_flags(b);
 }

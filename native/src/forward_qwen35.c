@@ -9,14 +9,28 @@
 #include <string.h>
 
 #include "error.h"
+#include "hld_schedule.h"
 #include "qwen35.h"
+
+/* What a layer needs to know about the batch. Plain batch: positions n_past + i, K/V rows at the
+ * positions, causal attention, sequential recurrent kernels. Tree batch: positions n_past +
+ * depth, K/V rows at n_past + node index (scratch until accept), ancestor attention, SpecLA ops. */
+typedef struct batch_view {
+    int T;
+    const int32_t *positions; /* RoPE positions */
+    const int32_t *rows;      /* KV-cache / feature rows the tokens write */
+    const int32_t *schedule;  /* packed HLD schedule, NULL for a plain batch */
+    const int32_t *parents;   /* tree parents, NULL for a plain batch */
+} batch_view;
 
 static void add_in_place(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 /* Gated DeltaNet layer: x[T][E] (normed) -> out[T][E]. Updates this layer's conv and GDN state. */
-static void gated_deltanet_layer(specla_context *ctx, int il, const float *x, int T, float *out) {
+static specla_status gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv,
+                                          float *out) {
+    const int T = bv->T;
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
     const specla_layer_weights *w = &m->layers[il];
@@ -40,7 +54,15 @@ static void gated_deltanet_layer(specla_context *ctx, int il, const float *x, in
         }
     }
 
-    cpu_causal_conv(ex, s->proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
+    const specla_op_options opt = {ex->n_threads, ex->kernels};
+    specla_status st;
+    if (bv->schedule) {
+        const specla_conv_tree_args args = {bv->schedule, slot, s->proj, (const float *)w->ssm_conv1d.data,
+                                            ctx->conv_state[slot], s->conv_out};
+        if ((st = specla_op_conv_tree(&opt, ctx->tree.banks, &args)) != SPECLA_OK) return st;
+    } else {
+        cpu_causal_conv(ex, s->proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
+    }
 
     /* split each conv row [q (Hk*S) | k (Hk*S) | v (Hv*S)] and L2-normalise q and k per head */
     const int64_t qk_width = (int64_t)Hk * S, v_width = (int64_t)Hv * S;
@@ -51,7 +73,13 @@ static void gated_deltanet_layer(specla_context *ctx, int il, const float *x, in
         memcpy(s->v + t * v_width, row + 2 * qk_width, sizeof(float) * (size_t)v_width);
     }
 
-    cpu_gated_delta_rule(ex, s->q, s->k, s->v, s->g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
+    if (bv->schedule) {
+        const specla_gdn_tree_args args = {bv->schedule, slot, s->q, s->k, s->v, s->g, s->beta, ctx->gdn_state[slot],
+                                           s->mix};
+        if ((st = specla_op_gdn_tree_verify(&opt, ctx->tree.banks, &args)) != SPECLA_OK) return st;
+    } else {
+        cpu_gated_delta_rule(ex, s->q, s->k, s->v, s->g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
+    }
 
     /* gated RMSNorm: o_h <- rms(o_h) * ssm_norm * silu(z_h), the same S-vector weight for every head */
     const float *norm_w = (const float *)w->ssm_norm.data;
@@ -59,11 +87,13 @@ static void gated_deltanet_layer(specla_context *ctx, int il, const float *x, in
     for (int64_t i = 0; i < (int64_t)T * v_width; i++) s->mix[i] *= cpu_silu(s->gate[i]);
 
     cpu_matmul(ex, &w->ssm_out, s->mix, T, out);
+    return SPECLA_OK;
 }
 
 /* Full-attention layer: x[T][E] (normed) -> out[T][E]. Writes K/V rows at the batch positions. */
-static void attention_layer(specla_context *ctx, int il, const float *x, int T, const int32_t *positions,
-                            float *out) {
+static void attention_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out) {
+    const int T = bv->T;
+    const int32_t *positions = bv->positions;
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
     const specla_layer_weights *w = &m->layers[il];
@@ -90,10 +120,13 @@ static void attention_layer(specla_context *ctx, int il, const float *x, int T, 
 
     const int64_t kv_row = (int64_t)nkv * D;
     for (int t = 0; t < T; t++) {
-        memcpy(k_cache + (int64_t)positions[t] * kv_row, s->k + t * kv_row, sizeof(float) * (size_t)kv_row);
-        memcpy(v_cache + (int64_t)positions[t] * kv_row, s->v + t * kv_row, sizeof(float) * (size_t)kv_row);
+        memcpy(k_cache + (int64_t)bv->rows[t] * kv_row, s->k + t * kv_row, sizeof(float) * (size_t)kv_row);
+        memcpy(v_cache + (int64_t)bv->rows[t] * kv_row, s->v + t * kv_row, sizeof(float) * (size_t)kv_row);
     }
-    cpu_attention(ex, s->q, k_cache, v_cache, positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
+    if (bv->parents)
+        cpu_attention_tree(ex, s->q, k_cache, v_cache, ctx->n_past, bv->parents, T, nh, nkv, D, s->mix);
+    else
+        cpu_attention(ex, s->q, k_cache, v_cache, positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
     for (int64_t i = 0; i < (int64_t)T * nh * D; i++) s->mix[i] *= cpu_sigmoid(s->gate[i]);
 
     cpu_matmul(ex, &w->attn_output, s->mix, T, out);
@@ -116,43 +149,65 @@ static int32_t argmax_row(const float *row, int n) {
     return best;
 }
 
-specla_status qwen35_forward(specla_context *ctx, const specla_batch *batch) {
+/* Embedding, every trunk layer (capturing feature rows where asked), final norm, LM head for
+ * the last n_logit_rows rows, argmax. */
+static specla_status run_model(specla_context *ctx, const int32_t *tokens, const batch_view *bv, int n_logit_rows,
+                               float *logits_out, int32_t *argmax_out) {
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
     forward_scratch *s = &ctx->scratch;
-    const int T = batch->n_tokens, E = hp->n_embd, V = hp->n_vocab;
+    const int T = bv->T, E = hp->n_embd, V = hp->n_vocab;
 
-    /* Allocate before touching any state, so a failure leaves the context as it was. */
-    const int n_rows = batch->logits_all ? T : 1;
-    if ((batch->argmax && !batch->logits) && s->logits_rows < n_rows) {
+    /* allocate before touching any state, so a failure leaves the context as it was */
+    if (argmax_out && !logits_out && s->logits_rows < n_logit_rows) {
         free(s->logits);
-        s->logits = (float *)malloc(sizeof(float) * (size_t)n_rows * (size_t)V);
-        s->logits_rows = s->logits ? n_rows : 0;
+        s->logits = (float *)malloc(sizeof(float) * (size_t)n_logit_rows * (size_t)V);
+        s->logits_rows = s->logits ? n_logit_rows : 0;
         if (!s->logits) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "forward: out of memory for logits");
     }
 
-    for (int t = 0; t < T; t++) cpu_get_row(&m->token_embd, batch->tokens[t], s->hidden + (int64_t)t * E);
+    for (int t = 0; t < T; t++) cpu_get_row(&m->token_embd, tokens[t], s->hidden + (int64_t)t * E);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_layer_weights *w = &m->layers[il];
         cpu_rms_norm(s->hidden, (const float *)w->attn_norm.data, T, E, hp->rms_eps, s->normed);
-        if (m->layer_is_recurrent[il])
-            gated_deltanet_layer(ctx, il, s->normed, T, s->layer_out);
-        else
-            attention_layer(ctx, il, s->normed, T, batch->positions, s->layer_out);
+        if (m->layer_is_recurrent[il]) {
+            specla_status st = gated_deltanet_layer(ctx, il, s->normed, bv, s->layer_out);
+            if (st != SPECLA_OK) return st;
+        } else {
+            attention_layer(ctx, il, s->normed, bv, s->layer_out);
+        }
         add_in_place(s->hidden, s->layer_out, (int64_t)T * E);
         cpu_rms_norm(s->hidden, (const float *)w->post_attention_norm.data, T, E, hp->rms_eps, s->normed);
         swiglu_ffn(ctx, il, s->normed, T, s->layer_out);
         add_in_place(s->hidden, s->layer_out, (int64_t)T * E);
+        if (ctx->features && ctx->capture_slot[il] >= 0) {
+            const int64_t row = (int64_t)ctx->n_capture * E;
+            for (int t = 0; t < T; t++)
+                memcpy(ctx->features + bv->rows[t] * row + (int64_t)ctx->capture_slot[il] * E,
+                       s->hidden + (int64_t)t * E, sizeof(float) * (size_t)E);
+        }
     }
 
-    if (!batch->logits && !batch->argmax) return SPECLA_OK;
-    /* LM head only for the rows asked for: the last token unless logits_all */
-    const float *first = s->hidden + (int64_t)(T - n_rows) * E;
-    cpu_rms_norm(first, (const float *)m->output_norm.data, n_rows, E, hp->rms_eps, s->normed);
-    float *logits = batch->logits ? batch->logits : s->logits;
-    cpu_matmul(&ctx->exec, &m->output, s->normed, n_rows, logits);
-    if (batch->argmax)
-        for (int r = 0; r < n_rows; r++) batch->argmax[r] = argmax_row(logits + (int64_t)r * V, V);
+    if (!logits_out && !argmax_out) return SPECLA_OK;
+    const float *first = s->hidden + (int64_t)(T - n_logit_rows) * E;
+    cpu_rms_norm(first, (const float *)m->output_norm.data, n_logit_rows, E, hp->rms_eps, s->normed);
+    float *logits = logits_out ? logits_out : s->logits;
+    cpu_matmul(&ctx->exec, &m->output, s->normed, n_logit_rows, logits);
+    if (argmax_out)
+        for (int r = 0; r < n_logit_rows; r++) argmax_out[r] = argmax_row(logits + (int64_t)r * V, V);
     return SPECLA_OK;
+}
+
+specla_status qwen35_forward(specla_context *ctx, const specla_batch *batch) {
+    const batch_view bv = {batch->n_tokens, batch->positions, batch->positions, NULL, NULL};
+    return run_model(ctx, batch->tokens, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
+}
+
+specla_status qwen35_forward_tree(specla_context *ctx, const specla_tree_batch *tree) {
+    const tree_state *tr = &ctx->tree;
+    const batch_view bv = {tree->n_nodes, tr->positions, tr->rows, tr->schedule, hld_parents(tr->schedule)};
+    if (ctx->model->n_recurrent_layers > 0 && !tr->banks)
+        return specla_fail(SPECLA_ERR_STATE, "specla_verify_tree: no factor banks in this context");
+    return run_model(ctx, tree->tokens, &bv, tree->n_nodes, tree->logits, tree->argmax);
 }

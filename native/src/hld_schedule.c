@@ -6,7 +6,7 @@
  *   - boundary slots: the only intermediate states ever materialised (after each distinct parent
  *     node of a non-root chain).
  * The Python oracle pyspecla/reference/hld.py builds the same array independently; the tests
- * compare the two int for int. hld_check (hld_schedule.h) validates a schedule handed back in
+ * compare the two int for int. hld_check, at the end, validates in full a schedule handed back in
  * through the ABI before a kernel trusts it. */
 #include <stdint.h>
 #include <stdlib.h>

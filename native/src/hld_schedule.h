@@ -41,4 +41,9 @@ static inline const int32_t *hld_chain_parent_boundary(const int32_t *s) {
 }
 static inline const int32_t *hld_node_boundary(const int32_t *s) { return hld_array(s, HLD_OFF_NODE_BOUNDARY); }
 
+/* Validates a schedule handed in through the ABI in full (header, every index, the chain / wave /
+ * boundary structure against the parent array), so kernels may trust it. O(n), no allocation.
+ * `what` names the caller in the message. */
+specla_status hld_check(const int32_t *schedule, int32_t max_nodes, const char *what);
+
 #endif

@@ -32,18 +32,43 @@ typedef struct forward_scratch {
     int logits_rows;
 } forward_scratch;
 
+/* Tree-verify bookkeeping of a context (allocated when max_tree_nodes > 0). */
+typedef struct tree_state {
+    specla_factor_banks *banks;
+    int32_t *schedule;        /* packed HLD schedule of the last verified tree */
+    int32_t schedule_ints;
+    int32_t *positions;       /* [max_tree_nodes] n_past + depth */
+    int32_t *rows;            /* [max_tree_nodes] n_past + node index: where K/V/feature rows go */
+    int32_t n_verified;       /* nodes of the last verified tree, 0 when none awaits accept */
+} tree_state;
+
 struct specla_context {
     const specla_model *model;
     specla_context_params params;
     cpu_exec exec;
     int32_t n_past;
     /* durable state; see specla.h for layouts */
-    float **k_cache, **v_cache; /* [n_attention_layers] -> [n_ctx][nkv][D] */
+    float **k_cache, **v_cache; /* [n_attention_layers] -> [n_ctx][nkv][D]; a verified tree's rows
+                                   sit at n_past + node index until accept moves them */
     float **conv_state;         /* [n_recurrent_layers] -> [K-1][C] */
     float **gdn_state;          /* [n_recurrent_layers] -> [Hv][S][S] */
     forward_scratch scratch;
+    /* captured features for a draft model: [n_ctx][n_capture][E], rows at positions (a verified
+     * tree's rows at n_past + node index until accept) */
+    int32_t n_capture;
+    int32_t *capture_layers;    /* [n_capture] */
+    int32_t *capture_slot;      /* [n_layer]: index in capture_layers, -1 = not captured */
+    float *features;
+    tree_state tree;
 };
 
+/* Plain batch (positions n_past + i). */
 specla_status qwen35_forward(specla_context *ctx, const specla_batch *batch);
+/* Tree batch: schedule already built into ctx->tree.schedule, positions into ctx->tree.positions. */
+specla_status qwen35_forward_tree(specla_context *ctx, const specla_tree_batch *tree);
+
+/* For the draft model: the captured feature row [n_capture][E] of committed position pos, or
+ * NULL when features are not captured or pos is not committed. */
+const float *qwen35_context_features(const specla_context *ctx, int32_t pos);
 
 #endif

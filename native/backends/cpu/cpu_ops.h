@@ -42,6 +42,10 @@ void cpu_rope_neox(float *x, const int32_t *positions, int T, int n_heads, int h
                    float freq_base);
 void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache,
                    const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+/* Tree attention: query node t sees cache rows 0 .. n_prefix-1, then the rows n_prefix + a of its
+ * ancestors a and itself (parents[] topological), in that order. */
+void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
+                        const int32_t *parents, int T, int nh, int nkv, int D, float *out);
 
 /* --- SpecLA tree verify (specla_tree_cpu.c); schedule = packed HLD layout (specla.h) ---------- */
 /* Tree verify of one GDN layer through state-resident HLD chains. `state` is read only.

@@ -93,6 +93,37 @@ void cpu_rope_neox(float *x, const int32_t *positions, int T, int n_heads, int h
     }
 }
 
+/* Softmax attention of one query head over the rows 0 .. n_prefix-1 followed by extra_rows[0 ..
+ * n_extra-1] (ascending positions), in that order. Causal decoding and tree verification both come
+ * here, so a tree node sees its rows in the same order, with the same arithmetic, as the token
+ * decoded alone: scores, max, exp and sums in row order. */
+static void attend_rows(const float *qh, const float *k_cache, const float *v_cache, int nkv, int kvh, int D,
+                        int n_prefix, const int32_t *extra_rows, int n_extra, float scale, float *scores, float *oh) {
+    const int n_rows = n_prefix + n_extra;
+    float max_score = -INFINITY;
+    for (int i = 0; i < n_rows; i++) {
+        const int r = i < n_prefix ? i : extra_rows[i - n_prefix];
+        const float *kr = k_cache + ((int64_t)r * nkv + kvh) * D;
+        float s = 0.0f;
+        for (int d = 0; d < D; d++) s += qh[d] * kr[d];
+        s *= scale;
+        scores[i] = s;
+        if (s > max_score) max_score = s;
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n_rows; i++) {
+        scores[i] = expf(scores[i] - max_score);
+        sum += scores[i];
+    }
+    for (int d = 0; d < D; d++) oh[d] = 0.0f;
+    for (int i = 0; i < n_rows; i++) {
+        const int r = i < n_prefix ? i : extra_rows[i - n_prefix];
+        const float p = scores[i] / sum;
+        const float *vr = v_cache + ((int64_t)r * nkv + kvh) * D;
+        for (int d = 0; d < D; d++) oh[d] += p * vr[d];
+    }
+}
+
 void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache,
                    const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
     const float scale = 1.0f / sqrtf((float)D);
@@ -104,34 +135,34 @@ void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, con
     {
         float *scores = (float *)malloc(sizeof(float) * (size_t)max_rows);
 #pragma omp for schedule(static) collapse(2)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < nh; h++)
+                attend_rows(q + ((int64_t)t * nh + h) * D, k_cache, v_cache, nkv, h / group, D, positions[t] + 1, NULL,
+                            0, scale, scores, out + ((int64_t)t * nh + h) * D);
+        free(scores);
+    }
+}
+
+void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
+                        const int32_t *parents, int T, int nh, int nkv, int D, float *out) {
+    const float scale = 1.0f / sqrtf((float)D);
+    const int group = nh / nkv;
+#pragma omp parallel num_threads(ex->n_threads)
+    {
+        float *scores = (float *)malloc(sizeof(float) * (size_t)(n_prefix + T));
+        int32_t *rows = (int32_t *)malloc(sizeof(int32_t) * (size_t)T);
+#pragma omp for schedule(static)
         for (int t = 0; t < T; t++) {
-            for (int h = 0; h < nh; h++) {
-                const int kvh = h / group;
-                const int n_rows = positions[t] + 1; /* causal: rows 0 .. position */
-                const float *qh = q + ((int64_t)t * nh + h) * D;
-                float max_score = -INFINITY;
-                for (int r = 0; r < n_rows; r++) {
-                    const float *kr = k_cache + ((int64_t)r * nkv + kvh) * D;
-                    float s = 0.0f;
-                    for (int d = 0; d < D; d++) s += qh[d] * kr[d];
-                    s *= scale;
-                    scores[r] = s;
-                    if (s > max_score) max_score = s;
-                }
-                float sum = 0.0f;
-                for (int r = 0; r < n_rows; r++) {
-                    scores[r] = expf(scores[r] - max_score);
-                    sum += scores[r];
-                }
-                float *oh = out + ((int64_t)t * nh + h) * D;
-                for (int d = 0; d < D; d++) oh[d] = 0.0f;
-                for (int r = 0; r < n_rows; r++) {
-                    const float p = scores[r] / sum;
-                    const float *vr = v_cache + ((int64_t)r * nkv + kvh) * D;
-                    for (int d = 0; d < D; d++) oh[d] += p * vr[d];
-                }
-            }
+            /* the node's ancestors and itself, root first: their K/V rows sit at n_prefix + index */
+            int n = 0;
+            for (int a = t; a >= 0; a = parents[a]) n++;
+            int i = n;
+            for (int a = t; a >= 0; a = parents[a]) rows[--i] = n_prefix + a;
+            for (int h = 0; h < nh; h++)
+                attend_rows(q + ((int64_t)t * nh + h) * D, k_cache, v_cache, nkv, h / group, D, n_prefix, rows, n,
+                            scale, scores, out + ((int64_t)t * nh + h) * D);
         }
+        free(rows);
         free(scores);
     }
 }
