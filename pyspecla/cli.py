@@ -69,6 +69,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sampling temperature; 0 = greedy (default)")
     run.add_argument("--seed", type=int, default=None, help="sampling seed (with --temp > 0)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
+    spec.add_argument("--draft", default=None, metavar="DRAFT",
+                      help="a DFlash draft GGUF for this target, or oracle:p=P — a BENCHMARK TOOL that proposes "
+                           "the target's own greedy continuation (from a prior plain pass) with each token replaced "
+                           "by a wrong one with probability 1-P")
+    spec.add_argument("--specla", action="store_true",
+                      help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
+                           "commit); without it the tree is verified with dense per-node state checkpoints")
+    spec.add_argument("--no-ddtree", action="store_true", help="speculate the draft's top-1 chain only, no tree")
+    spec.add_argument("--ddtree-budget", type=_positive_int("--ddtree-budget"), default=22,
+                      help="tree nodes per step besides the root (default 22)")
+    spec.add_argument("--ddtree-tau", type=float, default=None,
+                      help="keep tree nodes whose log-probability is within TAU of the best (default 6 with "
+                           "--specla, off otherwise; negative counts as 0)")
+    spec.add_argument("--specla-top-k", type=_positive_int("--specla-top-k"), default=None,
+                      help="candidates per depth the tree may branch into (default 4 with --specla, else 8)")
+    spec.add_argument("--no-chain-seed", action="store_true",
+                      help="do not insert the draft's top-1 chain before best-first expansion")
+    spec.add_argument("--stats-json", default=None, metavar="FILE",
+                      help="write the run's record (tokens, steps, accepted_per_step, draft_ms, verify_ms, "
+                           "tokens_per_s, ...) as JSON")
     _add_runtime_flags(run)
 
     inspect = sub.add_parser("inspect", help="print a GGUF's metadata, layer pattern and tensors")
@@ -135,14 +156,88 @@ def cmd_run(args) -> int:
         prompt = args.prompt
     else:
         raise UsageError("run needs a prompt: -p TEXT or -f FILE")
+    speculative = args.draft is not None
+    if not speculative:
+        for flag, used in (("--specla", args.specla), ("--no-ddtree", args.no_ddtree),
+                           ("--no-chain-seed", args.no_chain_seed), ("--ddtree-tau", args.ddtree_tau is not None),
+                           ("--specla-top-k", args.specla_top_k is not None)):
+            if used:
+                raise UsageError(f"{flag} needs --draft (speculative decoding)")
+    elif args.temp > 0:
+        raise UsageError("--draft: speculative decoding is greedy only for now; drop --temp")
     model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels)
     if args.chat:
         prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     ids = model.tokenize(prompt)
     if not ids:
         raise UsageError("the prompt tokenizes to nothing; give a non-empty prompt")
-    _generate(model, ids, args)
+    if speculative or args.stats_json:
+        _generate_speculative(model, ids, args)
+    else:
+        _generate(model, ids, args)
     return 0
+
+
+def spec_config_from_args(args, max_depth: int = 15):
+    from .spec.loop import SpecConfig
+
+    if args.draft is None:
+        return SpecConfig(mode="ar")
+    return SpecConfig(
+        mode="chain" if args.no_ddtree else "ddtree",
+        specla=args.specla,
+        budget=args.ddtree_budget,
+        tau=args.ddtree_tau if args.ddtree_tau is not None else (6.0 if args.specla else None),
+        top_k=args.specla_top_k or (4 if args.specla else 8),
+        chain_seed=not args.no_chain_seed,
+        max_depth=max_depth,
+    )
+
+
+def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int):
+    """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool)."""
+    from .spec.drafters import DFlashDrafter, OracleDrafter
+
+    if spec.startswith("oracle"):
+        p = OracleDrafter.parse(spec)
+        continuation = model.generate(prompt_ids, n_predict + 16)
+        return OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
+    from .draft import DFlashDraft
+
+    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx)
+
+
+def _generate_speculative(model, prompt_ids, args, out=None):
+    import json
+
+    from .spec.loop import generate
+    from .tokenizer import StreamingDetokenizer
+
+    out = out or sys.stdout
+    n_ctx = len(prompt_ids) + args.n_predict + args.ddtree_budget + 64
+    drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx) if args.draft else None
+    config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15))
+    detok = StreamingDetokenizer(model.tokenizer)
+
+    def show(tokens):
+        for t in tokens:
+            out.write(detok.push(t))
+        out.flush()
+
+    eos = set() if args.ignore_eos else model.tokenizer.eos_ids
+    stats, ctx = generate(model, prompt_ids, args.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show)
+    ctx.close()
+    out.write(detok.flush() + "\n")
+    mode = config.mode + ("+specla" if config.specla and config.mode != "ar" else "")
+    print(f"{mode}: {len(stats.tokens)} tokens, {stats.steps} steps, {stats.mean_accepted:.2f} accepted/step, "
+          f"draft {stats.draft_ms:.0f} ms, verify {stats.verify_ms:.0f} ms, {stats.tokens_per_s:.1f} tokens/s",
+          file=sys.stderr)
+    if args.stats_json:
+        record = stats.to_json()
+        record.update(model=args.model, draft=args.draft, prompt_tokens=len(prompt_ids), config=vars(config))
+        with open(args.stats_json, "w") as f:
+            json.dump(record, f)
+    return stats
 
 
 def cmd_inspect(args) -> int:
@@ -174,29 +269,69 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def demo_model_path(cache_dir: str | None) -> Path:
-    base = Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspecla"
-    return base / "demo-tiny-q8_0-seed1.gguf"
+def demo_cache_dir(cache_dir: str | None) -> Path:
+    return Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspecla"
+
+
+def demo_models(cache_dir: str | None) -> tuple[Path, Path]:
+    """The demo's synthetic target + DFlash draft pair, written once (deterministic) and cached."""
+    from .testmodels import write_test_draft, write_test_model
+
+    base = demo_cache_dir(cache_dir)
+    target, draft = base / "demo-tiny8-q8_0-seed1.gguf", base / "demo-dflash-draft-seed1.gguf"
+    base.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        print(f"building the demo target (synthetic weights, once): {target}", file=sys.stderr)
+        tmp = target.with_suffix(".tmp")
+        write_test_model(str(tmp), preset="tiny8", quant="q8_0", seed=1)
+        tmp.replace(target)
+    if not draft.exists():
+        print(f"building the demo draft (synthetic weights, once): {draft}", file=sys.stderr)
+        tmp = draft.with_suffix(".tmp")
+        write_test_draft(str(tmp), str(target), seed=1)
+        tmp.replace(draft)
+    return target, draft
 
 
 def cmd_demo(args) -> int:
+    """Every mode on one prompt, side by side. Random weights make the text noise and the DFlash
+    draft a poor guesser; the oracle rows show the loop at a realistic acceptance."""
     from .model import Model
-    from .testmodels import write_test_model
+    from .spec.drafters import DFlashDrafter, OracleDrafter
+    from .spec.loop import SpecConfig, generate
 
-    path = demo_model_path(args.cache_dir)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        print(f"building the demo model (synthetic weights, once): {path}", file=sys.stderr)
-        write_test_model(str(tmp), preset="tiny", quant="q8_0", seed=1)
-        tmp.replace(path)
-    model = Model.load(str(path), n_threads=args.threads, cpu_kernels=args.cpu_kernels)
+    target_path, draft_path = demo_models(args.cache_dir)
+    model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels)
     prompt = "def fibonacci(n):\n"
-    print(f"model: {path.name} (random weights: the text is noise, the machinery is real)", file=sys.stderr)
     ids = model.tokenize(prompt)
-    sys.stdout.write(prompt)
-    args.temp, args.seed, args.ignore_eos = 0.0, None, True
-    _generate(model, ids, args)
+    n = args.n_predict
+    print(f"target: {target_path.name}, draft: {draft_path.name} (random weights: the text is noise, the "
+          f"machinery is real)", file=sys.stderr)
+    reference = model.generate(ids, n + 16)
+    from .draft import DFlashDraft
+
+    draft = DFlashDraft.load(str(draft_path), model, n_threads=args.threads)
+    rows = [
+        ("autoregressive", SpecConfig(mode="ar"), None),
+        ("chain, DFlash draft, SpecLA", SpecConfig(mode="chain", specla=True), "dflash"),
+        ("DDTree, DFlash draft, SpecLA off", SpecConfig(mode="ddtree", specla=False, tau=None, top_k=8), "dflash"),
+        ("DDTree, DFlash draft, SpecLA", SpecConfig(mode="ddtree", specla=True), "dflash"),
+        ("DDTree, oracle p=0.9, SpecLA off", SpecConfig(mode="ddtree", specla=False, tau=None, top_k=8), 0.9),
+        ("DDTree, oracle p=0.9, SpecLA", SpecConfig(mode="ddtree", specla=True), 0.9),
+    ]
+    print(f"{'mode':36s} {'tokens/s':>9s} {'steps':>6s} {'accepted/step':>14s} {'same as AR':>10s}")
+    for name, config, source in rows:
+        if source == "dflash":
+            drafter = DFlashDrafter(draft, n_ctx=len(ids) + n + 64)
+        elif source is None:
+            drafter = None
+        else:
+            drafter = OracleDrafter(source, reference, model.hparams.n_vocab, seed=0)
+        stats, ctx = generate(model, ids, n, config, drafter=drafter)
+        ctx.close()
+        same = "yes" if stats.tokens == reference[:n] else "NO"
+        print(f"{name:36s} {stats.tokens_per_s:9.1f} {stats.steps:6d} {stats.mean_accepted:14.2f} {same:>10s}")
+    print("\n" + prompt + model.detokenize(reference[:n]))
     return 0
 
 

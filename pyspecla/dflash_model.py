@@ -49,7 +49,10 @@ from .gguf_model import (
     tensor_type_name,
 )
 
-__all__ = ["DRAFT_ARCHS", "DraftFile", "DraftHParams", "check_against_target", "open_draft_and_target"]
+__all__ = [
+    "DRAFT_ARCHS", "DraftFile", "DraftHParams", "check_against_target", "file_architecture", "open_draft_and_target",
+    "open_target",
+]
 
 # general.architecture values accepted as a DFlash draft
 DRAFT_ARCHS = ("qwen35-dflash-draft", "dflash-draft", "dflash")
@@ -542,8 +545,11 @@ def check_against_target(draft: DraftFile, target) -> None:
             f"of {pair}: vocabulary mismatch"
         )
     if hp.mask_token_id >= thp.n_vocab:
+        mask_key = keys.key(keys.name("mask_token_id"))
+        if mask_key not in draft.metadata and "tokenizer.ggml.mask_token_id" in draft.metadata:
+            mask_key = "tokenizer.ggml.mask_token_id"
         raise GGUFError(
-            f"{draft.path}: key '{keys.key(keys.name('mask_token_id'))}' = {hp.mask_token_id} is not a token of "
+            f"{draft.path}: key '{mask_key}' = {hp.mask_token_id} is not a token of "
             f"{pair} ({thp.n_vocab} tokens): vocabulary mismatch"
         )
     bad = [i for i in hp.target_layer_ids if i >= thp.n_layer]
@@ -554,15 +560,21 @@ def check_against_target(draft: DraftFile, target) -> None:
         )
 
 
+def open_target(path, role: str = "") -> ModelFile:
+    """ModelFile.open, but a DFlash draft given where the target belongs is named as such."""
+    path = os.fspath(path)
+    if file_architecture(path) in DRAFT_ARCHS:
+        raise GGUFError(f"{path}: is a DFlash draft, not a qwen35 target{role}")
+    return ModelFile.open(path)
+
+
 def open_draft_and_target(draft_path, target_path) -> tuple[DraftFile, ModelFile]:
     """Open both files, telling a swapped or wrong-kind pair apart from a broken file, and check
     that they belong together. Raises GGUFError naming the file at fault."""
     draft_path, target_path = os.fspath(draft_path), os.fspath(target_path)
-    target_arch = _architecture(target_path)
-    if target_arch in DRAFT_ARCHS:
+    if file_architecture(target_path) in DRAFT_ARCHS:
         raise GGUFError(f"{target_path}: is a DFlash draft, not a qwen35 target (given as the target of {draft_path})")
-    draft_arch = _architecture(draft_path)
-    if draft_arch == TARGET_ARCH:
+    if file_architecture(draft_path) == TARGET_ARCH:
         raise GGUFError(f"{draft_path}: is a qwen35 target, not a DFlash draft (given as the draft for {target_path})")
     draft = DraftFile.open(draft_path)
     target = ModelFile.open(target_path)
@@ -570,9 +582,9 @@ def open_draft_and_target(draft_path, target_path) -> tuple[DraftFile, ModelFile
     return draft, target
 
 
-def _architecture(path: str) -> object:
+def file_architecture(path) -> object:
     """general.architecture of a GGUF (None when absent); GGUFError if it is no GGUF at all."""
-    reader = _open_reader(path)
+    reader = _open_reader(os.fspath(path))
     try:
         return _read_metadata(reader).get("general.architecture")
     finally:

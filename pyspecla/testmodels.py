@@ -239,6 +239,9 @@ def _generate_small(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.init == "norm":
         # converter convention: the file holds (1 + w); small w
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+    if spec.init == "scaled_norm":
+        # (1 + w) times a gain: sharper attention where it scales the per-head q / k norms
+        return (spec.params["gain"] * (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))).astype(np.float32)
     if spec.init == "signed_norm":
         # the stored (1 + w) with w ~ N(-1, 1): weights of either sign
         return rng.standard_normal(n, dtype=np.float32)
@@ -405,7 +408,7 @@ def write_test_draft(path, target_path, seed: int = 0, quant: str = "f32", n_lay
     (`sliding_window` rows). `arch` picks the spelling: 'qwen35-dflash-draft' / 'dflash-draft'
     (lucebox keys and tensor names) or 'dflash' (upstream llama.cpp keys, fc.weight,
     enc.output_norm.weight, no sliding window). Same arguments → identical bytes."""
-    from .gguf_model import ModelFile
+    from .dflash_model import open_target
     from .reference.ops import dequantize
 
     if arch not in DRAFT_ARCHS:
@@ -415,7 +418,7 @@ def write_test_draft(path, target_path, seed: int = 0, quant: str = "f32", n_lay
     if n_layer < 1:
         raise ValueError(f"n_layer must be >= 1, got {n_layer}")
     upstream = arch == "dflash"
-    with ModelFile.open(target_path) as target:
+    with open_target(target_path, " (given as the target of a test draft)") as target:
         thp = target.hparams
         embd = target.tensor("token_embd.weight")
         rows = min(64, thp.n_vocab)
@@ -426,20 +429,24 @@ def write_test_draft(path, target_path, seed: int = 0, quant: str = "f32", n_lay
         n_ids = n_target_layers if n_target_layers is not None else min(5, max(1, thp.n_layer - 1))
         target_ids = dflash_target_layer_ids(thp.n_layer, n_ids)
         E, Et, V = thp.n_embd, thp.n_embd, thp.n_vocab
+        target_tied = target.tied_output
         del sample, embd
     F, nh, nkv, D, N = 2 * E, n_head, n_head_kv, head_dim, len(target_ids)
     layer_is_swa = [False] * n_layer if upstream else [i < n_layer - 1 for i in range(n_layer)]
     path = Path(path)
 
-    # Branch scales as in tensor_plan: all branches together add about the embedding's rms, so the
-    # context (through attention) and the block token both shape the output.
-    branch = embd_rms / math.sqrt(2 * n_layer)
+    # Branch scales as in tensor_plan: all branches together add RESIDUAL_RATIO(_TIED) x the
+    # embedding's rms, so the context (through attention) and the block token both shape the
+    # output. With a tied target head the output norm is zero-mean for the reason tensor_plan gives
+    # (otherwise the block's own token, the mask, wins every row).
+    tied = target_tied
+    branch = (RESIDUAL_RATIO_TIED if tied else RESIDUAL_RATIO) * embd_rms / math.sqrt(2 * n_layer)
     fc_name = "fc.weight" if upstream else "dflash.fc.weight"
     hidden_norm_name = "enc.output_norm.weight" if upstream else "dflash.hidden_norm.weight"
     specs = [
         TensorSpec(fc_name, (E, N * Et), "normal", {"std": 1.0 / math.sqrt(N * Et)}),
         TensorSpec(hidden_norm_name, (E,), "norm"),
-        TensorSpec("output_norm.weight", (E,), "norm"),
+        TensorSpec("output_norm.weight", (E,), "signed_norm" if tied else "norm"),
     ]
     if context_kv_layer_norm:
         if upstream:
@@ -454,8 +461,10 @@ def write_test_draft(path, target_path, seed: int = 0, quant: str = "f32", n_lay
             TensorSpec(b + "attn_k.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
             TensorSpec(b + "attn_v.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
             TensorSpec(b + "attn_output.weight", (E, nh * D), "normal", {"std": branch / math.sqrt(nh * D)}),
-            TensorSpec(b + "attn_q_norm.weight", (D,), "norm"),
-            TensorSpec(b + "attn_k_norm.weight", (D,), "norm"),
+            # score std ~ gain^2: attention picks context rows instead of averaging them all into
+            # one constant (the mask rows of a full layer would all draft the same token)
+            TensorSpec(b + "attn_q_norm.weight", (D,), "scaled_norm", {"gain": 2.0}),
+            TensorSpec(b + "attn_k_norm.weight", (D,), "scaled_norm", {"gain": 2.0}),
             TensorSpec(b + "ffn_gate.weight", (F, E), "normal", {"std": 1.0 / math.sqrt(E)}),
             TensorSpec(b + "ffn_up.weight", (F, E), "normal", {"std": 1.0 / math.sqrt(E)}),
             TensorSpec(b + "ffn_down.weight", (E, F), "normal", {"std": branch / math.sqrt(F)}),

@@ -192,8 +192,15 @@ def same_bits(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-def ms(t0: float, t1: float) -> float:
-    return (t1 - t0) * 1e3
+def clock() -> tuple[float, float]:
+    """(wall, process CPU) seconds. CPU time leaves out the time other processes hold the core, so
+    with --threads 1 it is the steadier figure on a shared machine; with more threads it also
+    counts OpenMP workers spinning at barriers."""
+    return time.perf_counter(), time.process_time()
+
+
+def elapsed_ms(start: tuple[float, float], end: tuple[float, float]) -> tuple[float, float]:
+    return (end[0] - start[0]) * 1e3, (end[1] - start[1]) * 1e3
 
 
 # --- the cases ----------------------------------------------------------------------------------
@@ -217,18 +224,28 @@ class Bench:
         self.rows.append({**self.base, **row})
 
     def add_pair(self, case, common, methods, runs, ratio_of, extra=None):
-        """Two method rows and their ratio row. methods: [(label, verify, commit), ...]."""
-        medians = {}
+        """Two method rows and their ratio row. methods: [(label, verify, commit), ...]; runs[label]:
+        [(wall ms, cpu ms), ...]."""
+        medians, cpu_medians = {}, {}
         for label, verify_method, commit_method in methods:
-            medians[label] = statistics.median(runs[label])
+            wall = [w for w, _ in runs[label]]
+            cpu = [c for _, c in runs[label]]
+            medians[label], cpu_medians[label] = statistics.median(wall), statistics.median(cpu)
             self.add({"case": case, **common, "method": label, "verify_method": verify_method,
-                      "commit_method": commit_method, "median_ms": medians[label], "runs_ms": runs[label]})
+                      "commit_method": commit_method, "repeats": len(wall), "median_ms": medians[label],
+                      "runs_ms": wall, "median_cpu_ms": cpu_medians[label], "runs_cpu_ms": cpu})
         num, den = ratio_of
-        self.add({"case": case, **common, "method": "ratio", "ratio": medians[num] / medians[den],
+        ratio, ratio_cpu = medians[num] / medians[den], cpu_medians[num] / cpu_medians[den]
+        # the two runs of one repeat are back to back, so their quotient shares the machine's mood
+        paired = [a[0] / b[0] for a, b in zip(runs[num], runs[den])]
+        fastest = min(w for w, _ in runs[num]) / min(w for w, _ in runs[den])
+        self.add({"case": case, **common, "method": "ratio", "ratio": ratio, "ratio_cpu": ratio_cpu,
+                  "ratio_paired_median": statistics.median(paired), "ratio_of_fastest": fastest,
                   "ratio_of": f"{num} / {den}", "numerator_median_ms": medians[num],
-                  "denominator_median_ms": medians[den], **(extra or {})})
+                  "denominator_median_ms": medians[den], "numerator_median_cpu_ms": cpu_medians[num],
+                  "denominator_median_cpu_ms": cpu_medians[den], **(extra or {})})
         self.table.append((case, common.get("tree", ""), common.get("accepted", ""), common["layers"],
-                           num, medians[num], den, medians[den], medians[num] / medians[den]))
+                           num, medians[num], den, medians[den], ratio, statistics.median(paired)))
 
     def layer_cases(self):
         for requested in self.args.layers:
@@ -237,12 +254,12 @@ class Bench:
 
     # 1. tree verify: state-resident HLD chains vs root-to-leaf replay
     def tree_verify(self):
+        from pyspecla.spec.hld import build_schedule
+
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, max(len(p) for p, _ in TREES.values()), seed=1)
             gdn, conv = inp.states()
             for name, (parents, description) in TREES.items():
-                from pyspecla.spec.hld import build_schedule
-
                 n = len(parents)
                 sched = build_schedule(parents)
                 methods = [("hld_chains", "hld_chains", "deferred_factors"),
@@ -252,11 +269,11 @@ class Bench:
                 last = {}
                 for r in range(self.repeats(layers) + 1):
                     for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
-                        t0 = time.perf_counter()
+                        t0 = clock()
                         last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv)
-                        t1 = time.perf_counter()
+                        t1 = clock()
                         if r:  # run 0 warms up
-                            runs[m].append(ms(t0, t1))
+                            runs[m].append(elapsed_ms(t0, t1))
                 same = all(same_bits(a, b) for a, b in zip(last["hld_chains"], last["root_to_leaf"]))
                 common = {"layers": layers, "layers_requested": requested, "tree": name, "n_nodes": n,
                           "accepted": None, "parents": parents, "tree_note": description, **tree_stats(parents),
@@ -268,9 +285,9 @@ class Bench:
 
     # 2. commit of the accepted path: fold the factors now vs replay the tokens
     def commit(self):
-        parents = chain_tree(16)
         from pyspecla.spec.hld import build_schedule
 
+        parents = chain_tree(16)
         sched = build_schedule(parents)
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, 16, seed=2)
@@ -284,12 +301,12 @@ class Bench:
                     for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
                         gdn, conv = states[m]
                         verify_all_layers(banks[m], sched, 16, inp, gdn, conv)  # not timed
-                        t0 = time.perf_counter()
+                        t0 = clock()
                         banks[m].accept(sched, path, gdn, conv)
                         banks[m].finish(gdn, conv)
-                        t1 = time.perf_counter()
+                        t1 = clock()
                         if r:
-                            runs[m].append(ms(t0, t1))
+                            runs[m].append(elapsed_ms(t0, t1))
                 same = all(same_bits(a, b) for a, b in zip(states["factors_now"][0] + states["factors_now"][1],
                                                            states["replay"][0] + states["replay"][1]))
                 common = {"layers": layers, "layers_requested": requested, "tree": "chain-16", "n_nodes": 16,
@@ -321,16 +338,16 @@ class Bench:
                 for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
                     gdn, conv = states[m]
                     verify_all_layers(banks[m], sched, n, inp, gdn, conv)  # step 1: not timed
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     if m == "deferred_factors":
                         banks[m].accept(sched, path)  # a bank swap; the fold waits for the next verify
                     else:
                         banks[m].accept(sched, path, gdn, conv)
                     last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv)  # step 2
-                    t1 = time.perf_counter()
+                    t1 = clock()
                     banks[m].finish(gdn, conv)  # drop step 2 (nothing left to fold), not timed
                     if r:
-                        runs[m].append(ms(t0, t1))
+                        runs[m].append(elapsed_ms(t0, t1))
             same = all(same_bits(a, b) for a, b in zip(last["deferred_factors"], last["factors_now"]))
             same = same and all(same_bits(a, b) for a, b in
                                 zip(states["deferred_factors"][0] + states["deferred_factors"][1],
@@ -373,17 +390,19 @@ class Bench:
                       "whole_model_bytes": per_node * layers * nodes,
                       "whole_model_note": f"{layers} GDN layers x {nodes} nodes", "note": note})
             self.table.append(("state_memory", label, "", layers, f"{per_node / 1024:.1f} KiB/node/layer", None,
-                               f"{per_node * layers * nodes / 2**20:.1f} MiB", None, None))
+                               f"{per_node * layers * nodes / 2**20:.1f} MiB", None, None, None))
 
 
 def print_table(table) -> None:
-    print(f"{'case':<16} {'tree':<16} {'acc':>3} {'L':>3}  {'A':<14} {'A ms':>10}  {'B':<16} {'B ms':>10}  {'A/B':>6}")
-    for case, tree, acc, layers, a, a_ms, b, b_ms, ratio in table:
+    """A/B = ratio of the wall-clock medians; paired = median of the per-repeat quotients."""
+    print(f"{'case':<16} {'tree':<16} {'acc':>3} {'L':>3}  {'A':<14} {'A ms':>9}  {'B':<16} {'B ms':>9}  "
+          f"{'A/B':>6} {'paired':>6}")
+    for case, tree, acc, layers, a, a_ms, b, b_ms, ratio, ratio_paired in table:
         if a_ms is None:  # memory rows
             print(f"{case:<16} {tree:<20} {layers:>3}  {a:<24} {b}")
             continue
-        print(f"{case:<16} {tree:<16} {acc if acc is not None else '':>3} {layers:>3}  {a:<14} {a_ms:>10.1f}  "
-              f"{b:<16} {b_ms:>10.1f}  {ratio:>5.2f}x")
+        print(f"{case:<16} {tree:<16} {acc if acc is not None else '':>3} {layers:>3}  {a:<14} {a_ms:>9.1f}  "
+              f"{b:<16} {b_ms:>9.1f}  {ratio:>5.2f}x {ratio_paired:>5.2f}x")
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Write a deterministic synthetic qwen35 GGUF (see pyspecla/testmodels.py).
+"""Write a deterministic synthetic qwen35 GGUF, or a DFlash draft for one (see pyspecla/testmodels.py).
 
     python tools/make_test_model.py --preset tiny --quant q4_k_m --seed 0 --out tiny.gguf
+    python tools/make_test_model.py --kind dflash-draft --target tiny.gguf --out tiny-draft.gguf
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspecla.testmodels import PRESETS, QUANTS, write_test_model  # noqa: E402
+from pyspecla.errors import SpeclaError  # noqa: E402
+from pyspecla.testmodels import DRAFT_ARCHS, PRESETS, QUANTS, write_test_draft, write_test_model  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -23,21 +25,38 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model shape (default tiny)")
     parser.add_argument("--quant", choices=QUANTS, default="f32", help="tensor type mix (default f32)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--n-layer", type=int, default=None, help="override the preset's layer count")
+    parser.add_argument("--n-layer", type=int, default=None,
+                        help="override the preset's layer count (dflash-draft: draft layers, default 2)")
+    parser.add_argument("--kind", choices=("target", "dflash-draft"), default="target",
+                        help="a qwen35 target (default) or a DFlash draft for --target")
+    parser.add_argument("--target", type=Path, default=None,
+                        help="dflash-draft: the qwen35 GGUF the draft is made for (required)")
+    parser.add_argument("--arch", choices=DRAFT_ARCHS, default="qwen35-dflash-draft",
+                        help="dflash-draft: which spelling of the format to write (default qwen35-dflash-draft)")
     args = parser.parse_args(argv)
     if (args.output is None) == (args.out is None):
         parser.error("give the output path once: --out FILE.gguf (or as the positional argument)")
     args.output = args.output or args.out
+    if args.kind == "dflash-draft" and args.target is None:
+        parser.error("--kind dflash-draft needs --target FILE.gguf (the qwen35 model it drafts for)")
+    if args.kind == "target" and args.target is not None:
+        parser.error("--target only goes with --kind dflash-draft")
 
-    overrides = {} if args.n_layer is None else {"n_layer": args.n_layer}
     start = time.perf_counter()
     try:
-        path = write_test_model(args.output, args.preset, args.quant, args.seed, **overrides)
-    except ValueError as exc:
+        if args.kind == "dflash-draft":
+            n_layer = 2 if args.n_layer is None else args.n_layer
+            path = write_test_draft(args.output, args.target, args.seed, args.quant, n_layer, args.arch)
+            what = f"DFlash draft ({args.arch}, {n_layer} layers) for {args.target}"
+        else:
+            overrides = {} if args.n_layer is None else {"n_layer": args.n_layer}
+            path = write_test_model(args.output, args.preset, args.quant, args.seed, **overrides)
+            what = args.preset
+    except (ValueError, SpeclaError) as exc:
         print(f"make_test_model: {exc}", file=sys.stderr)
         return 2
     size = path.stat().st_size
-    print(f"{path}: {args.preset} {args.quant} seed {args.seed}, {size / 2**20:.1f} MiB "
+    print(f"{path}: {what} {args.quant} seed {args.seed}, {size / 2**20:.1f} MiB "
           f"in {time.perf_counter() - start:.1f} s")
     return 0
 

@@ -23,6 +23,7 @@ struct specla_draft_model {
 
 struct specla_draft_context {
     const specla_draft_model *model;
+    int32_t n_layer;    /* copied: freeing a context never reads the model (it may be gone) */
     cpu_exec exec;
     int32_t n_ctx;      /* most target positions the cache holds */
     int32_t n_rows;     /* cache rows: n_ctx + block_size (the block's K/V sit after the context) */

@@ -32,9 +32,8 @@ static void free_array(float **arr, int n) {
 
 SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     if (!dc) return;
-    const int L = dc->model->hp.n_layer;
-    free_array(dc->k_cache, L);
-    free_array(dc->v_cache, L);
+    free_array(dc->k_cache, dc->n_layer);
+    free_array(dc->v_cache, dc->n_layer);
     float *bufs[] = {dc->last_feature, dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q,
                      dc->mix, dc->branch, dc->ffn_a, dc->ffn_b, dc->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -65,6 +64,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     specla_draft_context *dc = (specla_draft_context *)calloc(1, sizeof *dc);
     if (!dc) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "draft context: out of memory");
     dc->model = model;
+    dc->n_layer = hp->n_layer;
     dc->exec = exec;
     dc->n_ctx = params->n_ctx;
     dc->n_rows = params->n_ctx + B;
@@ -221,16 +221,25 @@ static void run_block(specla_draft_context *dc, int n_past, int32_t root_token) 
 /* Is (va, ia) ranked before (vb, ib)? Higher value first, then the lower id. */
 static int ranks_before(float va, int32_t ia, float vb, int32_t ib) { return va > vb || (va == vb && ia < ib); }
 
-static const float *g_sort_row; /* qsort has no context argument; only used under a critical section */
-static int compare_desc(const void *a, const void *b) {
-    const int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
-    const float va = g_sort_row[ia], vb = g_sort_row[ib];
-    if (ranks_before(va, ia, vb, ib)) return -1;
-    if (ranks_before(vb, ib, va, ia)) return 1;
-    return 0;
+/* Restore the heap below slot `at`: a heap of n (value, id) pairs whose root is the worst kept. */
+static void sift_down(float *val, int32_t *id, int n, int at) {
+    for (;;) {
+        int worst = at;
+        const int l = 2 * at + 1, r = l + 1;
+        if (l < n && ranks_before(val[worst], id[worst], val[l], id[l])) worst = l;
+        if (r < n && ranks_before(val[worst], id[worst], val[r], id[r])) worst = r;
+        if (worst == at) return;
+        const float tv = val[at];
+        const int32_t ti = id[at];
+        val[at] = val[worst], id[at] = id[worst];
+        val[worst] = tv, id[worst] = ti;
+        at = worst;
+    }
 }
 
-/* Top-k of one row of V logits (NaN never ranks), best first, as log-softmax values. */
+/* Top-k of one row of V logits, best first (ties to the lower id), as log-softmax values over the
+ * whole row. A heap of the k best so far, worst at the root: O(V log k). NaN logits never rank;
+ * slots beyond the finite logits get id -1 and -inf. */
 static void topk_row(const float *row, int V, int k, int32_t *tokens, float *logprobs) {
     double max = -INFINITY;
     for (int i = 0; i < V; i++)
@@ -240,51 +249,34 @@ static void topk_row(const float *row, int V, int k, int32_t *tokens, float *log
         if (row[i] == row[i]) sum += exp((double)row[i] - max);
     const double lse = max + log(sum);
 
-    if (k <= 64) {
-        /* insertion into a sorted list of k: ids come in ascending order, so an equal value never
-         * displaces an earlier (lower) id */
-        int n = 0;
-        for (int i = 0; i < V; i++) {
-            const float v = row[i];
-            if (v != v) continue;
-            if (n == k && !ranks_before(v, i, logprobs[n - 1], tokens[n - 1])) continue;
-            int at = n < k ? n++ : k - 1;
-            while (at > 0 && ranks_before(v, i, logprobs[at - 1], tokens[at - 1])) {
-                logprobs[at] = logprobs[at - 1];
-                tokens[at] = tokens[at - 1];
-                at--;
-            }
-            logprobs[at] = v;
-            tokens[at] = i;
-        }
-        for (int j = n; j < k; j++) { /* fewer than k finite logits: pad with the lowest unused ids */
-            tokens[j] = -1;
-            logprobs[j] = -INFINITY;
-        }
-        for (int j = 0; j < n; j++) logprobs[j] = (float)((double)logprobs[j] - lse);
-        return;
-    }
-    int32_t *order = (int32_t *)malloc(sizeof(int32_t) * (size_t)V);
-    if (!order) { /* cannot happen for sane V; degrade to "unknown" rather than crash */
-        for (int j = 0; j < k; j++) {
-            tokens[j] = -1;
-            logprobs[j] = -INFINITY;
-        }
-        return;
-    }
     int n = 0;
-    for (int i = 0; i < V; i++)
-        if (row[i] == row[i]) order[n++] = i;
-#pragma omp critical(specla_dflash_sort)
-    {
-        g_sort_row = row;
-        qsort(order, (size_t)n, sizeof(int32_t), compare_desc);
+    for (int i = 0; i < V; i++) {
+        const float v = row[i];
+        if (v != v) continue;
+        if (n < k) { /* push, sift up */
+            int at = n++;
+            while (at > 0) {
+                const int parent = (at - 1) / 2;
+                if (!ranks_before(logprobs[parent], tokens[parent], v, i)) break;
+                logprobs[at] = logprobs[parent], tokens[at] = tokens[parent];
+                at = parent;
+            }
+            logprobs[at] = v, tokens[at] = i;
+        } else if (ranks_before(v, i, logprobs[0], tokens[0])) {
+            logprobs[0] = v, tokens[0] = i;
+            sift_down(logprobs, tokens, n, 0);
+        }
     }
-    for (int j = 0; j < k; j++) {
-        tokens[j] = j < n ? order[j] : -1;
-        logprobs[j] = j < n ? (float)((double)row[order[j]] - lse) : -INFINITY;
+    for (int j = n; j < k; j++) tokens[j] = -1, logprobs[j] = -INFINITY;
+    /* pop the worst to the back: the array ends sorted best first */
+    for (int last = n - 1; last > 0; last--) {
+        const float tv = logprobs[0];
+        const int32_t ti = tokens[0];
+        logprobs[0] = logprobs[last], tokens[0] = tokens[last];
+        logprobs[last] = tv, tokens[last] = ti;
+        sift_down(logprobs, tokens, last, 0);
     }
-    free(order);
+    for (int j = 0; j < n; j++) logprobs[j] = (float)((double)logprobs[j] - lse);
 }
 
 SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const specla_context *target,
@@ -322,7 +314,7 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
         return specla_fail(SPECLA_ERR_STATE,
                            "specla_draft_propose: the target holds %d positions, the draft context only %d (n_ctx)",
                            n_past, dc->n_ctx);
-    for (int pos = n_past > 0 ? n_past - 1 : 0; pos < n_past; pos++)
+    for (int pos = 0; pos < n_past; pos++)
         if (!qwen35_context_features(target, pos))
             return specla_fail(SPECLA_ERR_STATE, "specla_draft_propose: the target has no feature row for position %d",
                                pos);

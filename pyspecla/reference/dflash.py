@@ -101,7 +101,7 @@ class DFlashReference:
             raise ValueError(f"features must be (n_ctx, {hp.n_target_layers}, E_t), got {f.shape}")
         if hp.context_kv_layer_norm:
             f = np.stack([self._rms(f[:, i], f"dflash.aux_hidden_norm.{i}.weight") for i in range(f.shape[1])], axis=1)
-        concat = f.reshape(f.shape[0], -1)
+        concat = f.reshape(f.shape[0], f.shape[1] * f.shape[2])
         return self._rms(self._linear(concat, "dflash.fc.weight"), "dflash.hidden_norm.weight")
 
     def _heads(self, x, n_heads: int) -> np.ndarray:

@@ -255,7 +255,7 @@ def build_ddtree(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarr
     while heap and len(paths) - 1 < budget:
         negative_score, _, path, parent, _ = heapq.heappop(heap)
         score = -negative_score
-        if False:
+        if score < floor:
             break  # pops come in descending score order: nothing later is in the window
         node = insert(path, parent, score)
         push_successors(node)

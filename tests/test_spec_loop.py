@@ -1,0 +1,131 @@
+"""The speculative loop end to end on the CPU: every mode emits exactly the autoregressive greedy
+tokens (lossless), the oracle drafter's acceptance matches its expectation, the context ends in
+the state plain decoding would leave, cancellation leaves it usable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspecla import Model
+from pyspecla.spec.drafters import OracleDrafter
+from pyspecla.spec.loop import SpecConfig, generate
+
+N_TOKENS = 128
+
+
+@pytest.fixture(scope="module", params=["f32", "q4_k_m"])
+def model(request, tiny_model_path):
+    return Model.load(tiny_model_path(request.param))
+
+
+def prompts(n, n_vocab, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, n_vocab, int(rng.integers(1, 12))).tolist() for _ in range(n)]
+
+
+_AR_CACHE = {}
+
+
+def ar_tokens(model, prompt, n=N_TOKENS + 20):
+    key = (id(model), tuple(prompt), n)
+    if key not in _AR_CACHE:
+        _AR_CACHE[key] = model.generate(prompt, n)
+    return _AR_CACHE[key]
+
+
+def oracle(model, prompt, p, seed=0):
+    return OracleDrafter(p, ar_tokens(model, prompt), model.hparams.n_vocab, seed=seed)
+
+
+MODES = [("chain", False), ("chain", True), ("ddtree", False), ("ddtree", True)]
+
+
+@pytest.mark.parametrize("mode,specla", MODES, ids=lambda x: str(x))
+def test_every_mode_is_lossless_on_20_prompts(model, mode, specla):
+    for i, prompt in enumerate(prompts(20, model.hparams.n_vocab, seed=1)):
+        config = SpecConfig(mode=mode, specla=specla, tau=6.0 if specla else None, top_k=4 if specla else 8)
+        stats, _ = generate(model, prompt, N_TOKENS, config, drafter=oracle(model, prompt, 0.8, seed=i))
+        assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS], f"prompt {i}: speculative output differs from AR"
+
+
+def test_ar_mode_is_the_reference(model):
+    prompt = prompts(1, model.hparams.n_vocab, seed=2)[0]
+    stats, _ = generate(model, prompt, N_TOKENS, SpecConfig(mode="ar"))
+    assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+    assert stats.accepted_per_step == [1] * (N_TOKENS - 1)
+
+
+@pytest.mark.parametrize("budget", [1, 4, 16, 22, 40])
+@pytest.mark.parametrize("tau", [None, 6.0, 0.0])
+@pytest.mark.parametrize("chain_seed", [True, False])
+def test_budget_tau_chain_seed_grid_is_lossless(model, budget, tau, chain_seed):
+    for i, prompt in enumerate(prompts(1, model.hparams.n_vocab, seed=3 + budget)):
+        config = SpecConfig(mode="ddtree", specla=True, budget=budget, tau=tau, chain_seed=chain_seed)
+        stats, _ = generate(model, prompt, N_TOKENS, config, drafter=oracle(model, prompt, 0.7, seed=i))
+        assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+        assert max(stats.tree_nodes_per_step) <= budget + 1
+
+
+def test_oracle_p1_accepts_the_full_depth_every_step(model):
+    prompt = prompts(1, model.hparams.n_vocab, seed=4)[0]
+    stats, _ = generate(model, prompt, N_TOKENS, SpecConfig(mode="ddtree", budget=22),
+                        drafter=oracle(model, prompt, 1.0))
+    assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+    # every step but the last (cut by max_tokens) commits depth 15 + the bonus token
+    assert set(stats.accepted_per_step[:-1]) == {16}
+
+
+@pytest.mark.parametrize("p", [0.6, 0.8, 0.9])
+def test_oracle_acceptance_matches_expectation(tiny_model_path, p):
+    model = Model.load(tiny_model_path("f32"))
+    prompt = prompts(1, model.hparams.n_vocab, seed=5)[0]
+    n = 600
+    drafter = OracleDrafter(p, model.generate(prompt, n + 20), model.hparams.n_vocab, seed=7)
+    stats, _ = generate(model, prompt, n, SpecConfig(mode="ddtree", budget=22), drafter=drafter)
+    per_step = np.array(stats.accepted_per_step[:-1], dtype=np.float64)
+    expected = drafter.expected_tokens_per_step(15)
+    sem = per_step.std(ddof=1) / np.sqrt(len(per_step))
+    assert abs(per_step.mean() - expected) <= 4 * sem + 1e-9, (per_step.mean(), expected, sem)
+
+
+def test_state_after_finish_equals_plain_decoding(model):
+    prompt = prompts(1, model.hparams.n_vocab, seed=6)[0]
+    stats, ctx = generate(model, prompt, 50, SpecConfig(mode="ddtree"), drafter=oracle(model, prompt, 0.8))
+    assert ctx.pending == 0
+    # committed = the prompt and the AR continuation up to n_past (a step cut short by max_tokens
+    # still committed its whole accepted path, which is AR's continuation too)
+    committed = prompt + ar_tokens(model, prompt)[:ctx.n_past - len(prompt)]
+    assert stats.tokens == committed[len(prompt):len(prompt) + len(stats.tokens)] or len(stats.tokens) > len(committed)
+    probe = [3, 5, 7]
+    plain = model.new_context(n_ctx=256)
+    plain.eval(committed)
+    assert np.array_equal(ctx.eval(probe, logits_all=True), plain.eval(probe, logits_all=True))
+
+
+def test_cancelled_run_leaves_the_context_usable(model):
+    prompt = prompts(1, model.hparams.n_vocab, seed=8)[0]
+    calls = []
+
+    def interrupt_after_three(tokens):
+        calls.append(tokens)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    stats, ctx = generate(model, prompt, N_TOKENS, SpecConfig(mode="ddtree"), drafter=oracle(model, prompt, 0.8),
+                          on_tokens=interrupt_after_three)
+    assert stats.cancelled and ctx.pending == 0
+    committed = prompt + ar_tokens(model, prompt)[:ctx.n_past - len(prompt)]
+    plain = model.new_context(n_ctx=256)
+    plain.eval(committed)
+    assert np.array_equal(ctx.eval([1]), plain.eval([1]))
+
+
+def test_stops_at_eos_like_plain_decoding(model):
+    prompt = prompts(1, model.hparams.n_vocab, seed=9)[0]
+    reference = ar_tokens(model, prompt)
+    eos = reference[40]  # pretend this token ends generation
+    expected = reference[:reference.index(eos) + 1]
+    stats, _ = generate(model, prompt, N_TOKENS, SpecConfig(mode="ddtree"), drafter=oracle(model, prompt, 0.9),
+                        eos_ids={eos})
+    assert stats.tokens == expected
