@@ -411,14 +411,14 @@ def main() -> int:
     ap.add_argument("--layers", default=f"1,{MODEL_GDN_LAYERS}", help="comma-separated layer counts (default 1,48)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the ops (default: all)")
     ap.add_argument("--repeats", type=int, default=None,
-                    help="timed runs per method for > 8 layers; 3x that for smaller layer counts (default 5, quick 2)")
+                    help="timed runs per method for > 8 layers; 3x that for smaller layer counts (default 7, quick 2)")
     ap.add_argument("--cases", default="tree_verify,commit,deferred_commit,state_memory",
                     help="comma-separated subset of the cases")
     ap.add_argument("--out", default=None, help="append the JSON rows to this file (default: stdout only)")
     args = ap.parse_args()
     args.layers = [int(x) for x in args.layers.split(",") if x]
     if args.repeats is None:
-        args.repeats = 2 if args.quick else 5
+        args.repeats = 2 if args.quick else 7
     if args.threads < 1 or args.repeats < 1 or any(l < 1 for l in args.layers):
         ap.error("--threads, --repeats and --layers must be positive")
 

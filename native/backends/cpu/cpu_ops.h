@@ -47,6 +47,14 @@ void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, con
 void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
                         const int32_t *parents, int T, int nh, int nkv, int D, float *out);
 
+/* The gated-delta-rule step/fold pair of a kernel set (AVX2 needs S % 8 == 0, else scalar). */
+struct gdn_kernels {
+    void (*step)(float *M, int S, const float *q, const float *k, const float *v, float decay, float beta,
+                 float scale, float *out, float *delta_out);
+    void (*fold)(float *M, int S, const float *k, const float *delta, float decay);
+};
+struct gdn_kernels cpu_gdn_kernels(const cpu_exec *ex, int S);
+
 /* --- SpecLA tree verify (specla_tree_cpu.c); schedule = packed HLD layout (specla.h) ---------- */
 /* Tree verify of one GDN layer through state-resident HLD chains. `state` is read only.
  * out [N][Hv][S]; delta_out [N][Hv][S] receives every node's delta factor. */

@@ -7,7 +7,25 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "recurrent_avx2.h"
 #include "recurrent_step.h"
+
+static void gdn_step_scalar(float *M, int S, const float *q, const float *k, const float *v, float decay, float beta,
+                            float scale, float *out, float *delta_out) {
+    gdn_head_step(M, S, q, k, v, decay, beta, scale, out, delta_out);
+}
+static void gdn_fold_scalar(float *M, int S, const float *k, const float *delta, float decay) {
+    gdn_head_fold(M, S, k, delta, decay);
+}
+
+struct gdn_kernels cpu_gdn_kernels(const cpu_exec *ex, int S) {
+    struct gdn_kernels kernels = {gdn_step_scalar, gdn_fold_scalar};
+    if (ex->kernels == SPECLA_CPU_AVX2 && S % 8 == 0) {
+        kernels.step = gdn_head_step_avx2;
+        kernels.fold = gdn_head_fold_avx2;
+    }
+    return kernels;
+}
 
 float cpu_silu(float x) { return silu_f32(x); }
 float cpu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -62,13 +80,14 @@ void cpu_causal_conv(const cpu_exec *ex, const float *x, const float *weight, in
 void cpu_gated_delta_rule(const cpu_exec *ex, const float *q, const float *k, const float *v, const float *g,
                           const float *beta, int T, int Hk, int Hv, int S, float *state, float *out) {
     const float scale = 1.0f / sqrtf((float)S);
+    const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
     /* value heads are independent; each walks the tokens in order */
 #pragma omp parallel for num_threads(ex->n_threads) schedule(static)
     for (int h = 0; h < Hv; h++) {
         const int kh = h % Hk; /* tiled V-head mapping of the qwen35 converter */
         float *M = state + (int64_t)h * S * S;
         for (int t = 0; t < T; t++) {
-            gdn_head_step(M, S, q + ((int64_t)t * Hk + kh) * S, k + ((int64_t)t * Hk + kh) * S,
+            kern.step(M, S, q + ((int64_t)t * Hk + kh) * S, k + ((int64_t)t * Hk + kh) * S,
                           v + ((int64_t)t * Hv + h) * S, expf(g[(int64_t)t * Hv + h]), beta[(int64_t)t * Hv + h],
                           scale, out + ((int64_t)t * Hv + h) * S, NULL);
         }

@@ -46,6 +46,12 @@ static inline void gdn_head_fold(float *M, int S, const float *k, const float *d
 
 /* One conv output: SiLU of the window (K raw inputs of one channel, oldest first) dotted with the
  * channel's weights, summed from the oldest sample. */
+/* The kernel set picks one step/fold pair for a whole call, so every token of a sequence and every
+ * node of a tree goes through the same arithmetic. */
+typedef void (*gdn_step_fn)(float *M, int S, const float *q, const float *k, const float *v, float decay,
+                            float beta, float scale, float *out, float *delta_out);
+typedef void (*gdn_fold_fn)(float *M, int S, const float *k, const float *delta, float decay);
+
 static inline float conv_window_output(const float *window, const float *w, int K) {
     float acc = 0.0f;
     for (int j = 0; j < K; j++) acc += window[j] * w[j];

@@ -1,7 +1,7 @@
 /* SpecLA tree verification on the CPU: the recurrent layers of a tree of candidate tokens,
  * verified from the durable state without writing it, plus the baselines SpecLA replaces.
  *
- * Every node goes through gdn_head_step / conv_window_output (recurrent_step.h), the very
+ * Every node goes through the kernel set's GDN step and conv_window_output (recurrent_step.h), the very
  * functions the sequential kernels use, starting from exactly the state its root path would have
  * produced: so each node's output equals sequential decoding of its root path bit for bit. */
 #include <math.h>
@@ -16,11 +16,11 @@
 
 /* One node of one value head: the step from `M` (already the parent's state), writing the
  * node's output and delta factor. */
-static inline void tree_node_step(float *M, int node, int h, int Hk, int Hv, int S, float scale, const float *q,
-                                  const float *k, const float *v, const float *g, const float *beta, float *out,
-                                  float *delta_out) {
+static inline void tree_node_step(const struct gdn_kernels *kern, float *M, int node, int h, int Hk, int Hv, int S,
+                                  float scale, const float *q, const float *k, const float *v, const float *g,
+                                  const float *beta, float *out, float *delta_out) {
     const int kh = h % Hk;
-    gdn_head_step(M, S, NODE_HEAD(q, node, Hk, kh, S), NODE_HEAD(k, node, Hk, kh, S), NODE_HEAD(v, node, Hv, h, S),
+    kern->step(M, S, NODE_HEAD(q, node, Hk, kh, S), NODE_HEAD(k, node, Hk, kh, S), NODE_HEAD(v, node, Hv, h, S),
                   expf(g[(int64_t)node * Hv + h]), beta[(int64_t)node * Hv + h], scale, NODE_HEAD(out, node, Hv, h, S),
                   NODE_HEAD(delta_out, node, Hv, h, S));
 }
@@ -29,6 +29,7 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
                          const float *g, const float *beta, int Hk, int Hv, int S, const float *state, float *out,
                          float *delta_out) {
     const float scale = 1.0f / sqrtf((float)S);
+    const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
     const int n_chains = hld_n_chains(schedule);
     const int n_boundaries = hld_n_boundaries(schedule);
     const int32_t *order = hld_order(schedule);
@@ -51,7 +52,7 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
                 memcpy(live, start, sizeof(float) * (size_t)head_size); /* loaded once per chain */
                 for (int p = chain_offsets[c]; p < chain_offsets[c + 1]; p++) {
                     const int node = order[p];
-                    tree_node_step(live, node, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
+                    tree_node_step(&kern, live, node, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
                     if (node_boundary[node] >= 0)
                         memcpy(boundaries + node_boundary[node] * head_size, live, sizeof(float) * (size_t)head_size);
                 }
@@ -65,6 +66,7 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
                                const float *state, float *out, float *delta_out) {
     const float scale = 1.0f / sqrtf((float)S);
+    const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
     const int N = hld_n_nodes(schedule);
     const int32_t *parents = hld_parents(schedule);
     const int64_t head_size = (int64_t)S * S;
@@ -83,7 +85,7 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
                 for (int t = leaf; t >= 0; t = parents[t]) local_path[len++] = t;
                 memcpy(live, state + h * head_size, sizeof(float) * (size_t)head_size);
                 for (int i = len - 1; i >= 0; i--)
-                    tree_node_step(live, local_path[i], h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
+                    tree_node_step(&kern, live, local_path[i], h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
             }
         }
         free(local_path);
@@ -96,6 +98,7 @@ void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const
                               const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
                               const float *state, float *out, float *delta_out, float *checkpoints) {
     const float scale = 1.0f / sqrtf((float)S);
+    const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
     const int N = hld_n_nodes(schedule);
     const int32_t *parents = hld_parents(schedule);
     const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
@@ -105,18 +108,19 @@ void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const
             float *M = checkpoints + t * node_size + h * head_size;
             const float *from = t == 0 ? state + h * head_size : checkpoints + parents[t] * node_size + h * head_size;
             memcpy(M, from, sizeof(float) * (size_t)head_size);
-            tree_node_step(M, t, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
+            tree_node_step(&kern, M, t, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
         }
     }
 }
 
 void cpu_gdn_fold(const cpu_exec *ex, float *state, const float *k, const float *delta, const float *g, int P, int Hk,
                   int Hv, int S) {
+    const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
 #pragma omp parallel for num_threads(ex->n_threads) schedule(static)
     for (int h = 0; h < Hv; h++) {
         float *M = state + (int64_t)h * S * S;
         for (int p = 0; p < P; p++)
-            gdn_head_fold(M, S, NODE_HEAD(k, p, Hk, h % Hk, S), NODE_HEAD(delta, p, Hv, h, S),
+            kern.fold(M, S, NODE_HEAD(k, p, Hk, h % Hk, S), NODE_HEAD(delta, p, Hv, h, S),
                           expf(g[(int64_t)p * Hv + h]));
     }
 }
