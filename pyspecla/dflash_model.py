@@ -214,7 +214,8 @@ def _read_hparams(path: str, metadata: dict[str, object], arch: str, tensors: di
     rope_dims = keys.int("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise keys.fail(
-            "rope.dimension_count", f"= {rope_dims}: a DFlash draft rotates all {head_dim} head dims (partial RoPE is not supported)"
+            "rope.dimension_count",
+            f"= {rope_dims}: a DFlash draft rotates all {head_dim} head dims (partial RoPE is not supported)",
         )
     rms_eps = keys.float("attention.layer_norm_rms_epsilon")
     rope_freq_base = keys.float("rope.freq_base", 10000.0)
@@ -324,7 +325,8 @@ def _resolve_globals(path: str, tensors: dict[str, TensorView]) -> dict[str, str
             also = f" (or {', '.join(repr(a) for a in aliases[1:])})" if len(aliases) > 1 else ""
             raise GGUFError(f"{path}: missing tensor '{canonical}'{also}")
         if len(present) > 1:
-            raise GGUFError(f"{path}: tensors {', '.join(repr(a) for a in present)} are the same tensor under two names")
+            listed = ", ".join(repr(a) for a in present)
+            raise GGUFError(f"{path}: tensors {listed} are the same tensor under two names")
         found[canonical] = present[0]
     return found
 
@@ -385,7 +387,9 @@ def _check_tensors(path: str, hp: DraftHParams, tensors: dict[str, TensorView],
             if suffix == "ffn_norm.weight":
                 fallback = f"blk.{il}.{FFN_NORM_FALLBACK}"
                 if name in tensors and fallback in tensors:
-                    raise GGUFError(f"{path}: tensors '{name}' and '{fallback}' are both present: which is the FFN norm?")
+                    raise GGUFError(
+                        f"{path}: tensors '{name}' and '{fallback}' are both present: which is the FFN norm?"
+                    )
                 if name not in tensors and fallback in tensors:
                     actual = fallback
             if actual not in tensors:
@@ -404,7 +408,9 @@ def _check_tensors(path: str, hp: DraftHParams, tensors: dict[str, TensorView],
                 "and has none of its own"
             )
         if name.endswith(".bias"):
-            raise GGUFError(f"{path}: unexpected tensor '{name}': DFlash drafts have no biases and pyspecla does not support them")
+            raise GGUFError(
+                f"{path}: unexpected tensor '{name}': DFlash drafts have no biases and pyspecla does not support them"
+            )
         raise GGUFError(f"{path}: unexpected tensor '{name}': not part of a DFlash draft of {hp.n_layer} layers")
     return names
 

@@ -766,6 +766,9 @@ class ModelFile:
                 f"{path}: architecture 'qwen35moe' (the MoE sibling of qwen35) is not supported yet (expected qwen35)"
             )
         if arch != ARCH:
+            if arch in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
+                raise GGUFError(f"{path}: is a DFlash draft (architecture '{arch}'), not a qwen35 target; "
+                                "pass it with --draft")
             raise GGUFError(f"{path}: architecture '{arch}' is not supported (expected qwen35)")
 
         tensors = _tensor_views(path, reader)

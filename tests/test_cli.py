@@ -104,11 +104,87 @@ def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
     assert "Traceback" not in result.stderr
 
 
-def test_demo_builds_its_model_once_and_generates(tmp_path):
-    first = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "8", timeout=300)
+def test_demo_builds_its_models_once_and_runs_every_mode(tmp_path):
+    first = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "24", timeout=600)
     assert first.returncode == 0, first.stderr
-    assert "building the demo model" in first.stderr
-    assert "decode: 7 tokens" in first.stderr
-    second = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "8")
+    assert "building the demo target" in first.stderr and "building the demo draft" in first.stderr
+    table = first.stdout.splitlines()
+    modes = [line for line in table if line.startswith(("autoregressive", "chain", "DDTree"))]
+    assert len(modes) == 6
+    assert all(line.split()[-1] == "yes" for line in modes), "a mode's output differs from autoregressive"
+    second = run_cli("demo", "--cache-dir", str(tmp_path), "-n", "24", timeout=600)
     assert second.returncode == 0 and "building" not in second.stderr
-    assert second.stdout == first.stdout, "the demo is deterministic"
+    assert second.stdout.splitlines()[-3:] == first.stdout.splitlines()[-3:], "the demo text is deterministic"
+
+
+@pytest.fixture(scope="module")
+def draft_pair(tiny_model_path, tmp_path_factory):
+    from pyspecla.testmodels import write_test_draft
+
+    target = tiny_model_path("q8_0", preset="tiny8")
+    draft = str(tmp_path_factory.mktemp("draft") / "draft.gguf")
+    write_test_draft(draft, target, seed=2)
+    return target, draft
+
+
+@pytest.mark.parametrize("extra", [[], ["--specla"], ["--no-ddtree", "--specla"], ["--specla", "--ddtree-budget", "5",
+                                                                                   "--ddtree-tau", "0"]])
+def test_run_with_a_draft_equals_plain_run_and_writes_stats(draft_pair, tmp_path, extra):
+    import json
+
+    target, draft = draft_pair
+    plain = run_cli("run", target, "-p", "x = ", "-n", "20", "--ignore-eos")
+    stats_file = tmp_path / "stats.json"
+    spec = run_cli("run", target, "-p", "x = ", "-n", "20", "--ignore-eos", "--draft", draft, *extra,
+                   "--stats-json", str(stats_file))
+    assert spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+    record = json.loads(stats_file.read_text())
+    for key in ("tokens", "steps", "accepted_per_step", "draft_ms", "verify_ms", "tokens_per_s"):
+        assert key in record
+    assert len(record["tokens"]) == 20 and len(record["accepted_per_step"]) == record["steps"]
+    last = spec.stderr.strip().splitlines()[-1]
+    assert "accepted/step" in last and "verify" in last and "tokens/s" in last
+
+
+def test_run_with_the_oracle_drafter(draft_pair):
+    target, _ = draft_pair
+    plain = run_cli("run", target, "-p", "x = ", "-n", "30", "--ignore-eos")
+    spec = run_cli("run", target, "-p", "x = ", "-n", "30", "--ignore-eos", "--draft", "oracle:p=0.9", "--specla")
+    assert spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--specla"], "--specla needs --draft"),
+        (["--no-ddtree"], "--no-ddtree needs --draft"),
+        (["--draft", "{draft}", "--ddtree-budget", "0"], "--ddtree-budget must be positive"),
+        (["--draft", "{draft}", "--specla-top-k", "-2"], "--specla-top-k must be positive"),
+        (["--draft", "oracle:p=1.5"], "oracle"),
+        (["--draft", "oracle:q"], "oracle:p=P"),
+        (["--draft", "{target}"], "not a DFlash draft"),
+        (["--draft", "{other_draft}"], "{other_draft}"),
+        (["--draft", "{draft}", "--temp", "0.5"], "greedy only"),
+    ],
+)
+def test_speculative_bad_input_is_one_clear_line(draft_pair, tiny_model_path, tmp_path, args, needle):
+    from pyspecla.testmodels import write_test_draft, write_test_model
+
+    target, draft = draft_pair
+    other_target, other_draft = str(tmp_path / "other.gguf"), str(tmp_path / "other-draft.gguf")
+    write_test_model(other_target, "tiny", "f32", seed=3, n_vocab=1100)  # another vocabulary
+    write_test_draft(other_draft, other_target, seed=3)
+    paths = {"target": target, "draft": draft, "other_draft": other_draft}
+    args = [a.format(**paths) for a in args]
+    result = run_cli("run", target, "-p", "x", "-n", "4", *args)
+    assert result.returncode == 2, result.stderr
+    assert needle.format(**paths) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_draft_passed_as_the_target_is_named(draft_pair):
+    _, draft = draft_pair
+    result = run_cli("run", draft, "-p", "x", "-n", "4")
+    assert result.returncode == 2 and "is a DFlash draft" in result.stderr

@@ -52,7 +52,8 @@ def draft_path(test_model_dir, target_path):
             **kwargs) -> str:
         key = (preset, arch, quant, n_layer, tuple(sorted(kwargs.items())))
         if key not in _DRAFTS:
-            name = "-".join([f"draft-{preset}-{arch}-{quant}-{n_layer}"] + [f"{k}{v}" for k, v in sorted(kwargs.items())])
+            extra = [f"{k}{v}" for k, v in sorted(kwargs.items())]
+            name = "-".join([f"draft-{preset}-{arch}-{quant}-{n_layer}"] + extra)
             path = os.path.join(test_model_dir, name + ".gguf")
             write_test_draft(path, target_path(preset), seed=1, quant=quant, n_layer=n_layer, arch=arch, **kwargs)
             _DRAFTS[key] = path
@@ -458,7 +459,8 @@ def test_native_model_create_validates_against_the_target(target_path, draft_pat
     layers[1].attn_k.ne1 = 64
     weights = dflash_native.DraftWeights(draft._weights.fc, draft._weights.hidden_norm, draft._weights.output_norm,
                                          None, layers)
-    with pytest.raises(NativeError, match=r"draft tensor blk.1.attn_k.weight: shape \{256, 64\}, expected \{256, 128\}"):
+    expected = r"draft tensor blk.1.attn_k.weight: shape \{256, 64\}, expected \{256, 128\}"
+    with pytest.raises(NativeError, match=expected):
         create(draft._hparams_struct, weights, model._handle)
     narrow = Model.load(target_path("tiny", n_embd=128, n_ff=256))
     with pytest.raises(NativeError, match="n_embd 256 differs from the target model's n_embd 128"):

@@ -129,3 +129,25 @@ def test_stops_at_eos_like_plain_decoding(model):
     stats, _ = generate(model, prompt, N_TOKENS, SpecConfig(mode="ddtree"), drafter=oracle(model, prompt, 0.9),
                         eos_ids={eos})
     assert stats.tokens == expected
+
+
+@pytest.fixture(scope="module")
+def dflash(model, tiny_model_path, tmp_path_factory):
+    from pyspecla.draft import DFlashDraft
+    from pyspecla.testmodels import write_test_draft
+
+    path = str(tmp_path_factory.mktemp("dflash") / "draft.gguf")
+    write_test_draft(path, model.file.path, seed=5)
+    return DFlashDraft.load(path, model)
+
+
+@pytest.mark.parametrize("mode,specla", MODES, ids=lambda x: str(x))
+def test_dflash_draft_modes_are_lossless(model, dflash, mode, specla):
+    from pyspecla.spec.drafters import DFlashDrafter
+
+    for prompt in prompts(3, model.hparams.n_vocab, seed=11):
+        drafter = DFlashDrafter(dflash, n_ctx=len(prompt) + N_TOKENS + 64)
+        config = SpecConfig(mode=mode, specla=specla, max_depth=drafter.max_depth)
+        stats, ctx = generate(model, prompt, N_TOKENS, config, drafter=drafter)
+        assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+        assert ctx.pending == 0
