@@ -21,7 +21,11 @@ warm-up run each. Each method's runs also check that the two methods agree bit f
 (outputs, or durable states after the commits): `same_outputs` / `same_state` in the ratio rows.
 
 --quick: fewer repeats and the 48-layer case scaled down to 8 layers (rows carry the layer
-count actually run in `layers` and the asked-for one in `layers_requested`)."""
+count actually run in `layers` and the asked-for one in `layers_requested`).
+
+On a shared machine use --threads 1: with more threads than idle cores, each OpenMP region waits
+for a descheduled worker (replay opens one per token and layer), and the figures turn to noise.
+Rows record the 1-minute load average at the start (`loadavg_start`)."""
 
 from __future__ import annotations
 
@@ -177,14 +181,20 @@ class Inputs:
         return [a.copy() for a in self.gdn0], [a.copy() for a in self.conv0]
 
 
-def verify_all_layers(banks, sched, n, inp: Inputs, gdn, conv):
+def verify_all_layers(banks, sched, n, inp: Inputs, gdn, conv, split=None):
     """One step's recurrent work: tree conv + GDN tree verify of every layer. Returns the last
-    layer's outputs (for the bit-for-bit check between methods)."""
+    layer's outputs (for the bit-for-bit check between methods). split, if given, is a list
+    [conv ms, gdn ms] that receives the wall time of the two ops summed over the layers."""
     y = out = None
     for l in range(inp.n_layers):
+        t0 = time.perf_counter()
         y = banks.conv_tree(sched, l, inp.x[l, :n], inp.conv_w[l], conv[l])
+        t1 = time.perf_counter()
         out = banks.verify_gdn(sched, l, inp.q[l, :n], inp.k[l, :n], inp.v[l, :n], inp.g[l, :n],
                                inp.beta[l, :n], gdn[l])
+        if split is not None:
+            split[0] += (t1 - t0) * 1e3
+            split[1] += (time.perf_counter() - t1) * 1e3
     return y, out
 
 
@@ -223,9 +233,9 @@ class Bench:
     def add(self, row: dict) -> None:
         self.rows.append({**self.base, **row})
 
-    def add_pair(self, case, common, methods, runs, ratio_of, extra=None):
+    def add_pair(self, case, common, methods, runs, ratio_of, extra=None, method_extra=None):
         """Two method rows and their ratio row. methods: [(label, verify, commit), ...]; runs[label]:
-        [(wall ms, cpu ms), ...]."""
+        [(wall ms, cpu ms), ...]; method_extra[label]: more fields of that method's row."""
         medians, cpu_medians = {}, {}
         for label, verify_method, commit_method in methods:
             wall = [w for w, _ in runs[label]]
@@ -233,7 +243,8 @@ class Bench:
             medians[label], cpu_medians[label] = statistics.median(wall), statistics.median(cpu)
             self.add({"case": case, **common, "method": label, "verify_method": verify_method,
                       "commit_method": commit_method, "repeats": len(wall), "median_ms": medians[label],
-                      "runs_ms": wall, "median_cpu_ms": cpu_medians[label], "runs_cpu_ms": cpu})
+                      "runs_ms": wall, "median_cpu_ms": cpu_medians[label], "runs_cpu_ms": cpu,
+                      **(method_extra or {}).get(label, {})})
         num, den = ratio_of
         ratio, ratio_cpu = medians[num] / medians[den], cpu_medians[num] / cpu_medians[den]
         # the two runs of one repeat are back to back, so their quotient shares the machine's mood
@@ -266,20 +277,28 @@ class Bench:
                            ("root_to_leaf", "root_to_leaf", "deferred_factors")]
                 banks = {m: self.banks(layers, n, v, c) for m, v, c in methods}
                 runs = {m: [] for m, _, _ in methods}
+                splits = {m: [] for m, _, _ in methods}
                 last = {}
                 for r in range(self.repeats(layers) + 1):
                     for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
+                        split = [0.0, 0.0]
                         t0 = clock()
-                        last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv)
+                        last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv, split)
                         t1 = clock()
                         if r:  # run 0 warms up
                             runs[m].append(elapsed_ms(t0, t1))
+                            splits[m].append(split)
                 same = all(same_bits(a, b) for a, b in zip(last["hld_chains"], last["root_to_leaf"]))
                 common = {"layers": layers, "layers_requested": requested, "tree": name, "n_nodes": n,
                           "accepted": None, "parents": parents, "tree_note": description, **tree_stats(parents),
                           "timed": "conv_tree + verify_gdn, every layer, nothing pending"}
+                conv_gdn = {m: {"median_conv_tree_ms": statistics.median(c for c, _ in splits[m]),
+                                "median_verify_gdn_ms": statistics.median(g for _, g in splits[m])}
+                            for m in splits}
+                gdn_only = (conv_gdn["root_to_leaf"]["median_verify_gdn_ms"]
+                            / conv_gdn["hld_chains"]["median_verify_gdn_ms"])
                 self.add_pair("tree_verify", common, methods, runs, ("root_to_leaf", "hld_chains"),
-                              {"same_outputs": same})
+                              {"same_outputs": same, "ratio_verify_gdn_only": gdn_only}, conv_gdn)
                 for b in banks.values():
                     b.close()
 
@@ -411,14 +430,14 @@ def main() -> int:
     ap.add_argument("--layers", default=f"1,{MODEL_GDN_LAYERS}", help="comma-separated layer counts (default 1,48)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads of the ops (default: all)")
     ap.add_argument("--repeats", type=int, default=None,
-                    help="timed runs per method for > 8 layers; 3x that for smaller layer counts (default 7, quick 2)")
+                    help="timed runs per method for > 8 layers; 3x that for smaller layer counts (default 15, quick 2)")
     ap.add_argument("--cases", default="tree_verify,commit,deferred_commit,state_memory",
                     help="comma-separated subset of the cases")
     ap.add_argument("--out", default=None, help="append the JSON rows to this file (default: stdout only)")
     args = ap.parse_args()
     args.layers = [int(x) for x in args.layers.split(",") if x]
     if args.repeats is None:
-        args.repeats = 2 if args.quick else 7
+        args.repeats = 2 if args.quick else 15
     if args.threads < 1 or args.repeats < 1 or any(l < 1 for l in args.layers):
         ap.error("--threads, --repeats and --layers must be positive")
 
@@ -429,8 +448,11 @@ def main() -> int:
             "worktree_dirty": bool(dirty),
             "device": f"cpu: {cpu_name()} ({os.cpu_count()} cores)", "backend": "cpu",
             "cpu_kernels": {v: k for k, v in _native.CPU_KERNELS.items()}.get(_native.cpu_best_kernels(), "?"),
-            "threads": args.threads, "quick": args.quick,
+            "threads": args.threads, "quick": args.quick, "loadavg_start": round(os.getloadavg()[0], 2),
             "shape": {"model": "qwen35-27B", "Hk": HK, "Hv": HV, "S": S, "C": C, "K": K}}
+    if args.threads > 1 and os.getloadavg()[0] >= 1.0:
+        print(f"# warning: load average {os.getloadavg()[0]:.1f} with --threads {args.threads}; other processes "
+              "share the cores, consider --threads 1", file=sys.stderr)
     bench = Bench(args, base)
     t_start = time.perf_counter()
     for case in args.cases.split(","):
