@@ -143,19 +143,24 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
     const int N = hld_n_nodes(a->schedule), l = a->layer;
 
-    /* deferred commit: the previous step's accepted path enters the durable state here, once */
+    /* deferred commit: the previous step's accepted path enters the durable state here, once;
+     * the chain kernel fuses it into its per-head loop, the baselines fold in a separate pass */
+    gdn_pending pending = {NULL, NULL, NULL, 0};
     if (b->n_pending > 0 && !b->gdn_folded[l]) {
-        const float *pending = layer_block(b, b->write_bank ^ 1, l);
-        cpu_gdn_fold(&ex, a->state, pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending, s->Hk,
-                     s->Hv, s->S);
+        const float *bank = layer_block(b, b->write_bank ^ 1, l);
+        pending = (gdn_pending){bank + b->off_k, bank + b->off_delta, bank + b->off_g, b->n_pending};
+        if (s->verify_method != SPECLA_VERIFY_HLD_CHAINS) {
+            cpu_gdn_fold(&ex, a->state, pending.k, pending.delta, pending.g, pending.n, s->Hk, s->Hv, s->S);
+            pending.n = 0;
+        }
         b->gdn_folded[l] = 1;
     }
     float *bank = layer_block(b, b->write_bank, l);
     float *delta = bank + b->off_delta;
     switch (s->verify_method) {
     case SPECLA_VERIFY_HLD_CHAINS:
-        cpu_gdn_tree_chains(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state, a->out,
-                            delta);
+        cpu_gdn_tree_chains(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state, &pending,
+                            a->out, delta);
         break;
     case SPECLA_VERIFY_ROOT_TO_LEAF:
         cpu_gdn_tree_root_to_leaf(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,

@@ -56,11 +56,18 @@ struct gdn_kernels {
 struct gdn_kernels cpu_gdn_kernels(const cpu_exec *ex, int S);
 
 /* --- SpecLA tree verify (specla_tree_cpu.c); schedule = packed HLD layout (specla.h) ---------- */
-/* Tree verify of one GDN layer through state-resident HLD chains. `state` is read only.
- * out [N][Hv][S]; delta_out [N][Hv][S] receives every node's delta factor. */
+/* A pending accepted path's factors: k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
+typedef struct gdn_pending {
+    const float *k, *delta, *g;
+    int n;
+} gdn_pending;
+/* Tree verify of one GDN layer through state-resident HLD chains. If `pending` holds a path, it
+ * is folded into `state` first, per head inside the same kernel (deferred fused commit);
+ * otherwise `state` is only read. out [N][Hv][S]; delta_out [N][Hv][S] receives every node's
+ * delta factor. */
 void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k, const float *v,
-                         const float *g, const float *beta, int Hk, int Hv, int S, const float *state, float *out,
-                         float *delta_out);
+                         const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                         const gdn_pending *pending, float *out, float *delta_out);
 /* Baseline: replay every root-to-leaf path from `state` (nodes on shared prefixes recomputed). */
 void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S,

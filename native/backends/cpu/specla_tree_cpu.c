@@ -26,8 +26,8 @@ static inline void tree_node_step(const struct gdn_kernels *kern, float *M, int 
 }
 
 void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k, const float *v,
-                         const float *g, const float *beta, int Hk, int Hv, int S, const float *state, float *out,
-                         float *delta_out) {
+                         const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                         const gdn_pending *pending, float *out, float *delta_out) {
     const float scale = 1.0f / sqrtf((float)S);
     const struct gdn_kernels kern = cpu_gdn_kernels(ex, S);
     const int n_chains = hld_n_chains(schedule);
@@ -45,6 +45,14 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
         float *boundaries = live + head_size;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
+            if (pending && pending->n > 0) {
+                /* deferred fused commit: the previous step's accepted path enters this head's
+                 * durable state here, written once, while the state is hot for the root chain */
+                float *M = state + h * head_size;
+                for (int p = 0; p < pending->n; p++)
+                    kern.fold(M, S, NODE_HEAD(pending->k, p, Hk, h % Hk, S), NODE_HEAD(pending->delta, p, Hv, h, S),
+                              expf(pending->g[(int64_t)p * Hv + h]));
+            }
             /* chains come in wave order, so a chain's start state is always ready */
             for (int c = 0; c < n_chains; c++) {
                 const int slot = chain_parent_boundary[c];
