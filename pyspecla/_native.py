@@ -267,6 +267,7 @@ _SIGNATURES = {
     "specla_factor_banks_free": (None, [_p]),
     "specla_factor_banks_pending": (_i32, [_p]),
     "specla_factor_banks_bytes": (_i64, [_p]),
+    "specla_factor_banks_read": (ctypes.c_int, [_p, _i32, _i32, _i32, _i32, c_float_p]),
     "specla_op_conv_tree": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(ConvTreeArgs)]),
     "specla_op_gdn_tree_verify": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(GdnTreeArgs)]),
     "specla_factor_banks_accept": (

@@ -142,6 +142,24 @@ def test_every_node_equals_sequential_decoding_bit_for_bit(tree, dims, verify_me
 
 
 @pytest.mark.parametrize("tree", ["chain16", "random24"])
+def test_recorded_factors_are_the_inputs_and_the_sequential_deltas(tree):
+    """k, g and the raw conv inputs are captured bit-identical to the inputs; every delta equals
+    the delta of sequential decoding; a side-branch path is gathered into path order."""
+    parents = TREES[tree]
+    r = verify_one_step(parents, SHAPES["gqa3"], seed=9)
+    banks, L, n = r["banks"], r["layer"], len(parents)
+    assert same_bits(banks.read("verify", 0, "k", n), L.k) and same_bits(banks.read("verify", 0, "g", n), L.g)
+    assert same_bits(banks.read("verify", 0, "x", n), L.x)
+    deltas = banks.read("verify", 0, "delta", n)
+    ref = ut.tree_sequential(parents, L.q, L.k, L.v, L.g, L.beta, r["before"][0])[2]
+    assert np.abs(deltas - ref).max() / np.abs(ref).max() < 1e-5
+    path = root_path(parents, n - 1)
+    banks.accept(r["sched"], path)
+    assert same_bits(banks.read("pending", 0, "k", len(path)), L.k[path])
+    assert same_bits(banks.read("pending", 0, "delta", len(path)), deltas[path])
+
+
+@pytest.mark.parametrize("tree", ["chain16", "random24"])
 def test_model_shapes_27b_heads(tree):
     """S = 128, Hk = 16, Hv = 48, C = 10240: the qwen35-27B recurrent layer."""
     parents = TREES[tree]

@@ -346,6 +346,11 @@ SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape
 SPECLA_API void specla_factor_banks_free(specla_factor_banks *banks);
 /* Accepted tokens whose factors wait to be folded (0 when nothing is pending). */
 SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *banks);
+/* Copy n nodes of one recorded factor out of a bank, for tests and tools: bank 0 = the pending
+ * path (path order), 1 = the bank verify writes (node order; read it before accept); field 0 = k [n][Hk][S], 1 = delta
+ * [n][Hv][S], 2 = g [n][Hv], 3 = raw conv input x [n][C]. */
+SPECLA_API specla_status specla_factor_banks_read(const specla_factor_banks *banks, int32_t bank, int32_t layer,
+                                                  int32_t field, int32_t n, float *out);
 /* Bytes the banks hold, and bytes of state kept per verified node by the chosen methods. */
 SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *banks);
 

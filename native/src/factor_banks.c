@@ -30,6 +30,8 @@ struct specla_factor_banks {
     float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
 };
 
+static void copy_rows(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
+
 static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
     return b->bank[bank] + (int64_t)layer * b->layer_floats;
 }
@@ -108,6 +110,22 @@ SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape
 
 SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *b) { return b ? b->n_pending : -1; }
 
+SPECLA_API specla_status specla_factor_banks_read(const specla_factor_banks *b, int32_t bank, int32_t layer,
+                                                  int32_t field, int32_t n, float *out) {
+    static const char op[] = "specla_factor_banks_read";
+    if (!b || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
+    const specla_recurrent_shape *s = &b->shape;
+    if (bank < 0 || bank > 1 || field < 0 || field > 3 || layer < 0 || layer >= s->n_layers || n < 0 ||
+        n > s->max_nodes)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: bank %d, layer %d, field %d, n %d out of range", op, bank,
+                           layer, field, n);
+    const int64_t offsets[4] = {b->off_k, b->off_delta, b->off_g, b->off_x};
+    const int64_t widths[4] = {(int64_t)s->Hk * s->S, (int64_t)s->Hv * s->S, s->Hv, s->C};
+    const float *block = layer_block(b, bank == 0 ? b->write_bank ^ 1 : b->write_bank, layer);
+    copy_rows(out, block + offsets[field], widths[field] * n);
+    return SPECLA_OK;
+}
+
 SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *b) {
     if (!b) return -1;
     const specla_recurrent_shape *s = &b->shape;
@@ -126,8 +144,6 @@ static specla_status check_schedule(const int32_t *sched, int32_t max_nodes, con
 static specla_status resolve(const specla_op_options *opt, cpu_exec *ex) {
     return cpu_exec_resolve(opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, ex);
 }
-
-static void copy_rows(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
 
 SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt, specla_factor_banks *b,
                                                    const specla_gdn_tree_args *a) {

@@ -84,6 +84,18 @@ class FactorBanks:
     def nbytes(self) -> int:
         return lib.specla_factor_banks_bytes(self._handle)
 
+    def read(self, bank: str, layer: int, field: str, n: int) -> np.ndarray:
+        """Recorded factors: bank "pending" (path order) or "verify" (node order, before accept);
+        field "k" (n, Hk, S), "delta" (n, Hv, S), "g" (n, Hv) or "x" (n, C)."""
+        s = self.shape
+        shapes = {"k": (n, s.Hk, s.S), "delta": (n, s.Hv, s.S), "g": (n, s.Hv), "x": (n, s.C)}
+        if bank not in ("pending", "verify") or field not in shapes:
+            raise UsageError(f"read: bank must be pending or verify and field one of {sorted(shapes)}")
+        out = np.full(shapes[field], np.nan, dtype=np.float32)
+        check(lib.specla_factor_banks_read(self._handle, 0 if bank == "pending" else 1, layer,
+                                           ("k", "delta", "g", "x").index(field), n, float_ptr(out)))
+        return out
+
     def conv_tree(self, schedule: np.ndarray, layer: int, x, weight, conv_state: np.ndarray) -> np.ndarray:
         s = self.shape
         x, weight, sched = _f32(x), _f32(weight), _i32(schedule)
