@@ -13,15 +13,9 @@ Inputs are fresh each run (seeded from entropy); the seed is in every assertion 
 from __future__ import annotations
 
 import ctypes
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-_DEV_LIBRARY = Path(__file__).resolve().parents[1] / "build" / "dev" / "native" / "libspecla.so"
-if "SPECLA_LIBRARY" not in os.environ and _DEV_LIBRARY.exists():
-    os.environ["SPECLA_LIBRARY"] = str(_DEV_LIBRARY)
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf import quants as gguf_quants  # noqa: E402

@@ -35,7 +35,6 @@ key head h % Hk. Keys are passed per key head (N, Hk, S), as the native ops and 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
 
 import numpy as np
 
