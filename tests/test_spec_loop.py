@@ -67,6 +67,15 @@ def test_budget_tau_chain_seed_grid_is_lossless(model, budget, tau, chain_seed):
         assert max(stats.tree_nodes_per_step) <= budget + 1
 
 
+@pytest.mark.parametrize("budget", [1, 4, 16, 22, 40])
+@pytest.mark.parametrize("tau", [None, 6.0, 0.0])
+def test_budget_tau_grid_is_lossless_with_specla_off(model, budget, tau):
+    prompt = prompts(1, model.hparams.n_vocab, seed=30 + budget)[0]
+    config = SpecConfig(mode="ddtree", specla=False, budget=budget, tau=tau, top_k=8)
+    stats, _ = generate(model, prompt, N_TOKENS, config, drafter=oracle(model, prompt, 0.7))
+    assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+
+
 def test_oracle_p1_accepts_the_full_depth_every_step(model):
     prompt = prompts(1, model.hparams.n_vocab, seed=4)[0]
     stats, _ = generate(model, prompt, N_TOKENS, SpecConfig(mode="ddtree", budget=22),
