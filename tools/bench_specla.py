@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,8 @@ MODEL_GDN_LAYERS = 48
 QUICK_LAYER_CAP = 8
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 # --- provenance ---------------------------------------------------------------------------------
 def git(*args: str) -> str:
     try:
@@ -59,14 +60,7 @@ def git(*args: str) -> str:
         return ""
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
+from bench_cpu import cpu_name  # noqa: E402  (one definition of the device string for every bench)
 
 
 # --- trees (parent arrays in topological order; node 0 = the root, always accepted; depth = edges

@@ -9,29 +9,11 @@
 #include "qwen35.h"
 #include "tensor_types.h"
 
+/* One weight view against its expected shape (tensor_check in tensor_types.c); messages name the
+ * tensor as the GGUF does. */
 static specla_status check_tensor(const specla_tensor *t, const char *what, int layer, int64_t ne0, int64_t ne1,
                                   int must_be_f32) {
-    char name[96];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "blk.%d.%s", layer, what);
-    else
-        snprintf(name, sizeof name, "%s", what);
-    if (t->data == NULL) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: missing (data is NULL)", name);
-    if (type_block_elements(t->type) == 0)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "tensor %s: unsupported type id %d", name, t->type);
-    if (must_be_f32 && t->type != SPECLA_TYPE_F32)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "tensor %s: must be F32, got %s", name, type_name(t->type));
-    if (t->ne0 != ne0 || t->ne1 != ne1)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: shape {%d, %d}, expected {%lld, %lld}", name,
-                           t->ne0, t->ne1, (long long)ne0, (long long)ne1);
-    const int64_t row = type_row_bytes(t->type, t->ne0);
-    if (row < 0)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: row length %d is not a multiple of the %s block",
-                           name, t->ne0, type_name(t->type));
-    if (row * t->ne1 != t->nbytes)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: %lld bytes, expected %lld", name,
-                           (long long)t->nbytes, (long long)(row * t->ne1));
-    return SPECLA_OK;
+    return tensor_check(t, "tensor", what, layer, ne0, ne1, must_be_f32);
 }
 
 #define CHECK(expr)                                                                                                    \

@@ -56,6 +56,11 @@ const char *type_name(int32_t type);
 /* Bytes of one row of n elements (n a multiple of the block); -1 when not representable. */
 int64_t type_row_bytes(int32_t type, int64_t n);
 
+/* Shape, type and byte-count check of one weight view handed in through the ABI. The tensor is
+ * named "<kind> blk.<layer>.<what>" (layer < 0: "<kind> <what>") in the message. */
+specla_status tensor_check(const specla_tensor *t, const char *kind, const char *what, int layer, int64_t ne0,
+                           int64_t ne1, int must_be_f32);
+
 float half_to_float(specla_half h);
 float bf16_to_float(specla_bf16 h);
 
