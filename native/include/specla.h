@@ -49,6 +49,10 @@ typedef enum specla_status {
 typedef enum specla_type {
     SPECLA_TYPE_F32 = 0,
     SPECLA_TYPE_F16 = 1,
+    SPECLA_TYPE_Q4_0 = 2,
+    SPECLA_TYPE_Q4_1 = 3,
+    SPECLA_TYPE_Q5_0 = 6,
+    SPECLA_TYPE_Q5_1 = 7,
     SPECLA_TYPE_Q8_0 = 8,
     SPECLA_TYPE_Q4_K = 12,
     SPECLA_TYPE_Q5_K = 13,

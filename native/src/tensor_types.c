@@ -10,6 +10,10 @@ int type_block_elements(int32_t type) {
     case SPECLA_TYPE_F32:
     case SPECLA_TYPE_F16:
     case SPECLA_TYPE_BF16: return 1;
+    case SPECLA_TYPE_Q4_0: return QK4_0;
+    case SPECLA_TYPE_Q4_1: return QK4_1;
+    case SPECLA_TYPE_Q5_0: return QK5_0;
+    case SPECLA_TYPE_Q5_1: return QK5_1;
     case SPECLA_TYPE_Q8_0: return QK8_0;
     case SPECLA_TYPE_Q4_K:
     case SPECLA_TYPE_Q5_K:
@@ -23,6 +27,10 @@ int type_block_bytes(int32_t type) {
     case SPECLA_TYPE_F32: return 4;
     case SPECLA_TYPE_F16:
     case SPECLA_TYPE_BF16: return 2;
+    case SPECLA_TYPE_Q4_0: return (int)sizeof(block_q4_0);
+    case SPECLA_TYPE_Q4_1: return (int)sizeof(block_q4_1);
+    case SPECLA_TYPE_Q5_0: return (int)sizeof(block_q5_0);
+    case SPECLA_TYPE_Q5_1: return (int)sizeof(block_q5_1);
     case SPECLA_TYPE_Q8_0: return (int)sizeof(block_q8_0);
     case SPECLA_TYPE_Q4_K: return (int)sizeof(block_q4_K);
     case SPECLA_TYPE_Q5_K: return (int)sizeof(block_q5_K);
@@ -36,6 +44,10 @@ const char *type_name(int32_t type) {
     case SPECLA_TYPE_F32: return "F32";
     case SPECLA_TYPE_F16: return "F16";
     case SPECLA_TYPE_BF16: return "BF16";
+    case SPECLA_TYPE_Q4_0: return "Q4_0";
+    case SPECLA_TYPE_Q4_1: return "Q4_1";
+    case SPECLA_TYPE_Q5_0: return "Q5_0";
+    case SPECLA_TYPE_Q5_1: return "Q5_1";
     case SPECLA_TYPE_Q8_0: return "Q8_0";
     case SPECLA_TYPE_Q4_K: return "Q4_K";
     case SPECLA_TYPE_Q5_K: return "Q5_K";

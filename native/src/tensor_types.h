@@ -7,12 +7,48 @@
 
 #include "specla.h"
 
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
 #define QK8_0 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
 
 typedef uint16_t specla_half; /* IEEE binary16 bits */
 typedef uint16_t specla_bf16; /* bfloat16 bits */
+
+/* Q4_0: x = d * (q - 8); element l < 16 is the low nibble of qs[l], element l + 16 its high nibble */
+typedef struct {
+    specla_half d;
+    uint8_t qs[QK4_0 / 2];
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 size");
+
+/* Q4_1: x = d * q + m, nibbles as Q4_0 */
+typedef struct {
+    specla_half d;
+    specla_half m;
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 size");
+
+/* Q5_0: x = d * (q - 16); low 4 bits as Q4_0, bit 4 of element l is bit l of qh (little-endian u32) */
+typedef struct {
+    specla_half d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 size");
+
+/* Q5_1: x = d * q + m, bits as Q5_0 */
+typedef struct {
+    specla_half d;
+    specla_half m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 size");
 
 /* Q8_0: x = d * q */
 typedef struct {

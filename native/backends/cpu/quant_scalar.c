@@ -3,6 +3,10 @@
  *
  * Every value is computed with the same float32 operations, in the same order, as
  * gguf.quants.dequantize (numpy, float32), so the two agree bit for bit:
+ *   Q4_0  x = d * float(q - 8)
+ *   Q4_1  x = (d * float(q)) + m                                  one product, then one addition
+ *   Q5_0  x = d * float(q - 16)
+ *   Q5_1  x = (d * float(q)) + m
  *   Q8_0  x = float(q) * d
  *   Q4_K  x = (d * float(sc)) * float(q) - (dmin * float(m))      two products, then one subtraction
  *   Q5_K  same as Q4_K with the 5-bit q
@@ -13,6 +17,46 @@
 
 #include "cpu_ops.h"
 #include "tensor_types.h"
+
+/* Q4_0 / Q4_1 level of element l (0..31): low nibble of qs[l] for l < 16, high nibble of qs[l - 16]. */
+static inline int nibble_level(const uint8_t *qs, int l) { return l < 16 ? qs[l] & 15 : qs[l - 16] >> 4; }
+
+/* Q5_0 / Q5_1 level of element l: the nibble plus bit l of the little-endian 32-bit qh as bit 4. */
+static inline int five_bit_level(const uint8_t *qs, const uint8_t *qh, int l) {
+    return nibble_level(qs, l) | (((qh[l / 8] >> (l % 8)) & 1) << 4);
+}
+
+static void dequantize_q4_0(const block_q4_0 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float d = half_to_float(blocks[b].d);
+        for (int l = 0; l < QK4_0; l++) dst[b * QK4_0 + l] = d * (float)(nibble_level(blocks[b].qs, l) - 8);
+    }
+}
+
+static void dequantize_q4_1(const block_q4_1 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float d = half_to_float(blocks[b].d);
+        const float m = half_to_float(blocks[b].m);
+        for (int l = 0; l < QK4_1; l++) dst[b * QK4_1 + l] = d * (float)nibble_level(blocks[b].qs, l) + m;
+    }
+}
+
+static void dequantize_q5_0(const block_q5_0 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float d = half_to_float(blocks[b].d);
+        for (int l = 0; l < QK5_0; l++)
+            dst[b * QK5_0 + l] = d * (float)(five_bit_level(blocks[b].qs, blocks[b].qh, l) - 16);
+    }
+}
+
+static void dequantize_q5_1(const block_q5_1 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const float d = half_to_float(blocks[b].d);
+        const float m = half_to_float(blocks[b].m);
+        for (int l = 0; l < QK5_1; l++)
+            dst[b * QK5_1 + l] = d * (float)five_bit_level(blocks[b].qs, blocks[b].qh, l) + m;
+    }
+}
 
 static void dequantize_q8_0(const block_q8_0 *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
@@ -109,6 +153,10 @@ void cpu_dequantize_row_scalar(int32_t type, const void *src, int64_t n, float *
         for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_float(h[i]);
         break;
     }
+    case SPECLA_TYPE_Q4_0: dequantize_q4_0(src, n / QK4_0, dst); break;
+    case SPECLA_TYPE_Q4_1: dequantize_q4_1(src, n / QK4_1, dst); break;
+    case SPECLA_TYPE_Q5_0: dequantize_q5_0(src, n / QK5_0, dst); break;
+    case SPECLA_TYPE_Q5_1: dequantize_q5_1(src, n / QK5_1, dst); break;
     case SPECLA_TYPE_Q8_0: dequantize_q8_0(src, n / QK8_0, dst); break;
     case SPECLA_TYPE_Q4_K: dequantize_q4_k(src, n / QK_K, dst); break;
     case SPECLA_TYPE_Q5_K: dequantize_q5_k(src, n / QK_K, dst); break;
