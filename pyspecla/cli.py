@@ -240,11 +240,7 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     return stats
 
 
-def cmd_inspect(args) -> int:
-    from .gguf_model import ModelFile, tensor_type_name
-
-    mf = ModelFile.open(args.model)
-    hp = mf.hparams
+def _print_metadata(mf) -> None:
     print(f"file: {mf.path}")
     print(f"architecture: {mf.arch}")
     for key in sorted(mf.metadata):
@@ -256,16 +252,39 @@ def cmd_inspect(args) -> int:
         else:
             shown = repr(value)
         print(f"  {key} = {shown}")
-    pattern = "".join("R" if r else "A" for r in hp.layer_is_recurrent)
-    print(f"layers: {hp.n_layer} trunk ({pattern}; R = Gated DeltaNet, A = full attention)"
-          + (f", {hp.nextn_predict_layers} MTP layer(s) ignored" if hp.nextn_predict_layers else ""))
-    print(f"output: {'tied to token_embd' if mf.tied_output else 'own output.weight'}")
+
+
+def _print_tensors(mf) -> None:
+    from .gguf_model import tensor_type_name
+
     print(f"{'tensor':40s} {'type':6s} {'shape (ne)':>22s} {'bytes':>14s}")
     total = 0
     for name, view in mf.tensors.items():
         total += view.nbytes
         print(f"{name:40s} {tensor_type_name(view.ggml_type):6s} {str(tuple(view.ne)):>22s} {view.nbytes:>14,d}")
     print(f"{len(mf.tensors)} tensors, {total / 2**20:.1f} MiB")
+
+
+def cmd_inspect(args) -> int:
+    from .dflash_model import DraftFile, file_architecture
+    from .gguf_model import ModelFile
+
+    if file_architecture(args.model) in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
+        df = DraftFile.open(args.model)
+        _print_metadata(df)
+        hp = df.hparams
+        print(f"DFlash draft: {hp.n_layer} layers, block {hp.block_size}, mask token {hp.mask_token_id}, "
+              f"reads target layers {list(hp.target_layer_ids)}")
+        _print_tensors(df)
+        return 0
+    mf = ModelFile.open(args.model)
+    hp = mf.hparams
+    _print_metadata(mf)
+    pattern = "".join("R" if r else "A" for r in hp.layer_is_recurrent)
+    print(f"layers: {hp.n_layer} trunk ({pattern}; R = Gated DeltaNet, A = full attention)"
+          + (f", {hp.nextn_predict_layers} MTP layer(s) ignored" if hp.nextn_predict_layers else ""))
+    print(f"output: {'tied to token_embd' if mf.tied_output else 'own output.weight'}")
+    _print_tensors(mf)
     return 0
 
 

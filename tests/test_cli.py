@@ -188,3 +188,10 @@ def test_a_draft_passed_as_the_target_is_named(draft_pair):
     _, draft = draft_pair
     result = run_cli("run", draft, "-p", "x", "-n", "4")
     assert result.returncode == 2 and "is a DFlash draft" in result.stderr
+
+
+def test_inspect_describes_a_draft(draft_pair):
+    _, draft = draft_pair
+    result = run_cli("inspect", draft)
+    assert result.returncode == 0, result.stderr
+    assert "DFlash draft:" in result.stdout and "dflash.fc.weight" in result.stdout

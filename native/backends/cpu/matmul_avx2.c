@@ -2,26 +2,30 @@
  *
  * Work layout. Threads take contiguous ranges of output rows (static schedule). Each row is walked
  * once per group of at most 64 batch rows, one chunk of 256 elements at a time (one K-quant block,
- * eight Q8_0 blocks, or 256 F32/F16/BF16 values). Each chunk is decoded ONCE into a 256-float stack
+ * eight blocks of a 32-element type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; fewer in a row's last chunk
+ * when the row is not a multiple of 256), or 256 F32/F16/BF16 values). Each chunk is decoded ONCE into a 256-float stack
  * buffer and then used by every batch row of the group, so one pass over the weights serves up to 64
  * tokens. A group of one row (decode) skips the buffer: its levels go straight from the block into
  * the FMAs, the same operations in the same order (accumulate_chunk_direct).
  *
  * What is decoded, per type:
- *   - Q8_0, Q4_K, Q6_K (the decode-critical types) are decoded to their integer levels as floats,
+ *   - Q8_0, Q4_0, Q5_0, Q4_K, Q6_K (the decode-critical types; Q5_0 is most matrices of the
+ *     Qwen2.5 0.5B draft) are decoded to their integer levels as floats,
  *     not to weights: the block scales are applied once per scale group to a partial dot product,
  *     (d*sc) * sum(q*x), and the Q4_K mins once per block as dmin*m times precomputed sums of x over
  *     each 32-element sub-block. This is the same sum regrouped; it saves a multiply (and for Q4_K a
  *     subtraction) per weight, which is most of the float work of the decode path.
- *   - F32 / F16 / BF16 / Q5_K are dequantized (cpu_dequantize_row_avx2, bit-identical to the scalar
- *     oracle) and FMA'd directly.
+ *   - F32 / F16 / BF16 / Q5_K / Q4_1 / Q5_1 are dequantized (cpu_dequantize_row_avx2, bit-identical
+ *     to the scalar oracle) and FMA'd directly.
  *
  * Summation order of one output element (b, o) — fixed, and independent of n_batch, of the 64-row
  * grouping, of the thread count and of which thread runs the row, so the kernel is batch-invariant
  * (row b of y has the same bits whatever else is in the batch). Four 8-lane accumulators a0..a3 start
  * at +0; "t = q.x" below is an 8-lane partial dot: t = q[0:8]*x[0:8], then t = fma(q[8k:8k+8],
  * x[8k:8k+8], t) for k = 1, 2, ... in order. Blocks and elements are visited in increasing order.
- *   Q8_0  per block k (32 values): t = q.x over its 4 vectors; a[k % 2] = fma(d_k, t, a[k % 2]).
+ *   Q8_0, Q4_0, Q5_0  per block k (32 values): t = q.x over its 4 vectors, q the signed level
+ *         (the int8 for Q8_0, nibble - 8 for Q4_0, 5-bit level - 16 for Q5_0);
+ *         a[k % 2] = fma(d_k, t, a[k % 2]).
  *   Q4_K  per block, per nibble pair p = 0..3 (sub-blocks 2p and 2p+1, 32 bytes of qs):
  *         t_lo = q.x of sub-block 2p, t_hi = (16 q).x of sub-block 2p+1 (the high nibble kept in
  *         place, an exact power-of-two scaling), a0 = fma(d*sc_2p, t_lo, a0),
@@ -38,6 +42,7 @@
  * bit for bit. */
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_ops.h"
 #include "tensor_types.h"
@@ -51,8 +56,8 @@
 
 /* Everything one chunk decodes to, shared by all batch rows of a group. */
 typedef struct chunk_decoded {
-    _Alignas(32) float q[MATMUL_CHUNK]; /* levels (Q8_0/Q4_K/Q6_K) or weights (other types) */
-    _Alignas(32) float scale[16];       /* per scale group (Q8_0: 8 blocks, Q4_K: 8, Q6_K: 16) */
+    _Alignas(32) float q[MATMUL_CHUNK]; /* levels (Q8_0/Q4_0/Q5_0/Q4_K/Q6_K) or weights (others) */
+    _Alignas(32) float scale[16];       /* per scale group (Q8_0/Q4_0/Q5_0: 8 blocks, Q4_K: 8, Q6_K: 16) */
     _Alignas(32) float min[8];          /* Q4_K: dmin * m per sub-block */
     const float *weights;               /* other types: the weights (q, or the F32 row itself) */
     int64_t len;                        /* elements in this chunk (256 except a row's last chunk) */
@@ -82,6 +87,48 @@ static void subblock_sums(const float *x, int64_t count, float *sums) {
 /* Q8_0: levels q[8g .. 8g+8) of a block as floats. */
 ALWAYS_INLINE __m256 q8_0_levels(const block_q8_0 *blk, int g) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 8 * g))));
+}
+
+/* Q4_0 / Q5_0: the 32 signed levels of a block in element order (element l < 16 in the low nibble
+ * of qs[l], l + 16 in its high nibble; Q5_0's fifth bit is bit l of the little-endian 32-bit qh).
+ * The same unpacking as quant_avx2.c's nibbles_32 / fifth_bits_32 (kept here so these inline). */
+ALWAYS_INLINE __m256i legacy_nibbles(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i low4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+ALWAYS_INLINE __m256i q4_0_levels_i8(const block_q4_0 *blk) {
+    return _mm256_sub_epi8(legacy_nibbles(blk->qs), _mm256_set1_epi8(8));
+}
+
+ALWAYS_INLINE __m256i q5_0_levels_i8(const block_q5_0 *blk) {
+    uint32_t bits;
+    memcpy(&bits, blk->qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i fifth = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(_mm256_or_si256(legacy_nibbles(blk->qs), fifth), _mm256_set1_epi8(16));
+}
+
+/* Levels [8g, 8g+8) of 32 signed bytes as floats. */
+ALWAYS_INLINE __m256 i8x32_levels(__m256i levels, int g) {
+    const __m128i half = g < 2 ? _mm256_castsi256_si128(levels) : _mm256_extracti128_si256(levels, 1);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32((g & 1) ? _mm_srli_si128(half, 8) : half));
+}
+
+/* The 32 signed levels and the scale of block k of a Q4_0 / Q5_0 run of blocks. */
+ALWAYS_INLINE __m256i legacy_block(int32_t type, const uint8_t *blocks, int64_t k, float *d) {
+    if (type == SPECLA_TYPE_Q4_0) {
+        const block_q4_0 *blk = (const block_q4_0 *)blocks + k;
+        *d = _cvtsh_ss(blk->d);
+        return q4_0_levels_i8(blk);
+    }
+    const block_q5_0 *blk = (const block_q5_0 *)blocks + k;
+    *d = _cvtsh_ss(blk->d);
+    return q5_0_levels_i8(blk);
 }
 
 /* Q4_K: scale[j] = d * sc_j (divided by 16 for odd j, whose levels are decoded as 16 q: exact),
@@ -151,6 +198,14 @@ ALWAYS_INLINE void decode_q8_0(const block_q8_0 *blocks, int64_t len, chunk_deco
     }
 }
 
+/* Q4_0 / Q5_0: blocks points at the chunk's first block. */
+ALWAYS_INLINE void decode_legacy(int32_t type, const uint8_t *blocks, int64_t len, chunk_decoded *dc) {
+    for (int64_t k = 0; k < len / 32; k++) {
+        const __m256i levels = legacy_block(type, blocks, k, &dc->scale[k]);
+        for (int g = 0; g < 4; g++) _mm256_store_ps(dc->q + 32 * k + 8 * g, i8x32_levels(levels, g));
+    }
+}
+
 ALWAYS_INLINE void decode_q4_k(const block_q4_K *blk, chunk_decoded *dc) {
     q4_k_scales(blk, dc->scale, dc->min);
     for (int p = 0; p < 4; p++) {
@@ -174,6 +229,8 @@ ALWAYS_INLINE void decode_chunk(int32_t type, const uint8_t *row, int64_t c, int
     dc->len = len;
     switch (type) {
     case SPECLA_TYPE_Q8_0: decode_q8_0((const block_q8_0 *)row + 8 * c, len, dc); break;
+    case SPECLA_TYPE_Q4_0: decode_legacy(type, (const uint8_t *)((const block_q4_0 *)row + 8 * c), len, dc); break;
+    case SPECLA_TYPE_Q5_0: decode_legacy(type, (const uint8_t *)((const block_q5_0 *)row + 8 * c), len, dc); break;
     case SPECLA_TYPE_Q4_K: decode_q4_k((const block_q4_K *)row + c, dc); break;
     case SPECLA_TYPE_Q6_K: decode_q6_k((const block_q6_K *)row + c, dc); break;
     case SPECLA_TYPE_F32: dc->weights = (const float *)row + MATMUL_CHUNK * c; break; /* no copy */
@@ -202,6 +259,8 @@ ALWAYS_INLINE void accumulate_chunk(int32_t type, const chunk_decoded *dc, const
                                     __m256 *a) {
     switch (type) {
     case SPECLA_TYPE_Q8_0:
+    case SPECLA_TYPE_Q4_0:
+    case SPECLA_TYPE_Q5_0:
         for (int64_t k = 0; k < dc->len / QK8_0; k++)
             a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[k]), partial_dot(dc->q + 32 * k, x + 32 * k, 4),
                                        a[k & 1]);
@@ -252,6 +311,20 @@ ALWAYS_INLINE void accumulate_chunk_direct(int32_t type, const uint8_t *row, int
             __m256 t = _mm256_mul_ps(q8_0_levels(&blocks[k], 0), _mm256_loadu_ps(xk));
             for (int g = 1; g < 4; g++) t = _mm256_fmadd_ps(q8_0_levels(&blocks[k], g), _mm256_loadu_ps(xk + 8 * g), t);
             a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(blocks[k].d)), t, a[k & 1]);
+        }
+        break;
+    }
+    case SPECLA_TYPE_Q4_0:
+    case SPECLA_TYPE_Q5_0: {
+        const uint8_t *blocks = type == SPECLA_TYPE_Q4_0 ? (const uint8_t *)((const block_q4_0 *)row + 8 * c)
+                                                         : (const uint8_t *)((const block_q5_0 *)row + 8 * c);
+        for (int64_t k = 0; k < len / 32; k++) {
+            float d;
+            const __m256i levels = legacy_block(type, blocks, k, &d);
+            const float *xk = x + 32 * k;
+            __m256 t = _mm256_mul_ps(i8x32_levels(levels, 0), _mm256_loadu_ps(xk));
+            for (int g = 1; g < 4; g++) t = _mm256_fmadd_ps(i8x32_levels(levels, g), _mm256_loadu_ps(xk + 8 * g), t);
+            a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), t, a[k & 1]);
         }
         break;
     }
@@ -350,6 +423,8 @@ ALWAYS_INLINE void matmul_row(int32_t type, const matmul_job *job, int64_t o) {
 
 /* One specialised copy of the row loop per type (the switches above fold away). */
 static void matmul_rows_q8_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q8_0, job, o); }
+static void matmul_rows_q4_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q4_0, job, o); }
+static void matmul_rows_q5_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q5_0, job, o); }
 static void matmul_rows_q4_k(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q4_K, job, o); }
 static void matmul_rows_q6_k(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q6_K, job, o); }
 static void matmul_rows_f32(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_F32, job, o); }
@@ -370,6 +445,8 @@ void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x,
     void (*row_fn)(const matmul_job *, int64_t);
     switch (w->type) {
     case SPECLA_TYPE_Q8_0: row_fn = matmul_rows_q8_0; break;
+    case SPECLA_TYPE_Q4_0: row_fn = matmul_rows_q4_0; break;
+    case SPECLA_TYPE_Q5_0: row_fn = matmul_rows_q5_0; break;
     case SPECLA_TYPE_Q4_K: row_fn = matmul_rows_q4_k; break;
     case SPECLA_TYPE_Q6_K: row_fn = matmul_rows_q6_k; break;
     case SPECLA_TYPE_F32: row_fn = matmul_rows_f32; break;

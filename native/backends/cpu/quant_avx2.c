@@ -146,6 +146,71 @@ static void dequantize_q6_k(const block_q6_K *blocks, int64_t n_blocks, float *d
     }
 }
 
+/* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1: blocks of 32, element l < 16 in the low nibble of qs[l], element
+ * l + 16 in its high nibble, bit 4 (Q5_x) in bit l of the little-endian 32-bit qh ---------------- */
+
+/* The 32 nibbles of qs in element order: low nibbles (elements 0..15), then high (16..31). */
+static inline __m256i nibbles_32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i low4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+/* Byte l = 16 where bit l of the 32-bit qh is set, else 0. */
+static inline __m256i fifth_bits_32(const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    /* byte l of the result takes byte l / 8 of qh, then keeps only bit l % 8 of it */
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+/* 32 unsigned bytes -> y[0..32) = (scale * float(q)) + offset, the Q4_1 / Q5_1 order. */
+static inline void store_32_u8_plus(float *y, __m256i bytes, __m256 scale, __m256 offset) {
+    const __m128i lo = _mm256_castsi256_si128(bytes);
+    const __m128i hi = _mm256_extracti128_si256(bytes, 1);
+    const __m256i q[4] = {_mm256_cvtepu8_epi32(lo), _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)),
+                          _mm256_cvtepu8_epi32(hi), _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))};
+    for (int g = 0; g < 4; g++)
+        _mm256_storeu_ps(y + 8 * g, _mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(q[g])), offset));
+}
+
+static void dequantize_q4_0(const block_q4_0 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const __m256 d = _mm256_set1_ps(half_to_float(blocks[b].d));
+        const __m256i q = _mm256_sub_epi8(nibbles_32(blocks[b].qs), _mm256_set1_epi8(8));
+        store_32_i8(dst + b * QK4_0, q, d, d); /* d * float(q - 8) */
+    }
+}
+
+static void dequantize_q4_1(const block_q4_1 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        store_32_u8_plus(dst + b * QK4_1, nibbles_32(blocks[b].qs), _mm256_set1_ps(half_to_float(blocks[b].d)),
+                         _mm256_set1_ps(half_to_float(blocks[b].m)));
+    }
+}
+
+static void dequantize_q5_0(const block_q5_0 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const __m256 d = _mm256_set1_ps(half_to_float(blocks[b].d));
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(blocks[b].qs), fifth_bits_32(blocks[b].qh)),
+                                          _mm256_set1_epi8(16));
+        store_32_i8(dst + b * QK5_0, q, d, d); /* d * float(q - 16) */
+    }
+}
+
+static void dequantize_q5_1(const block_q5_1 *blocks, int64_t n_blocks, float *dst) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const __m256i q = _mm256_or_si256(nibbles_32(blocks[b].qs), fifth_bits_32(blocks[b].qh));
+        store_32_u8_plus(dst + b * QK5_1, q, _mm256_set1_ps(half_to_float(blocks[b].d)),
+                         _mm256_set1_ps(half_to_float(blocks[b].m)));
+    }
+}
+
 static void dequantize_f16(const specla_half *src, int64_t n, float *dst) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -173,6 +238,10 @@ void cpu_dequantize_row_avx2(int32_t type, const void *src, int64_t n, float *ds
     case SPECLA_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case SPECLA_TYPE_F16: dequantize_f16(src, n, dst); break;
     case SPECLA_TYPE_BF16: dequantize_bf16(src, n, dst); break;
+    case SPECLA_TYPE_Q4_0: dequantize_q4_0(src, n / QK4_0, dst); break;
+    case SPECLA_TYPE_Q4_1: dequantize_q4_1(src, n / QK4_1, dst); break;
+    case SPECLA_TYPE_Q5_0: dequantize_q5_0(src, n / QK5_0, dst); break;
+    case SPECLA_TYPE_Q5_1: dequantize_q5_1(src, n / QK5_1, dst); break;
     case SPECLA_TYPE_Q8_0: dequantize_q8_0(src, n / QK8_0, dst); break;
     case SPECLA_TYPE_Q4_K: dequantize_q4_k(src, n / QK_K, dst); break;
     case SPECLA_TYPE_Q5_K: dequantize_q5_k(src, n / QK_K, dst); break;
