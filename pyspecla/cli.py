@@ -71,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
     spec.add_argument("--draft", default=None, metavar="DRAFT",
-                      help="a DFlash draft GGUF for this target, or oracle:p=P — a BENCHMARK TOOL that proposes "
+                      help="a DFlash draft GGUF for this target; or ngram[:n=N,max=M] — prompt lookup, no draft "
+                           "model: propose the tokens that followed the latest earlier occurrence of the text's "
+                           "longest suffix n-gram (N down to 1, default 3; at most M tokens, default 10; no match "
+                           "costs a plain decode step); or oracle:p=P — a BENCHMARK TOOL that proposes "
                            "the target's own greedy continuation (from a prior plain pass) with each token replaced "
                            "by a wrong one with probability 1-P")
     spec.add_argument("--specla", action="store_true",
@@ -195,9 +198,14 @@ def spec_config_from_args(args, max_depth: int = 15):
 
 
 def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int):
-    """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool)."""
-    from .spec.drafters import DFlashDrafter, OracleDrafter
+    """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool);
+    ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
+    existing file is loaded as a draft GGUF)."""
+    from .spec.drafters import DFlashDrafter, NgramDrafter, OracleDrafter
 
+    if spec.startswith("ngram") and not os.path.exists(spec):
+        max_n, max_tokens = NgramDrafter.parse(spec)
+        return NgramDrafter(max_n=max_n, max_tokens=max_tokens)
     if spec.startswith("oracle"):
         p = OracleDrafter.parse(spec)
         continuation = model.generate(prompt_ids, n_predict + 16)

@@ -36,12 +36,17 @@ __all__ = [
 
 ARCH = "qwen35"
 
-# Tensor types the native matmul / get_rows kernels handle (the GGML ids, as in specla.h).
+# Tensor types the native matmul / get_rows kernels handle (the GGML ids, as in specla.h). Only
+# 2-D weights may use anything but F32: 1-D tensors and ssm_conv1d are checked to be F32 below.
 SUPPORTED_TYPES: frozenset[int] = frozenset(
     {
         GGMLQuantizationType.F32,
         GGMLQuantizationType.F16,
         GGMLQuantizationType.BF16,
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q5_0,
+        GGMLQuantizationType.Q5_1,
         GGMLQuantizationType.Q8_0,
         GGMLQuantizationType.Q4_K,
         GGMLQuantizationType.Q5_K,

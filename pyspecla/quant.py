@@ -1,4 +1,5 @@
-"""Numpy encoder for the GGML block formats pyspecla writes: Q8_0, Q4_K, Q5_K, Q6_K (+ F32/F16/BF16).
+"""Numpy encoder for the GGML block formats pyspecla writes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+Q5_K, Q6_K (+ F32/F16/BF16).
 
     quantize(data, qtype) -> uint8 (..., n // block * block_bytes), byte-exact GGML block layout
     dequantize(raw, qtype) -> float32 (..., n)                    (gguf.quants.dequantize)
@@ -10,7 +11,14 @@ make_qx_quants, which is what llama-quantize runs without an imatrix), computed 
 the C code, but with coarser scale-search grids (see _Q4_K_SEARCH) for speed. With llama.cpp's
 grids patched in, the bytes equal its reference block for block, except that a rare near-tie
 falls the other way (summation order differs).
-Q8_0 and BF16 are delegated to gguf.quants, so those bytes are exactly what gguf writes.
+Q8_0, BF16 and the legacy Q4_0 / Q4_1 / Q5_0 / Q5_1 are delegated to gguf.quants, so those bytes
+are exactly what gguf writes; gguf's legacy quantizers are vectorised transcriptions of llama.cpp's
+quantize_row_q{4,5}_{0,1}_ref (the tests check them against a literal per-block transcription):
+  Q4_0 / Q5_0  d = m / -8 (/ -16), m the element of largest |x| with its sign; q = trunc(x/d + 8.5)
+               (+ 16.5) clamped to 15 (31)
+  Q4_1 / Q5_1  d = (max - min) / 15 (/ 31), m = min; q = trunc((x - min)/d + 0.5) clamped to 15 (31)
+  element l < 16 in the low nibble of qs[l], l + 16 in the high nibble; Q5_x bit 4 of element l is
+  bit l of the little-endian 32-bit qh.
 
 Speed: everything is vectorised over all blocks of a chunk. Sub-blocks are laid out as columns
 (shape (sub_block_len, n_sub_blocks)) because numpy reduces along axis 0 of a C-contiguous array
@@ -280,6 +288,19 @@ def _encode_q8_0(blocks: np.ndarray) -> np.ndarray:
     return encoded
 
 
+def _encode_legacy(qtype: GGMLQuantizationType, has_min: bool) -> Callable[[np.ndarray], np.ndarray]:
+    encode_with_gguf = _encode_with_gguf(qtype)
+
+    def encode(blocks: np.ndarray) -> np.ndarray:
+        encoded = encode_with_gguf(blocks)
+        # gguf lets d (and the stored min) overflow to inf in float16
+        halves = encoded[:, :4 if has_min else 2].copy().view(np.float16)
+        if not np.isfinite(halves).all():
+            raise _ScaleOverflow
+        return encoded
+    return encode
+
+
 def _encode_f16(blocks: np.ndarray) -> np.ndarray:
     half = blocks.astype(np.float16)
     overflow = np.isinf(half) & np.isfinite(blocks)
@@ -293,6 +314,10 @@ _ENCODERS: dict[GGMLQuantizationType, Callable[[np.ndarray], np.ndarray]] = {
     GGMLQuantizationType.F16: _encode_f16,
     GGMLQuantizationType.BF16: _encode_with_gguf(GGMLQuantizationType.BF16),
     GGMLQuantizationType.Q8_0: _encode_q8_0,
+    GGMLQuantizationType.Q4_0: _encode_legacy(GGMLQuantizationType.Q4_0, has_min=False),
+    GGMLQuantizationType.Q4_1: _encode_legacy(GGMLQuantizationType.Q4_1, has_min=True),
+    GGMLQuantizationType.Q5_0: _encode_legacy(GGMLQuantizationType.Q5_0, has_min=False),
+    GGMLQuantizationType.Q5_1: _encode_legacy(GGMLQuantizationType.Q5_1, has_min=True),
     GGMLQuantizationType.Q4_K: _encode_q4_k,
     GGMLQuantizationType.Q5_K: _encode_q5_k,
     GGMLQuantizationType.Q6_K: _encode_q6_k,
@@ -333,8 +358,9 @@ def type_size(qtype) -> int:
 def quantize(data: np.ndarray, qtype) -> np.ndarray:
     """Encode float data (..., n) to GGML blocks of qtype: uint8 (..., n // block * block_bytes).
 
-    qtype: a GGMLQuantizationType (or its int value or name) among Q8_0, Q4_K, Q5_K, Q6_K, F32,
-    F16, BF16. n must be a multiple of the block size (32 for Q8_0, 256 for the K-quants).
+    qtype: a GGMLQuantizationType (or its int value or name) among Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+    Q4_K, Q5_K, Q6_K, F32, F16, BF16. n must be a multiple of the block size (32 for Q8_0 and the
+    legacy Q4_0 … Q5_1, 256 for the K-quants).
     gguf.quants.dequantize(result, qtype) gives back an approximation of data, shape (..., n).
     Quantized types reject NaN/inf input and values whose f16 block scale would overflow."""
     qtype = _resolve_type(qtype)

@@ -24,10 +24,12 @@ from pyspecla import _native, ops  # noqa: E402
 from pyspecla._native import float_ptr, lib  # noqa: E402
 
 T = GGMLQuantizationType
-ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
-QUANT_TYPES = [T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+LEGACY_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1]
+ALL_TYPES = [T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, *LEGACY_TYPES]
+QUANT_TYPES = [T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, *LEGACY_TYPES]
 # byte offsets of the f16 scale fields inside a block (kept finite in random blocks)
-F16_FIELDS = {T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+F16_FIELDS = {T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+              T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2]}
 MATMUL_TOL = 1e-5
 QK_K = 256
 
@@ -135,7 +137,7 @@ def row_length(qtype, kind: str) -> int:
     if block == QK_K:
         return {"a": 512, "b": 768}[kind]
     if block == 32:
-        return {"a": 96, "b": 288}[kind]  # Q8_0: 3 blocks; one 256 chunk + one block
+        return {"a": 96, "b": 288}[kind]  # Q8_0 / Q4_0 … Q5_1: 3 blocks; one 256 chunk + one block
     return {"a": 37, "b": 300}[kind]  # F32/F16/BF16: ragged tails of 5 and 44 elements
 
 
@@ -230,6 +232,23 @@ def test_matmul_wide_rows_q4_k_q6_k():
             assert_matmul_close(y, expected, magnitude, f"{qtype.name} wide n_batch={n_batch} seed={seed}")
 
 
+@pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
+def test_matmul_legacy_qwen_sized_rows(cpu_kernels, qtype):
+    """Rows of the Qwen2.5 0.5B draft: 896 inputs (three 256 chunks + a 128-element one) and 4864
+    (19 chunks); n_batch 1 (the AVX2 direct path) and 5 (the buffered path)."""
+    skip_unless_available(cpu_kernels)
+    r, seed = fresh_rng()
+    for n_in, n_out in ((896, 9), (4864, 3)):
+        raw = random_blocks(r, qtype, n_out, n_in, scale=0.02)
+        x = r.standard_normal((5, n_in)).astype(np.float32)
+        y5 = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels=cpu_kernels)
+        y1 = ops.matmul(raw, qtype, n_in, n_out, x[3:4], cpu_kernels=cpu_kernels)
+        expected, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+        what = f"{qtype.name} {n_out}x{n_in} {cpu_kernels} seed={seed}"
+        assert_matmul_close(y5, expected, magnitude, what)
+        assert_same_bits(y1[0], y5[3], f"{what}: n_batch 1 vs 5")
+
+
 # --------------------------------------------------------------------------------------------------
 # bad arguments: a status and a message naming the op, never a crash
 
@@ -250,8 +269,8 @@ def test_dequantize_bad_arguments():
     src = np.zeros(1024, np.uint8)
     dst = np.zeros(256, np.float32)
     op = "specla_op_dequantize"
-    expect_error(lib.specla_op_dequantize(options(), 2, src.ctypes.data, 32, float_ptr(dst)), op, "type 2",
-                 code=_native.ERR_UNSUPPORTED)  # Q4_0: not supported
+    expect_error(lib.specla_op_dequantize(options(), 10, src.ctypes.data, 256, float_ptr(dst)), op, "type 10",
+                 code=_native.ERR_UNSUPPORTED)  # Q2_K: not supported
     expect_error(lib.specla_op_dequantize(options(), 999, src.ctypes.data, 32, float_ptr(dst)), op,
                  code=_native.ERR_UNSUPPORTED)
     expect_error(lib.specla_op_dequantize(options(), int(T.Q4_K), src.ctypes.data, 100, float_ptr(dst)), op, "100")
@@ -282,8 +301,8 @@ def test_matmul_bad_arguments():
     expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 256, 4, 0, 144 * 3)), op, "nbytes", "576")
     expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 128, 4, 0, 144 * 4)), op, "ne0", "128")
     expect_error(call(_native.Tensor(raw.ctypes.data, int(T.Q4_K), 256, 0, 0, 0)), op, "ne1")
-    expect_error(call(_native.Tensor(raw.ctypes.data, 3, 256, 4, 0, 144 * 4)), op, "type 3",
-                 code=_native.ERR_UNSUPPORTED)
+    expect_error(call(_native.Tensor(raw.ctypes.data, 11, 256, 4, 0, 144 * 4)), op, "type 11",
+                 code=_native.ERR_UNSUPPORTED)  # Q3_K: not supported
     expect_error(call(_native.Tensor(None, int(T.Q4_K), 256, 4, 0, 144 * 4)), op, "data")
     expect_error(call(good, n_batch=0), op, "n_batch")
     expect_error(call(good, x_ptr=None), op, "x")

@@ -12,16 +12,23 @@ from gguf import quants as gguf_quants
 from pyspecla import quant
 from pyspecla.errors import UsageError
 
-QUANT_TYPES = [T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
-BLOCK = {T.Q8_0: (32, 34), T.Q4_K: (256, 144), T.Q5_K: (256, 176), T.Q6_K: (256, 210)}
+LEGACY_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1]
+QUANT_TYPES = [T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, *LEGACY_TYPES]
+BLOCK = {T.Q8_0: (32, 34), T.Q4_K: (256, 144), T.Q5_K: (256, 176), T.Q6_K: (256, 210),
+         T.Q4_0: (32, 18), T.Q4_1: (32, 20), T.Q5_0: (32, 22), T.Q5_1: (32, 24)}
 
 # Relative RMS error bounds, per distribution. Measured maxima over 5 seeds × the shapes below:
 # Q8_0 .0062/.0041/.0131, Q4_K .084/.058/.100, Q5_K .039/.030/.053, Q6_K .019/.014/.039
-# (gaussian/uniform/outliers); llama.cpp's own quantizers land within ~2 % of these.
+# (gaussian/uniform/outliers); llama.cpp's own quantizers land within ~2 % of these. The legacy
+# types are llama.cpp's (gguf's) quantizers exactly: Q4_0 .093/.068/.149, Q4_1 .084/.065/.181,
+# Q5_0 .046/.033/.094, Q5_1 .040/.032/.076.
 ERROR_BOUND = {
-    "gaussian": {T.Q8_0: 0.01, T.Q4_K: 0.12, T.Q5_K: 0.06, T.Q6_K: 0.03},
-    "uniform": {T.Q8_0: 0.01, T.Q4_K: 0.12, T.Q5_K: 0.06, T.Q6_K: 0.03},
-    "outliers": {T.Q8_0: 0.02, T.Q4_K: 0.14, T.Q5_K: 0.08, T.Q6_K: 0.06},
+    "gaussian": {T.Q8_0: 0.01, T.Q4_K: 0.12, T.Q5_K: 0.06, T.Q6_K: 0.03,
+                 T.Q4_0: 0.12, T.Q4_1: 0.11, T.Q5_0: 0.06, T.Q5_1: 0.055},
+    "uniform": {T.Q8_0: 0.01, T.Q4_K: 0.12, T.Q5_K: 0.06, T.Q6_K: 0.03,
+                T.Q4_0: 0.09, T.Q4_1: 0.09, T.Q5_0: 0.045, T.Q5_1: 0.045},
+    "outliers": {T.Q8_0: 0.02, T.Q4_K: 0.14, T.Q5_K: 0.08, T.Q6_K: 0.06,
+                 T.Q4_0: 0.19, T.Q4_1: 0.23, T.Q5_0: 0.12, T.Q5_1: 0.10},
 }
 
 
@@ -70,8 +77,11 @@ def test_error_bound(qtype, distribution, shape, seed):
 # Tighter bounds on a large sample guard the scale search itself: the plain min/max fit alone
 # gives Q4_K 0.078 / Q5_K 0.038; the default grids 0.0719 / 0.0362 / 0.0177 (Q6_K);
 # llama.cpp's full search ≈ 0.0715 / 0.0361 / 0.0177.
+# Legacy types (measured 0.0859 / 0.0782 / 0.0427 / 0.0379): one scale per 32 elements.
 @pytest.mark.parametrize("qtype,bound", [(T.Q4_K, 0.0735), (T.Q5_K, 0.0370), (T.Q6_K, 0.0182),
-                                         (T.Q8_0, 0.0056)], ids=lambda v: getattr(v, "name", v))
+                                         (T.Q8_0, 0.0056), (T.Q4_0, 0.0870), (T.Q4_1, 0.0795),
+                                         (T.Q5_0, 0.0435), (T.Q5_1, 0.0385)],
+                         ids=lambda v: getattr(v, "name", v))
 def test_error_on_large_gaussian_sample(qtype, bound):
     x = np.random.default_rng(7).standard_normal((64, 4096)).astype(np.float32)
     _, y = round_trip(x, qtype)
@@ -136,6 +146,19 @@ def test_q8_0_bit_equal_to_gguf():
         x = (rng.standard_normal(shape) * rng.uniform(0.01, 100)).astype(np.float32)
         x[0, :32] = 0
         assert np.array_equal(quant.quantize(x, T.Q8_0), gguf_quants.quantize(x, T.Q8_0))
+
+
+@pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
+def test_legacy_bit_equal_to_gguf(qtype):
+    rng = np.random.default_rng([5, int(qtype)])
+    for shape in [(1, 32), (9, 96), (4, 2816)]:
+        x = (rng.standard_normal(shape) * rng.uniform(0.01, 100)).astype(np.float32)
+        x[0, :32] = 0
+        if shape[0] > 1:
+            x[1, 32:64] = 0.25  # constant block: Q4_1 / Q5_1 d = 0
+            x[1, 0] = -x[1, 1]  # a ±tie for the signed maximum of Q4_0 / Q5_0
+            x[1, 1] = np.abs(x[1]).max()
+        assert np.array_equal(quant.quantize(x, qtype), gguf_quants.quantize(x, qtype)), shape
 
 
 def test_raw_types_round_trip():
@@ -452,7 +475,7 @@ def test_bad_row_length():
         quant.quantize(np.zeros(40, np.float32), T.Q8_0)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_0, T.IQ4_NL, T.Q2_K])
+@pytest.mark.parametrize("qtype", [T.Q3_K, T.IQ4_NL, T.Q2_K])
 def test_unsupported_type(qtype):
     with pytest.raises(UsageError, match=f"{qtype.name} is not supported"):
         quant.quantize(np.zeros((1, 256), np.float32), qtype)
@@ -469,7 +492,9 @@ def test_bad_values():
     x[1, 7] = np.nan
     with pytest.raises(UsageError, match="non-finite value nan at row 1, column 7"):
         quant.quantize(x, T.Q4_K)
-    for qtype, big in [(T.Q8_0, 1e7), (T.Q4_K, 1e8), (T.Q5_K, 1e9), (T.Q6_K, 1e9), (T.Q6_K, 1e20)]:
+    for qtype, big in [(T.Q8_0, 1e7), (T.Q4_K, 1e8), (T.Q5_K, 1e9), (T.Q6_K, 1e9), (T.Q6_K, 1e20),
+                       (T.Q4_0, 1e6), (T.Q5_0, 2e6), (T.Q4_1, 1e6), (T.Q5_1, 3e6),
+                       (T.Q4_1, -7e4), (T.Q5_1, -7e4)]:  # the last two: the stored min overflows
         x = np.ones((2, 256), np.float32)
         x[1, 3] = big
         with pytest.raises(UsageError, match=f"too large to quantize to {qtype.name}.*rows 0..1"):
@@ -490,3 +515,111 @@ def test_dequantize_wrapper():
         quant.dequantize(raw[:, :-1], T.Q5_K)
     with pytest.raises(UsageError, match="uint8"):
         quant.dequantize(raw.view(np.int8), T.Q5_K)
+
+
+# --------------------------------------------------------------------------------------------
+# legacy Q4_0 / Q4_1 / Q5_0 / Q5_1: a literal transcription of llama.cpp's quantize_row_*_ref and
+# a packer written from the layout, both independent of gguf
+
+
+def _f32(v):
+    return np.float32(v)
+
+
+def reference_legacy_block(x, qtype):
+    """quantize_row_q{4,5}_{0,1}_ref for one block of 32 float32 values, statement by statement."""
+    bits = 5 if qtype in (T.Q5_0, T.Q5_1) else 4
+    has_min = qtype in (T.Q4_1, T.Q5_1)
+    if has_min:
+        lo, hi = _f32(np.finfo(np.float32).max), _f32(-np.finfo(np.float32).max)
+        for v in x:
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
+        d = (hi - lo) / _f32((1 << bits) - 1)
+    else:
+        amax, signed_max = _f32(0), _f32(0)
+        for v in x:
+            if amax < abs(v):
+                amax, signed_max = abs(v), v
+        d = signed_max / _f32(-(1 << (bits - 1)))
+    inv = _f32(1) / d if d else _f32(0)
+    levels = []
+    for v in x:
+        if has_min:
+            level = int(np.trunc((v - lo) * inv + _f32(0.5)))  # (uint8_t)(x0 + 0.5f)
+        else:
+            level = int(np.trunc(v * inv + _f32((1 << (bits - 1)) + 0.5)))  # (int8_t)(x0 + 8.5f)
+        levels.append(min((1 << bits) - 1, level))
+    return pack_legacy(qtype, d, lo if has_min else None, levels)
+
+
+def pack_legacy(qtype, d, m, levels):
+    """The block layout, byte by byte: f16 d [, f16 m] [, u32 qh (Q5_x)], 16 bytes of nibbles with
+    element j in the low nibble of qs[j] and element j + 16 in its high nibble."""
+    out = bytearray(f16_bytes(d))
+    if m is not None:
+        out.extend(f16_bytes(m))
+    if qtype in (T.Q5_0, T.Q5_1):
+        qh = sum(((q >> 4) & 1) << j for j, q in enumerate(levels))
+        out += int(qh).to_bytes(4, "little")
+    out += bytes((levels[j] & 15) | ((levels[j + 16] & 15) << 4) for j in range(16))
+    assert len(out) == BLOCK[qtype][1]
+    return np.frombuffer(bytes(out), np.uint8)
+
+
+@pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
+def test_legacy_matches_llama_reference(qtype):
+    rng = np.random.default_rng([11, int(qtype)])
+    x = (rng.standard_normal((48, 32)) * rng.uniform(0.001, 50, (48, 1))).astype(np.float32)
+    x[0] = 0
+    x[1] = -2.5
+    x[2, 5] = np.abs(x[2]).max() * 2  # a ±tie for the signed maximum: the first one wins
+    x[2, 9] = -x[2, 5]
+    x[3] += 4  # all positive
+    expected = np.stack([reference_legacy_block(block, qtype) for block in x])
+    got = quant.quantize(x.reshape(1, -1), qtype).reshape(48, -1)
+    mismatched = [i for i in range(48) if not np.array_equal(got[i], expected[i])]
+    assert not mismatched, mismatched
+
+
+@pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
+def test_legacy_layout_element_by_element(qtype):
+    """Every level at every position, decoded by gguf: x = d * (q - 8 or 16), or d * q + m."""
+    bits = 5 if qtype in (T.Q5_0, T.Q5_1) else 4
+    has_min = qtype in (T.Q4_1, T.Q5_1)
+    d, m = 2.0 ** -4, -1.75
+    for shift in range(1 << bits):
+        levels = [(j + shift) % (1 << bits) for j in range(32)]
+        raw = pack_legacy(qtype, d, m if has_min else None, levels)
+        values = gguf_quants.dequantize(raw, qtype)
+        q = np.array(levels, np.float64)
+        expected = d * q + m if has_min else d * (q - (1 << (bits - 1)))
+        np.testing.assert_array_equal(values, expected.astype(np.float32), err_msg=f"shift {shift}")
+
+
+def test_qwen35_file_with_q5_0_and_other_legacy_matrices_loads(tmp_path):
+    """2-D weights may be Q4_0 / Q4_1 / Q5_0 / Q5_1 (the Qwen2.5 0.5B draft is mostly Q5_0); a
+    1-D tensor in one of them is still refused (it must be F32)."""
+    from gguf_fixtures import write_minimal_qwen35
+    from pyspecla.errors import GGUFError
+    from pyspecla.gguf_model import ModelFile
+
+    types = {"blk.0.ffn_up.weight": T.Q5_0, "blk.0.ffn_gate.weight": T.Q4_0,
+             "blk.0.ffn_down.weight": T.Q5_1, "blk.3.attn_v.weight": T.Q4_1, "token_embd.weight": T.Q5_0}
+    path = str(tmp_path / "legacy.gguf")
+    write_minimal_qwen35(path, types=types)
+    with ModelFile.open(path) as model:
+        for name, t in types.items():
+            view = model.tensor(name)
+            assert view.ggml_type == t and view.type_name == t.name
+            block, block_bytes = BLOCK[t]
+            assert view.nbytes == view.data.nbytes == int(np.prod(view.ne)) // block * block_bytes
+        up = model.tensor("blk.0.ffn_up.weight")
+        n_in, n_out = up.ne[0], up.ne[1]
+        values = gguf_quants.dequantize(np.asarray(up.data), T.Q5_0).reshape(n_out, n_in)
+        assert values.shape == (n_out, n_in)
+
+    bad = str(tmp_path / "bad.gguf")
+    write_minimal_qwen35(bad, types={"blk.0.attn_norm.weight": T.Q5_0})
+    with pytest.raises(GGUFError, match=r"'blk\.0\.attn_norm\.weight' has type Q5_0; it must be F32"):
+        ModelFile.open(bad)

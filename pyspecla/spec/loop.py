@@ -8,7 +8,16 @@ State handling (orthogonal): SpecLA (HLD chains + deferred factor commit) or, wi
 baseline the paper and lucebox compare with: dense per-node checkpoints restored at accept.
 
 Greedy speculative output equals greedy autoregressive output token for token: the target's
-verify computes every node exactly as plain decoding would (see tests/test_tree_verify.py)."""
+verify computes every node exactly as plain decoding would (see tests/test_tree_verify.py).
+
+Drafter hooks (duck-typed; a drafter without the attribute is left alone):
+- `drafter.generated`: set before each proposal to the number of tokens emitted so far.
+- `drafter.history`: set once per generate() call to a list holding the prompt, to which the loop
+  appends every emitted token (O(1) each), so at each proposal it is prompt + emitted tokens, the
+  last one being the step's root. The same list object all along: a drafter can index it
+  incrementally and tell a new generation by the object changing.
+- An empty proposal (zero depth rows, e.g. the n-gram drafter finding no match) is verified as
+  the root alone: a 1-node tree, i.e. exactly a plain decode step."""
 
 from __future__ import annotations
 
@@ -81,7 +90,15 @@ class SpecStats:
         return d
 
 
+def _root_only_tree(root: int) -> DraftTree:
+    """The 1-node tree: verifying it is a plain decode step (mode ar, or an empty proposal)."""
+    return DraftTree(tokens=np.array([root], np.int32), parents=np.array([-1], np.int32),
+                     depths=np.zeros(1, np.int32), scores=np.zeros(1), ranks=np.array([-1], np.int32))
+
+
 def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs) -> DraftTree:
+    if len(top_tokens) == 0:  # the drafter proposes nothing this step: verify the root alone
+        return _root_only_tree(root)
     if config.mode == "chain":
         return build_chain(root, top_tokens, top_logprobs, min(config.max_depth, config.budget))
     return build_ddtree(root, top_tokens, top_logprobs, config.budget, tau=config.tau, chain_seed=config.chain_seed)
@@ -104,6 +121,10 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
     stats = SpecStats(mode=config.mode, specla=config.specla)
     eos = set(eos_ids)
     out = stats.tokens
+    history = None
+    if drafter is not None and hasattr(drafter, "history"):
+        history = [int(t) for t in prompt_ids]  # + every emitted token, appended by emit()
+        drafter.history = history
 
     def emit(tokens) -> bool:
         """Append tokens up to max_tokens / EOS; True when generation is over."""
@@ -118,6 +139,8 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
             if t in eos:
                 done = True
                 break
+        if history is not None:
+            history.extend(taken)
         if taken and on_tokens:
             on_tokens(taken)
         return done or len(out) >= max_tokens
@@ -131,8 +154,7 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
         while not done:
             t_step = time.perf_counter()
             if config.mode == "ar":
-                tree = DraftTree(tokens=np.array([root], np.int32), parents=np.array([-1], np.int32),
-                                 depths=np.zeros(1, np.int32), scores=np.zeros(1), ranks=np.array([-1], np.int32))
+                tree = _root_only_tree(root)
             else:
                 if hasattr(drafter, "generated"):
                     drafter.generated = len(out)

@@ -7,7 +7,8 @@
  * the row, so the result is batch-invariant and reproducible bit for bit.
  *
  * Work layout: threads split the output rows (static schedule, contiguous ranges); each row is walked
- * chunk by chunk (256 elements = one K-quant block or eight Q8_0 blocks), each chunk dequantized
+ * chunk by chunk (256 elements = one K-quant block or eight blocks of 32: Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1; fewer in the last chunk of a row that is not a multiple of 256), each chunk dequantized
  * once into a small buffer and used by every batch row of a group of at most 64. */
 #include "cpu_ops.h"
 #include "tensor_types.h"
