@@ -224,7 +224,8 @@ def test_tensor_lookup_and_close(path):
 def test_type_names_and_supported_set():
     assert tensor_type_name(12) == "Q4_K" and tensor_type_name(QT.BF16) == "BF16"
     assert tensor_type_name(9999) == "unknown(9999)"
-    assert {tensor_type_name(t) for t in SUPPORTED_TYPES} == {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+    assert {tensor_type_name(t) for t in SUPPORTED_TYPES} == {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q5_K", "Q6_K",
+                                                            "Q4_0", "Q4_1", "Q5_0", "Q5_1"}
 
 
 def test_model_written_by_project_test_models_validates(tmp_path):
@@ -449,7 +450,7 @@ def test_trailing_unit_dims_are_accepted_like_llama_cpp(path):
 
 @pytest.mark.parametrize(
     "name, t",
-    [("blk.0.ffn_up.weight", QT.Q4_0), ("blk.3.attn_v.weight", QT.I8), ("token_embd.weight", QT.Q5_0)],
+    [("blk.0.ffn_up.weight", QT.Q8_1), ("blk.3.attn_v.weight", QT.I8), ("token_embd.weight", QT.IQ4_NL)],
 )
 def test_unsupported_tensor_type_is_named(path, name, t):
     message = load_error(path, types={name: t})
