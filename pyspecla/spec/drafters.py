@@ -114,11 +114,12 @@ class NgramDrafter:
     a depth with N agreeing occurrences, token counts c, the spine token's count raised by
     b = max(0, best other count − its own) (recency wins ties with frequency) and D = N + b + 1,
     a matched token gets log(c / D); the back-off shares the reserved 1 / D in proportion to its
-    counts. Rows shorter than the returned width are padded with unrelated tokens at the row's
-    lowest log-prob − 30. The width is the longest row (≤ top_k), so a single occurrence yields a plain chain.
+    counts. The width is the longest row (≤ top_k): one column, a plain chain, where no depth has
+    an alternative. Shorter rows are padded with unrelated tokens at the row's lowest log-prob − 30
+    (a tau window drops them; without one a DDTree fills its budget with them as with any draft).
     Everything is finite, ≤ 0 and descending, and deterministic."""
 
-    capture_layers: list[int] = []
+    capture_layers: tuple[int, ...] = ()  # no target features
     OCCURRENCE_CAP = 32  # occurrences (most recent first) looked at for alternatives and back-off
     PAD_LOGPROB = -30.0  # padding: this far below the row's lowest real candidate
 
