@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -61,7 +61,7 @@ class HParams(ctypes.Structure):
         ("ssm_group_count", ctypes.c_int32),
         ("ssm_time_step_rank", ctypes.c_int32),
         ("n_ctx_train", ctypes.c_int32),
-        ("_pad", ctypes.c_int32),
+        ("arch", ctypes.c_int32),
         ("layer_is_recurrent", ctypes.POINTER(ctypes.c_uint8)),
     ]
 
@@ -88,7 +88,12 @@ LAYER_TENSOR_FIELDS = (
     ("ffn_gate", "ffn_gate.weight"),
     ("ffn_up", "ffn_up.weight"),
     ("ffn_down", "ffn_down.weight"),
+    ("attn_q_bias", "attn_q.bias"),
+    ("attn_k_bias", "attn_k.bias"),
+    ("attn_v_bias", "attn_v.bias"),
 )
+
+ARCHS = {"qwen35": 0, "qwen2": 1}
 
 
 class LayerWeights(ctypes.Structure):

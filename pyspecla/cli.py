@@ -114,6 +114,8 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
 
     ctx = model.new_context(n_ctx=args.ctx_size or (len(prompt_ids) + args.n_predict + 1))
     detok = StreamingDetokenizer(model.tokenizer)
+    # the end-of-generation token that stops a run is not part of the text
+    hidden = set() if getattr(args, "ignore_eos", False) else model.tokenizer.eos_ids
     t0 = time.perf_counter()
     t_first = None
     n_new = 0
@@ -123,7 +125,8 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
         if t_first is None:
             t_first = time.perf_counter()
         n_new += 1
-        out.write(detok.push(token))
+        if token not in hidden:
+            out.write(detok.push(token))
         out.flush()
     out.write(detok.flush() + "\n")
     t_end = time.perf_counter()
@@ -227,12 +230,14 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15))
     detok = StreamingDetokenizer(model.tokenizer)
 
+    eos = set() if args.ignore_eos else model.tokenizer.eos_ids
+
     def show(tokens):
         for t in tokens:
-            out.write(detok.push(t))
+            if t not in eos:  # the token that stops the run is not part of the text
+                out.write(detok.push(t))
         out.flush()
 
-    eos = set() if args.ignore_eos else model.tokenizer.eos_ids
     stats, ctx = generate(model, prompt_ids, args.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show)
     ctx.close()
     out.write(detok.flush() + "\n")

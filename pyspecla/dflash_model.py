@@ -530,6 +530,9 @@ def check_against_target(draft: DraftFile, target) -> None:
         raise GGUFError(f"{target.path}: is a DFlash draft, not a qwen35 target (given as the target of {draft.path})")
     if not isinstance(draft, DraftFile):
         raise TypeError(f"expected a DraftFile, got {type(draft).__name__}")
+    if getattr(target.hparams, "arch", "qwen35") != "qwen35":
+        raise GGUFError(f"{draft.path}: a DFlash draft drafts for qwen35 targets; {target.path} is "
+                        f"{target.hparams.arch}")
     hp, thp = draft.hparams, target.hparams
     keys = _DraftKeys(draft.path, draft.metadata, draft.arch)
     pair = f"the target {target.path}"

@@ -1,4 +1,4 @@
-"""Read and validate a qwen35 GGUF file; hand its tensors out as zero-copy views of the mmap.
+"""Read and validate a qwen35 (or qwen2) GGUF file; hand its tensors out as zero-copy views of the mmap.
 
 The file is memory-mapped through `gguf.GGUFReader`; no weight byte is ever copied here. Everything
 the native model will rely on is checked at this boundary (docs: /work/shared/spec/qwen35-contract.md
@@ -27,6 +27,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .errors import GGUFError
 
 __all__ = [
+    "ARCHS",
     "SUPPORTED_TYPES",
     "ModelFile",
     "Qwen35HParams",
@@ -35,6 +36,63 @@ __all__ = [
 ]
 
 ARCH = "qwen35"
+ARCH_QWEN2 = "qwen2"
+ARCHS = (ARCH, ARCH_QWEN2)  # general.architecture values ModelFile.open accepts
+
+# (native specla_layer_weights field, GGUF name suffix after "blk.N." or None) per architecture.
+# The field order is that of pyspecla._native.LAYER_TENSOR_FIELDS (+ the qwen2 biases).
+_LAYER_TENSOR_SUFFIXES: dict[str, dict[str, str | None]] = {
+    ARCH: {
+        "attn_norm": "attn_norm.weight",
+        "post_attention_norm": "post_attention_norm.weight",
+        "attn_qkv": "attn_qkv.weight",
+        "attn_gate": "attn_gate.weight",
+        "ssm_conv1d": "ssm_conv1d.weight",
+        "ssm_dt_bias": "ssm_dt.bias",
+        "ssm_a": "ssm_a",
+        "ssm_beta": "ssm_beta.weight",
+        "ssm_alpha": "ssm_alpha.weight",
+        "ssm_norm": "ssm_norm.weight",
+        "ssm_out": "ssm_out.weight",
+        "attn_q": "attn_q.weight",
+        "attn_k": "attn_k.weight",
+        "attn_v": "attn_v.weight",
+        "attn_output": "attn_output.weight",
+        "attn_q_norm": "attn_q_norm.weight",
+        "attn_k_norm": "attn_k_norm.weight",
+        "ffn_gate": "ffn_gate.weight",
+        "ffn_up": "ffn_up.weight",
+        "ffn_down": "ffn_down.weight",
+        "attn_q_bias": None,
+        "attn_k_bias": None,
+        "attn_v_bias": None,
+    },
+    ARCH_QWEN2: {
+        "attn_norm": "attn_norm.weight",
+        "post_attention_norm": "ffn_norm.weight",
+        "attn_qkv": None,
+        "attn_gate": None,
+        "ssm_conv1d": None,
+        "ssm_dt_bias": None,
+        "ssm_a": None,
+        "ssm_beta": None,
+        "ssm_alpha": None,
+        "ssm_norm": None,
+        "ssm_out": None,
+        "attn_q": "attn_q.weight",
+        "attn_k": "attn_k.weight",
+        "attn_v": "attn_v.weight",
+        "attn_output": "attn_output.weight",
+        "attn_q_norm": None,
+        "attn_k_norm": None,
+        "ffn_gate": "ffn_gate.weight",
+        "ffn_up": "ffn_up.weight",
+        "ffn_down": "ffn_down.weight",
+        "attn_q_bias": "attn_q.bias",
+        "attn_k_bias": "attn_k.bias",
+        "attn_v_bias": "attn_v.bias",
+    },
+}
 
 # Tensor types the native matmul / get_rows kernels handle (the GGML ids, as in specla.h). Only
 # 2-D weights may use anything but F32: 1-D tensors and ssm_conv1d are checked to be F32 below.
@@ -110,7 +168,10 @@ class TensorView:
 
 @dataclass(frozen=True)
 class Qwen35HParams:
-    """Hyper-parameters of the qwen35 trunk, already cross-checked against each other and the tensors."""
+    """Hyper-parameters of the trunk, already cross-checked against each other and the tensors.
+
+    Also used for qwen2 files (arch "qwen2"): attention-only layers, rope_dims = head_dim,
+    rope_sections (0, 0, 0, 0), every ssm field and conv_channels 0, no recurrent layer."""
 
     n_layer: int  # trunk depth = block_count - nextn_predict_layers
     n_layer_file: int  # block_count (trunk + appended MTP blocks)
@@ -133,6 +194,7 @@ class Qwen35HParams:
     ssm_inner_size: int  # Hv * S
     layer_is_recurrent: tuple[bool, ...]  # [n_layer]
     conv_channels: int  # C = 2*Hk*S + Hv*S
+    arch: str = ARCH  # general.architecture: "qwen35" or "qwen2"
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,6 +509,84 @@ def _check_rope_sections(keys: _Keys, sections: tuple[int, ...], rope_dims: int,
             )
 
 
+def _check_vocab(keys: _Keys, n_vocab: int) -> None:
+    path, metadata = keys.path, keys.metadata
+    vocab_size = keys.raw("vocab_size", None)
+    if vocab_size is not None and vocab_size != n_vocab:
+        raise keys.fail("vocab_size", f"= {vocab_size} differs from the token_embd.weight rows {n_vocab}")
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        if not isinstance(tokens, list):
+            raise GGUFError(f"{path}: key 'tokenizer.ggml.tokens' must be an array of strings")
+        if len(tokens) != n_vocab:
+            raise GGUFError(
+                f"{path}: key 'tokenizer.ggml.tokens' has {len(tokens)} entries but token_embd.weight "
+                f"has {n_vocab} rows"
+            )
+
+
+def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) -> Qwen35HParams:
+    """qwen2 (Qwen2 / Qwen2.5): attention-only, NEOX RoPE over the whole head."""
+    keys = _Keys(path, metadata, ARCH_QWEN2)
+
+    n_layer = keys.int("block_count")
+    all_layers = list(range(n_layer))
+    n_ctx_train = keys.int("context_length")
+    n_embd = keys.int("embedding_length")
+    n_ff = keys.per_layer_int("feed_forward_length", all_layers, n_layer)
+    n_head = keys.per_layer_int("attention.head_count", all_layers, n_layer)
+    n_head_kv = keys.per_layer_int("attention.head_count_kv", all_layers, n_layer, n_head)
+    if n_head % n_head_kv != 0:
+        raise keys.fail("attention.head_count_kv", f"= {n_head_kv} does not divide attention.head_count = {n_head}")
+
+    default_head_dim = n_embd // n_head if n_embd % n_head == 0 else _REQUIRED
+    key_length = keys.int("attention.key_length", default_head_dim)
+    value_length = keys.int("attention.value_length", key_length)
+    if key_length != value_length:
+        raise keys.fail("attention.value_length", f"= {value_length} differs from attention.key_length = {key_length}")
+    head_dim = key_length
+    if head_dim % 2 != 0:
+        raise keys.fail("attention.key_length", f"= {head_dim}: the head dim must be even (RoPE rotates pairs)")
+
+    rope_dims = keys.int("rope.dimension_count", head_dim)
+    if rope_dims != head_dim:
+        raise keys.fail(
+            "rope.dimension_count",
+            f"= {rope_dims} differs from the head dim {head_dim}: qwen2 rotates the whole head",
+        )
+    rope_freq_base = keys.float("rope.freq_base", 10000.0)
+    rms_eps = keys.float("attention.layer_norm_rms_epsilon")
+
+    _check_vocab(keys, n_vocab)
+    if 2 * n_head * head_dim > _INT32_MAX:
+        raise GGUFError(f"{path}: attention width {2 * n_head * head_dim} does not fit in int32")
+
+    return Qwen35HParams(
+        n_layer=n_layer,
+        n_layer_file=n_layer,
+        nextn_predict_layers=0,
+        n_ctx_train=n_ctx_train,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_vocab=n_vocab,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        rope_dims=rope_dims,
+        rope_freq_base=rope_freq_base,
+        rope_sections=(0, 0, 0, 0),
+        rms_eps=rms_eps,
+        ssm_conv_kernel=0,
+        ssm_state_size=0,
+        ssm_group_count=0,
+        ssm_time_step_rank=0,
+        ssm_inner_size=0,
+        layer_is_recurrent=(False,) * n_layer,
+        conv_channels=0,
+        arch=ARCH_QWEN2,
+    )
+
+
 def _read_hparams(path: str, metadata: dict[str, object], n_vocab: int) -> Qwen35HParams:
     keys = _Keys(path, metadata, ARCH)
 
@@ -515,18 +655,7 @@ def _read_hparams(path: str, metadata: dict[str, object], n_vocab: int) -> Qwen3
         )
     conv_channels = 2 * group_count * state_size + time_step_rank * state_size
 
-    vocab_size = keys.raw("vocab_size", None)
-    if vocab_size is not None and vocab_size != n_vocab:
-        raise keys.fail("vocab_size", f"= {vocab_size} differs from the token_embd.weight rows {n_vocab}")
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if tokens is not None:
-        if not isinstance(tokens, list):
-            raise GGUFError(f"{path}: key 'tokenizer.ggml.tokens' must be an array of strings")
-        if len(tokens) != n_vocab:
-            raise GGUFError(
-                f"{path}: key 'tokenizer.ggml.tokens' has {len(tokens)} entries but token_embd.weight "
-                f"has {n_vocab} rows"
-            )
+    _check_vocab(keys, n_vocab)
 
     for label, value in (("conv channels", conv_channels), ("attention width", 2 * n_head * head_dim)):
         if value > _INT32_MAX:
@@ -554,6 +683,7 @@ def _read_hparams(path: str, metadata: dict[str, object], n_vocab: int) -> Qwen3
         ssm_inner_size=inner_size,
         layer_is_recurrent=layer_is_recurrent,
         conv_channels=conv_channels,
+        arch=ARCH,
     )
 
 
@@ -581,6 +711,24 @@ def _expected_tensors(hp: Qwen35HParams) -> dict[str, _Expected]:
         "output_norm.weight": _Expected((E,), _F32_ONLY),
         "output.weight": _Expected((E, V), _MATRIX, required=False),
     }
+    if hp.arch == ARCH_QWEN2:
+        for i in range(hp.n_layer):
+            layer = {
+                "attn_norm.weight": _Expected((E,), _F32_ONLY),
+                "attn_q.weight": _Expected((E, nh * D), _MATRIX),
+                "attn_k.weight": _Expected((E, nkv * D), _MATRIX),
+                "attn_v.weight": _Expected((E, nkv * D), _MATRIX),
+                "attn_q.bias": _Expected((nh * D,), _F32_ONLY),
+                "attn_k.bias": _Expected((nkv * D,), _F32_ONLY),
+                "attn_v.bias": _Expected((nkv * D,), _F32_ONLY),
+                "attn_output.weight": _Expected((nh * D, E), _MATRIX),
+                "ffn_norm.weight": _Expected((E,), _F32_ONLY),
+                "ffn_gate.weight": _Expected((E, F), _MATRIX),
+                "ffn_up.weight": _Expected((E, F), _MATRIX),
+                "ffn_down.weight": _Expected((F, E), _MATRIX),
+            }
+            expected.update({f"blk.{i}.{suffix}": spec for suffix, spec in layer.items()})
+        return expected
     for i in range(hp.n_layer):
         layer = {
             "attn_norm.weight": _Expected((E,), _F32_ONLY),
@@ -630,6 +778,8 @@ def _same_shape(actual: tuple[int, ...], expected: tuple[int, ...]) -> bool:
 
 
 def _layer_label(hp: Qwen35HParams, i: int) -> str:
+    if hp.arch == ARCH_QWEN2:
+        return f"layer {i}"
     return f"recurrent layer {i}" if hp.layer_is_recurrent[i] else f"attention layer {i}"
 
 
@@ -640,7 +790,7 @@ def _check_tensors(path: str, hp: Qwen35HParams, tensors: dict[str, TensorView])
     # Files converted with --fuse-qkv reuse the recurrent layers' name for a fused Q/K/V.
     for i in range(hp.n_layer):
         name = f"blk.{i}.attn_qkv.weight"
-        if not hp.layer_is_recurrent[i] and name in tensors:
+        if hp.arch == ARCH and not hp.layer_is_recurrent[i] and name in tensors:
             raise GGUFError(
                 f"{path}: tensor '{name}' is a fused Q/K/V in attention layer {i} (converted with "
                 "--fuse-qkv): not supported yet; convert without --fuse-qkv"
@@ -680,6 +830,11 @@ def _check_tensors(path: str, hp: Qwen35HParams, tensors: dict[str, TensorView])
             i = int(match.group(1))
             if hp.n_layer <= i < hp.n_layer_file:
                 continue
+            if hp.arch == ARCH_QWEN2 and i < hp.n_layer:
+                raise GGUFError(
+                    f"{path}: unexpected tensor '{name}' in layer {i}: not part of a qwen2 layer "
+                    "(only attn_q/attn_k/attn_v carry biases) and pyspecla does not support it"
+                )
             if i < hp.n_layer and name.endswith(".bias"):
                 raise GGUFError(
                     f"{path}: unexpected tensor '{name}' in {_layer_label(hp, i)}: qwen35 has no biases "
@@ -691,7 +846,7 @@ def _check_tensors(path: str, hp: Qwen35HParams, tensors: dict[str, TensorView])
                     "trunk layer of that type (check attention.recurrent_layers / full_attention_interval)"
                 )
             raise GGUFError(f"{path}: unexpected tensor '{name}': block index {i} >= block_count {hp.n_layer_file}")
-        raise GGUFError(f"{path}: unexpected tensor '{name}': not part of a qwen35 model")
+        raise GGUFError(f"{path}: unexpected tensor '{name}': not part of a {hp.arch} model")
 
 
 def _tensor_views(path: str, reader: GGUFReader) -> dict[str, TensorView]:
@@ -716,9 +871,9 @@ def _tensor_views(path: str, reader: GGUFReader) -> dict[str, TensorView]:
 
 
 class ModelFile:
-    """A validated qwen35 GGUF, memory-mapped.
+    """A validated qwen35 or qwen2 GGUF, memory-mapped.
 
-    Attributes: path, arch, hparams, metadata (every key -> plain python value), tensors (every
+    Attributes: path, arch ("qwen35" or "qwen2", = hparams.arch), hparams, metadata (every key -> plain python value), tensors (every
     tensor of the file, MTP blocks included, as zero-copy TensorViews), tied_output (no output.weight:
     the LM head is token_embd), gguf_version."""
 
@@ -733,7 +888,7 @@ class ModelFile:
     def __init__(self, path: str, reader: GGUFReader, metadata: dict[str, object], hparams: Qwen35HParams,
                  tensors: dict[str, TensorView]):
         self.path = path
-        self.arch = ARCH
+        self.arch = hparams.arch
         self.hparams = hparams
         self.metadata = metadata
         self.tensors = tensors
@@ -744,7 +899,7 @@ class ModelFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "ModelFile":
-        """Map and validate a qwen35 GGUF. Raises GGUFError (message starts with the path)."""
+        """Map and validate a qwen35 or qwen2 GGUF. Raises GGUFError (message starts with the path)."""
         path = os.fspath(path)
         reader = _open_reader(path)
         message = None
@@ -770,11 +925,14 @@ class ModelFile:
             raise GGUFError(
                 f"{path}: architecture 'qwen35moe' (the MoE sibling of qwen35) is not supported yet (expected qwen35)"
             )
-        if arch != ARCH:
+        if arch not in ARCHS:
             if arch in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
                 raise GGUFError(f"{path}: is a DFlash draft (architecture '{arch}'), not a qwen35 target; "
                                 "pass it with --draft")
-            raise GGUFError(f"{path}: architecture '{arch}' is not supported (expected qwen35)")
+            raise GGUFError(
+                f"{path}: architecture '{arch}' is not supported (expected qwen35); supported architectures: "
+                f"{', '.join(ARCHS)}"
+            )
 
         tensors = _tensor_views(path, reader)
         token_embd = tensors.get("token_embd.weight")
@@ -784,9 +942,25 @@ class ModelFile:
             raise GGUFError(
                 f"{path}: tensor 'token_embd.weight' has shape ne={list(token_embd.ne)}, expected ne=[n_embd, n_vocab]"
             )
-        hparams = _read_hparams(path, metadata, n_vocab=token_embd.ne[1])
+        read = _read_hparams_qwen2 if arch == ARCH_QWEN2 else _read_hparams
+        hparams = read(path, metadata, n_vocab=token_embd.ne[1])
         _check_tensors(path, hparams, tensors)
         return cls(path, reader, metadata, hparams, tensors)
+
+    def layer_tensor_name(self, il: int, field: str) -> str | None:
+        """GGUF name of trunk layer il's tensor for the native specla_layer_weights field `field`
+        (the names of pyspecla._native.LAYER_TENSOR_FIELDS plus attn_q_bias / attn_k_bias /
+        attn_v_bias), or None where this file's architecture has no such tensor (qwen35: the
+        biases; qwen2: the ssm tensors, attn_qkv, attn_gate, the q/k norms). The name depends only
+        on the architecture, not on whether layer il is recurrent. ValueError for an unknown field
+        or a layer index outside [0, n_layer)."""
+        table = _LAYER_TENSOR_SUFFIXES[self.arch]
+        if field not in table:
+            raise ValueError(f"unknown layer tensor field {field!r}; known: {', '.join(table)}")
+        if isinstance(il, bool) or not isinstance(il, (int, np.integer)) or not 0 <= il < self.hparams.n_layer:
+            raise ValueError(f"layer index {il!r} outside [0, {self.hparams.n_layer})")
+        suffix = table[field]
+        return None if suffix is None else f"blk.{int(il)}.{suffix}"
 
     def tensor(self, name: str) -> TensorView:
         view = self.optional_tensor(name)

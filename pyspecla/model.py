@@ -152,12 +152,14 @@ class Model:
         self._hparams_struct = _native.HParams(
             hp.n_layer, hp.n_embd, hp.n_ff, hp.n_vocab, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dims,
             hp.rope_freq_base, hp.rms_eps, hp.ssm_conv_kernel, hp.ssm_state_size, hp.ssm_group_count,
-            hp.ssm_time_step_rank, hp.n_ctx_train, 0, self._recurrent,
+            hp.ssm_time_step_rank, hp.n_ctx_train, _native.ARCHS[getattr(hp, "arch", "qwen35")], self._recurrent,
         )
         layers = (_native.LayerWeights * hp.n_layer)()
         for il in range(hp.n_layer):
             for field, suffix in _native.LAYER_TENSOR_FIELDS:
-                view = file.optional_tensor(f"blk.{il}.{suffix}")
+                # the file knows its architecture's names (qwen2: ffn_norm is the pre-FFN norm)
+                name = file.layer_tensor_name(il, field) if hasattr(file, "layer_tensor_name") else f"blk.{il}.{suffix}"
+                view = file.optional_tensor(name) if name else None
                 if view is not None:
                     setattr(layers[il], field, self._tensor(view))
         output = file.optional_tensor("output.weight")

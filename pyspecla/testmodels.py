@@ -1,6 +1,11 @@
-"""Deterministic synthetic qwen35 GGUF files that llama.cpp loads: test fixtures at any shape.
+"""Deterministic synthetic qwen35 (and qwen2) GGUF files that llama.cpp loads: test fixtures at any shape.
 
     write_test_model("tiny.gguf", preset="tiny", quant="f32", seed=0)
+    write_test_model("tiny-qwen2.gguf", preset="tiny", quant="f32", seed=0, arch="qwen2")
+
+qwen2 files (QWEN2_PRESETS) follow convert_hf_to_gguf.py's Qwen2 output: attention-only layers with
+q/k/v biases (F32), ffn_norm as the pre-FFN norm, no key_length / rope.dimension_count keys unless
+the head dim differs from n_embd / n_head, tokenizer pre "qwen2".
 
 The file follows the qwen35 contract (docs: shared/spec/qwen35-contract.md) the way
 convert_hf_to_gguf.py + llama-quantize write a real Qwen3.5 model: every qwen35.* key, a full
@@ -28,11 +33,13 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileTy
 from . import quant as _quant
 
 __all__ = [
-    "Preset", "PRESETS", "QUANTS", "tensor_plan", "tensor_type", "use_more_bits", "write_test_model",
+    "Preset", "PRESETS", "QWEN2_PRESETS", "ARCHS", "presets_for", "QUANTS", "tensor_plan", "tensor_type", "use_more_bits", "write_test_model",
     "DRAFT_ARCHS", "dflash_target_layer_ids", "write_test_draft",
 ]
 
 ARCH = "qwen35"
+ARCH_QWEN2 = "qwen2"
+ARCHS = (ARCH, ARCH_QWEN2)
 QUANTS = ("f32", "f16", "q8_0", "q4_k_m")
 
 _FILE_TYPE = {
@@ -65,6 +72,7 @@ class Preset:
     context_length: int = 262144
     rope_freq_base: float = 1e7
     rms_eps: float = 1e-6
+    arch: str = ARCH  # "qwen35" or "qwen2" (then the ssm fields are unused, every layer is attention)
 
     @property
     def conv_channels(self) -> int:
@@ -72,6 +80,8 @@ class Preset:
 
     @property
     def layer_is_recurrent(self) -> list[bool]:
+        if self.arch == ARCH_QWEN2:
+            return [False] * self.n_layer
         return [(i + 1) % self.full_attention_interval != 0 for i in range(self.n_layer)]
 
     @property
@@ -107,6 +117,30 @@ PRESETS: dict[str, Preset] = {
     )
 }
 
+# qwen2 (Qwen2.5-style): nh*D = E = 256 so K-quant rows fit; GQA ratio 4 as in Qwen2.5-7B.
+QWEN2_PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("tiny", n_layer=4, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=32, rope_dims=32,
+               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=True,
+               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
+               rms_eps=1e-6, arch=ARCH_QWEN2),
+        Preset("tiny8", n_layer=8, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=32, rope_dims=32,
+               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=False,
+               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
+               rms_eps=1e-6, arch=ARCH_QWEN2),
+    )
+}
+
+
+def presets_for(arch: str) -> dict[str, Preset]:
+    """The preset table of an architecture ("qwen35" → PRESETS, "qwen2" → QWEN2_PRESETS)."""
+    if arch == ARCH:
+        return PRESETS
+    if arch == ARCH_QWEN2:
+        return QWEN2_PRESETS
+    raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+
 
 # ---------------------------------------------------------------------------------------------
 # tensor list and type placement
@@ -127,7 +161,7 @@ RESIDUAL_RATIO_TIED = 2.0
 class TensorSpec:
     name: str
     shape: tuple[int, ...]  # numpy order (GGUF ne reversed): (n_out, n_in) for a weight
-    init: str  # how it is filled: normal (params['std']), norm, signed_norm, ssm_a, dt_bias
+    init: str  # how it is filled: normal (params["std"]), bias (params["std"], 1-D), norm, signed_norm, ssm_a, dt_bias
     params: dict = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -181,6 +215,24 @@ def tensor_plan(preset: Preset) -> list[TensorSpec]:
     ]
     if not p.tied_output:
         specs.append(TensorSpec("output.weight", (V, E), "normal", {"std": LOGIT_STD / math.sqrt(E)}))
+    if p.arch == ARCH_QWEN2:
+        for i in range(p.n_layer):
+            b = f"blk.{i}."
+            specs += [
+                TensorSpec(b + "attn_norm.weight", (E,), "norm"),
+                TensorSpec(b + "attn_q.weight", (nh * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
+                TensorSpec(b + "attn_q.bias", (nh * D,), "bias", {"std": 0.5}),
+                TensorSpec(b + "attn_k.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
+                TensorSpec(b + "attn_k.bias", (nkv * D,), "bias", {"std": 0.5}),
+                TensorSpec(b + "attn_v.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
+                TensorSpec(b + "attn_v.bias", (nkv * D,), "bias", {"std": 0.1}),
+                TensorSpec(b + "attn_output.weight", (E, nh * D), "normal", {"std": branch / math.sqrt(nh * D)}),
+                TensorSpec(b + "ffn_norm.weight", (E,), "norm"),
+                TensorSpec(b + "ffn_gate.weight", (F, E), "normal", {"std": 1.0 / math.sqrt(E)}),
+                TensorSpec(b + "ffn_up.weight", (F, E), "normal", {"std": 1.0 / math.sqrt(E)}),
+                TensorSpec(b + "ffn_down.weight", (E, F), "normal", {"std": branch / math.sqrt(F)}),
+            ]
+        return specs
     for i, recurrent in enumerate(p.layer_is_recurrent):
         b = f"blk.{i}."
         specs += [
@@ -242,6 +294,8 @@ def _generate_small(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.init == "scaled_norm":
         # (1 + w) times a gain: sharper attention where it scales the per-head q / k norms
         return (spec.params["gain"] * (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))).astype(np.float32)
+    if spec.init == "bias":
+        return (spec.params["std"] * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
     if spec.init == "signed_norm":
         # the stored (1 + w) with w ~ N(-1, 1): weights of either sign
         return rng.standard_normal(n, dtype=np.float32)
@@ -278,6 +332,24 @@ def _tensor_nbytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     return rows * (shape[-1] // block) * block_bytes
 
 
+def _add_metadata_qwen2(writer: GGUFWriter, p: Preset, quant: str) -> None:
+    writer.add_name(f"pyspecla-test-qwen2-{p.name}-{quant}")
+    writer.add_block_count(p.n_layer)
+    writer.add_context_length(p.context_length)
+    writer.add_embedding_length(p.n_embd)
+    writer.add_feed_forward_length(p.n_ff)
+    writer.add_head_count(p.n_head)
+    writer.add_head_count_kv(p.n_head_kv)
+    if p.head_dim * p.n_head != p.n_embd:
+        writer.add_key_length(p.head_dim)
+        writer.add_value_length(p.head_dim)
+    writer.add_rope_freq_base(p.rope_freq_base)
+    writer.add_layer_norm_rms_eps(p.rms_eps)
+    writer.add_file_type(int(_FILE_TYPE[quant]))
+    if quant not in ("f32", "f16"):
+        writer.add_quantization_version(2)
+
+
 def _add_metadata(writer: GGUFWriter, p: Preset, quant: str) -> None:
     writer.add_name(f"pyspecla-test-{p.name}-{quant}")
     writer.add_context_length(p.context_length)
@@ -303,22 +375,35 @@ def _add_metadata(writer: GGUFWriter, p: Preset, quant: str) -> None:
         writer.add_quantization_version(2)
 
 
-def _add_tokenizer(writer: GGUFWriter, n_vocab: int) -> None:
+def _add_tokenizer(writer: GGUFWriter, n_vocab: int, pre: str = "qwen35") -> None:
     from .synthetic_vocab import build_vocab, write_tokenizer_metadata
 
-    write_tokenizer_metadata(writer, build_vocab(n_vocab))
+    write_tokenizer_metadata(writer, build_vocab(n_vocab, pre=pre))
 
 
-def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", seed: int = 0, **overrides) -> Path:
-    """Write a synthetic qwen35 GGUF. `preset` is a PRESETS name or a Preset; keyword overrides
-    replace Preset fields (e.g. n_layer=8). Same arguments → identical bytes. Returns the path."""
-    if isinstance(preset, str) and preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = PRESETS[preset] if isinstance(preset, str) else preset
+def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", seed: int = 0, *,
+                     arch: str | None = None, **overrides) -> Path:
+    """Write a synthetic qwen35 or qwen2 GGUF. `preset` is a preset name of `arch` (default qwen35:
+    PRESETS; qwen2: QWEN2_PRESETS) or a Preset (its own arch field decides; `arch`, if given, must
+    agree); keyword overrides replace Preset fields (e.g. n_layer=8). Same arguments → identical
+    bytes. Returns the path."""
+    if isinstance(preset, str):
+        table = presets_for(ARCH if arch is None else arch)
+        if preset not in table:
+            raise ValueError(f"unknown {arch or ARCH} preset {preset!r}; choose one of {', '.join(table)}")
+        p = table[preset]
+    else:
+        p = preset
+        if arch is not None and p.arch != arch:
+            raise ValueError(f"preset {p.name!r} is a {p.arch} preset, not {arch}")
     if overrides:
         p = replace(p, **overrides)
+    if p.arch not in ARCHS:
+        raise ValueError(f"unknown arch {p.arch!r}; choose one of {', '.join(ARCHS)}")
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
+    if p.arch == ARCH_QWEN2 and (p.rope_dims != p.head_dim or p.n_head % p.n_head_kv):
+        raise ValueError("qwen2 needs rope_dims == head_dim and n_head a multiple of n_head_kv")
     if not any(not r for r in p.layer_is_recurrent):
         raise ValueError("llama.cpp needs at least one full-attention layer (n_layer >= full_attention_interval)")
     path = Path(path)
@@ -331,10 +416,14 @@ def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", se
             raise ValueError(f"{spec.name}: row length {spec.shape[-1]} is not a multiple of the "
                              f"{types[spec.name].name} block {block}; pick another shape or quant")
 
-    writer = GGUFWriter(path, ARCH)
+    writer = GGUFWriter(path, p.arch)
     try:
-        _add_metadata(writer, p, quant)
-        _add_tokenizer(writer, p.n_vocab)
+        if p.arch == ARCH_QWEN2:
+            _add_metadata_qwen2(writer, p, quant)
+            _add_tokenizer(writer, p.n_vocab, pre="qwen2")
+        else:
+            _add_metadata(writer, p, quant)
+            _add_tokenizer(writer, p.n_vocab)
         for spec in plan:
             qtype = types[spec.name]
             nbytes = _tensor_nbytes(spec.shape, qtype)

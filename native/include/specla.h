@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 2
+#define SPECLA_ABI_VERSION 3
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -110,9 +110,17 @@ typedef struct specla_hparams {
     int32_t ssm_group_count; /* Hk, key heads of the linear layers */
     int32_t ssm_time_step_rank; /* Hv, value heads; value head h uses key head h % Hk */
     int32_t n_ctx_train;
-    int32_t _pad;
+    int32_t arch;            /* specla_arch: which block shapes the layers have */
     const uint8_t *layer_is_recurrent; /* [n_layer], 1 = Gated DeltaNet, 0 = full attention */
 } specla_hparams;
+
+/* Architectures. qwen35: hybrid GDN + gated attention with q/k norms and partial RoPE. qwen2:
+ * attention-only, q/k/v biases, no q/k norms, no output gate, RoPE over the whole head (the ssm
+ * fields of specla_hparams are ignored). */
+typedef enum specla_arch {
+    SPECLA_ARCH_QWEN35 = 0,
+    SPECLA_ARCH_QWEN2 = 1,
+} specla_arch;
 
 /* Weights of one trunk layer. Tensors a layer type does not use are left zeroed (data = NULL).
  * Norm weights already hold (1 + w) as the converter writes them; ssm_a holds -exp(A_log). */
@@ -130,16 +138,21 @@ typedef struct specla_layer_weights {
     specla_tensor ssm_norm;            /* {S} */
     specla_tensor ssm_out;             /* {Hv*S, E} */
     /* full attention */
-    specla_tensor attn_q;              /* {E, 2*nh*D}, per head [D query rows | D gate rows] */
+    specla_tensor attn_q;              /* qwen35 {E, 2*nh*D}, per head [D query rows | D gate rows];
+                                          qwen2 {E, nh*D} */
     specla_tensor attn_k;              /* {E, nkv*D} */
     specla_tensor attn_v;              /* {E, nkv*D} */
     specla_tensor attn_output;         /* {nh*D, E} */
-    specla_tensor attn_q_norm;         /* {D} */
-    specla_tensor attn_k_norm;         /* {D} */
+    specla_tensor attn_q_norm;         /* {D} (qwen35 only) */
+    specla_tensor attn_k_norm;         /* {D} (qwen35 only) */
     /* SwiGLU */
     specla_tensor ffn_gate;            /* {E, F} */
     specla_tensor ffn_up;              /* {E, F} */
     specla_tensor ffn_down;            /* {F, E} */
+    /* qwen2 attention biases (data = NULL for qwen35) */
+    specla_tensor attn_q_bias;         /* {nh*D} */
+    specla_tensor attn_k_bias;         /* {nkv*D} */
+    specla_tensor attn_v_bias;         /* {nkv*D} */
 } specla_layer_weights;
 
 typedef struct specla_weights {

@@ -27,6 +27,11 @@ static void add_in_place(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+static void add_bias_rows(float *x, const float *bias, int rows, int n) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) x[(int64_t)r * n + i] += bias[i];
+}
+
 /* Gated DeltaNet layer: x[T][E] (normed) -> out[T][E]. Updates this layer's conv and GDN state. */
 static specla_status gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv,
                                           float *out) {
@@ -103,18 +108,26 @@ static void attention_layer(specla_context *ctx, int il, const float *x, const b
     const int slot = m->state_slot[il];
     float *k_cache = ctx->k_cache[slot], *v_cache = ctx->v_cache[slot];
 
-    cpu_matmul(ex, &w->attn_q, x, T, s->proj); /* [T][nh][2D]: per head [query | gate] */
-    cpu_matmul(ex, &w->attn_k, x, T, s->k);    /* [T][nkv][D] */
-    cpu_matmul(ex, &w->attn_v, x, T, s->v);    /* [T][nkv][D] */
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < nh; h++) {
-            const float *src = s->proj + ((int64_t)t * nh + h) * 2 * D;
-            memcpy(s->q + ((int64_t)t * nh + h) * D, src, sizeof(float) * (size_t)D);
-            memcpy(s->gate + ((int64_t)t * nh + h) * D, src + D, sizeof(float) * (size_t)D);
-        }
+    const int gated = m->hp.arch == SPECLA_ARCH_QWEN35; /* qwen35: per head [query | gate], q/k norms */
+    cpu_matmul(ex, &w->attn_q, x, T, gated ? s->proj : s->q); /* [T][nh][2D] or [T][nh][D] */
+    cpu_matmul(ex, &w->attn_k, x, T, s->k);                   /* [T][nkv][D] */
+    cpu_matmul(ex, &w->attn_v, x, T, s->v);                   /* [T][nkv][D] */
+    if (w->attn_q_bias.data) { /* qwen2 */
+        add_bias_rows(s->q, (const float *)w->attn_q_bias.data, T, nh * D);
+        add_bias_rows(s->k, (const float *)w->attn_k_bias.data, T, nkv * D);
+        add_bias_rows(s->v, (const float *)w->attn_v_bias.data, T, nkv * D);
     }
-    cpu_rms_norm(s->q, (const float *)w->attn_q_norm.data, T * nh, D, hp->rms_eps, s->q);
-    cpu_rms_norm(s->k, (const float *)w->attn_k_norm.data, T * nkv, D, hp->rms_eps, s->k);
+    if (gated) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < nh; h++) {
+                const float *src = s->proj + ((int64_t)t * nh + h) * 2 * D;
+                memcpy(s->q + ((int64_t)t * nh + h) * D, src, sizeof(float) * (size_t)D);
+                memcpy(s->gate + ((int64_t)t * nh + h) * D, src + D, sizeof(float) * (size_t)D);
+            }
+        }
+        cpu_rms_norm(s->q, (const float *)w->attn_q_norm.data, T * nh, D, hp->rms_eps, s->q);
+        cpu_rms_norm(s->k, (const float *)w->attn_k_norm.data, T * nkv, D, hp->rms_eps, s->k);
+    }
     cpu_rope_neox(s->q, positions, T, nh, D, hp->rope_dims, hp->rope_freq_base);
     cpu_rope_neox(s->k, positions, T, nkv, D, hp->rope_dims, hp->rope_freq_base);
 
@@ -127,7 +140,8 @@ static void attention_layer(specla_context *ctx, int il, const float *x, const b
         cpu_attention_tree(ex, s->q, k_cache, v_cache, ctx->n_past, bv->parents, T, nh, nkv, D, s->mix);
     else
         cpu_attention(ex, s->q, k_cache, v_cache, positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
-    for (int64_t i = 0; i < (int64_t)T * nh * D; i++) s->mix[i] *= cpu_sigmoid(s->gate[i]);
+    if (gated)
+        for (int64_t i = 0; i < (int64_t)T * nh * D; i++) s->mix[i] *= cpu_sigmoid(s->gate[i]);
 
     cpu_matmul(ex, &w->attn_output, s->mix, T, out);
 }

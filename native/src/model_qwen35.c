@@ -23,25 +23,33 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     } while (0)
 
 static specla_status validate_hparams(const specla_hparams *hp) {
+    if (hp->arch != SPECLA_ARCH_QWEN35 && hp->arch != SPECLA_ARCH_QWEN2)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->n_head <= 0 ||
-        hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->ssm_conv_kernel < 2 || hp->ssm_state_size <= 0 ||
-        hp->ssm_group_count <= 0 || hp->ssm_time_step_rank <= 0)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: every size must be positive (conv kernel >= 2)");
+        hp->n_head_kv <= 0 || hp->head_dim <= 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: every size must be positive");
     if (hp->n_head % hp->n_head_kv != 0)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: n_head %d is not a multiple of n_head_kv %d",
                            hp->n_head, hp->n_head_kv);
-    if (hp->ssm_time_step_rank % hp->ssm_group_count != 0)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: Hv %d is not a multiple of Hk %d",
-                           hp->ssm_time_step_rank, hp->ssm_group_count);
     if (hp->rope_dims <= 0 || hp->rope_dims % 2 != 0 || hp->rope_dims > hp->head_dim)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: rope_dims %d must be even and <= head_dim %d",
                            hp->rope_dims, hp->head_dim);
-    if (hp->ssm_conv_kernel > 64)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: conv kernel %d > 64", hp->ssm_conv_kernel);
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: rms_eps and rope_freq_base must be positive");
     if (hp->layer_is_recurrent == NULL)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: layer_is_recurrent is NULL");
+    int n_recurrent = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_recurrent += hp->layer_is_recurrent[il] != 0;
+    if (hp->arch == SPECLA_ARCH_QWEN2 && n_recurrent > 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: qwen2 has no recurrent layers");
+    if (n_recurrent == 0) return SPECLA_OK; /* the ssm sizes are not used */
+    if (hp->ssm_conv_kernel < 2 || hp->ssm_state_size <= 0 || hp->ssm_group_count <= 0 || hp->ssm_time_step_rank <= 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: ssm sizes must be positive (conv kernel >= 2)");
+    if (hp->ssm_time_step_rank % hp->ssm_group_count != 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: Hv %d is not a multiple of Hk %d",
+                           hp->ssm_time_step_rank, hp->ssm_group_count);
+    if (hp->ssm_conv_kernel > 64)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: conv kernel %d > 64", hp->ssm_conv_kernel);
     return SPECLA_OK;
 }
 
@@ -60,7 +68,15 @@ static specla_status validate_layer(const specla_hparams *hp, const specla_layer
         CHECK(check_tensor(&lw->ssm_alpha, "ssm_alpha.weight", il, E, Hv, 0));
         CHECK(check_tensor(&lw->ssm_norm, "ssm_norm.weight", il, S, 1, 1));
         CHECK(check_tensor(&lw->ssm_out, "ssm_out.weight", il, Hv * S, E, 0));
-    } else {
+    } else if (hp->arch == SPECLA_ARCH_QWEN2) { /* biases, no q/k norms, no output gate */
+        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, nh * D, 0));
+        CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
+        CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
+        CHECK(check_tensor(&lw->attn_q_bias, "attn_q.bias", il, nh * D, 1, 1));
+        CHECK(check_tensor(&lw->attn_k_bias, "attn_k.bias", il, nkv * D, 1, 1));
+        CHECK(check_tensor(&lw->attn_v_bias, "attn_v.bias", il, nkv * D, 1, 1));
+        CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
+    } else { /* qwen35 gated attention */
         CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, 2 * nh * D, 0));
         CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
         CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
@@ -80,8 +96,10 @@ SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, cons
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_model_create: NULL argument");
     *out_model = NULL;
     CHECK(validate_hparams(hparams));
-    const int C = 2 * hparams->ssm_group_count * hparams->ssm_state_size +
-                  hparams->ssm_time_step_rank * hparams->ssm_state_size;
+    /* conv channels of the recurrent layers (0 for an attention-only architecture) */
+    const int C = hparams->arch == SPECLA_ARCH_QWEN2 ? 0
+                                                     : 2 * hparams->ssm_group_count * hparams->ssm_state_size +
+                                                           hparams->ssm_time_step_rank * hparams->ssm_state_size;
     CHECK(check_tensor(&weights->token_embd, "token_embd.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
     CHECK(check_tensor(&weights->output_norm, "output_norm.weight", -1, hparams->n_embd, 1, 1));
     if (weights->output.data)

@@ -1,4 +1,6 @@
-"""The whole qwen35 trunk forward in numpy, written from the qwen35 contract (spec/qwen35-contract.md).
+"""The whole qwen35 trunk forward in numpy, written from the qwen35 contract (spec/qwen35-contract.md),
+and the qwen2 (Qwen2 / Qwen2.5) forward: attention-only layers with q/k/v biases, no q/k norms, no
+output gate, NEOX RoPE over the whole head, pre-FFN norm named ffn_norm.
 
 This is the oracle of the whole model: slow and plain. Weights are held dequantized as float32
 numpy arrays under their GGUF names, in the numpy layout gguf.GGUFReader uses (GGUF ne reversed:
@@ -42,6 +44,7 @@ class HParams:
     ssm_time_step_rank: int  # Hv
     n_ctx_train: int = 0
     layer_is_recurrent: list[bool] = field(default_factory=list)
+    arch: str = "qwen35"  # "qwen35" or "qwen2" (then the ssm fields are 0 and every layer is attention)
 
     @property
     def conv_channels(self) -> int:
@@ -85,7 +88,13 @@ class ReferenceModel:
         hp = hparams
         if len(hp.layer_is_recurrent) != hp.n_layer:
             raise ValueError(f"layer_is_recurrent has {len(hp.layer_is_recurrent)} entries, n_layer {hp.n_layer}")
-        if hp.ssm_time_step_rank % hp.ssm_group_count or hp.n_head % hp.n_head_kv:
+        if hp.arch not in ("qwen35", "qwen2"):
+            raise ValueError(f"unknown arch {hp.arch!r}")
+        if hp.arch == "qwen2" and any(hp.layer_is_recurrent):
+            raise ValueError("qwen2 has no recurrent layers")
+        if hp.arch == "qwen35" and hp.ssm_time_step_rank % hp.ssm_group_count:
+            raise ValueError("Hv must be a multiple of Hk and nh a multiple of nkv")
+        if hp.n_head % hp.n_head_kv:
             raise ValueError("Hv must be a multiple of Hk and nh a multiple of nkv")
         self._check_shapes()
 
@@ -93,28 +102,31 @@ class ReferenceModel:
 
     @classmethod
     def from_gguf(cls, path, *, dtype=np.float64) -> "ReferenceModel":
-        """Reads a qwen35 GGUF with gguf.GGUFReader and dequantizes every trunk tensor."""
+        """Reads a qwen35 or qwen2 GGUF with gguf.GGUFReader and dequantizes every trunk tensor."""
         import gguf
 
         reader = gguf.GGUFReader(str(path))
         arch = _field_value(reader, "general.architecture")
-        if arch != "qwen35":
-            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'qwen35'")
+        if arch not in ("qwen35", "qwen2"):
+            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'qwen35' or 'qwen2'")
 
         def key(name, default=None):
-            return _field_value(reader, f"qwen35.{name}", default)
+            return _field_value(reader, f"{arch}.{name}", default)
 
         block_count = int(key("block_count"))
         n_layer = block_count - int(key("nextn_predict_layers", 0))
         n_head = int(key("attention.head_count"))
         n_embd = int(key("embedding_length"))
         head_dim = int(key("attention.key_length", n_embd // n_head))
-        recurrent = key("attention.recurrent_layers")
-        if recurrent is not None:
-            layer_is_recurrent = [bool(r) for r in recurrent][:n_layer]
+        if arch == "qwen2":
+            layer_is_recurrent = [False] * n_layer
         else:
-            interval = int(key("full_attention_interval", 4))
-            layer_is_recurrent = HParams.recurrent_layers_from_interval(n_layer, interval)
+            recurrent = key("attention.recurrent_layers")
+            if recurrent is not None:
+                layer_is_recurrent = [bool(r) for r in recurrent][:n_layer]
+            else:
+                interval = int(key("full_attention_interval", 4))
+                layer_is_recurrent = HParams.recurrent_layers_from_interval(n_layer, interval)
 
         weights = {}
         for t in reader.tensors:
@@ -139,12 +151,13 @@ class ReferenceModel:
             rope_dims=int(key("rope.dimension_count", head_dim)),
             rope_freq_base=float(key("rope.freq_base", 10000.0)),
             rms_eps=float(key("attention.layer_norm_rms_epsilon")),
-            ssm_conv_kernel=int(key("ssm.conv_kernel")),
-            ssm_state_size=int(key("ssm.state_size")),
-            ssm_group_count=int(key("ssm.group_count")),
-            ssm_time_step_rank=int(key("ssm.time_step_rank")),
+            ssm_conv_kernel=int(key("ssm.conv_kernel", 0)),
+            ssm_state_size=int(key("ssm.state_size", 0)),
+            ssm_group_count=int(key("ssm.group_count", 0)),
+            ssm_time_step_rank=int(key("ssm.time_step_rank", 0)),
             n_ctx_train=int(key("context_length", 0)),
             layer_is_recurrent=layer_is_recurrent,
+            arch=arch,
         )
         return cls(hp, weights, dtype=dtype)
 
@@ -156,7 +169,25 @@ class ReferenceModel:
         expect = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
         if "output.weight" in self.w:
             expect["output.weight"] = (V, E)
-        for i, rec in enumerate(hp.layer_is_recurrent):
+        if hp.arch == "qwen2":
+            nh, nkv = hp.n_head, hp.n_head_kv
+            for i in range(hp.n_layer):
+                p = f"blk.{i}."
+                expect.update({
+                    p + "attn_norm.weight": (E,),
+                    p + "attn_q.weight": (nh * D, E),
+                    p + "attn_k.weight": (nkv * D, E),
+                    p + "attn_v.weight": (nkv * D, E),
+                    p + "attn_q.bias": (nh * D,),
+                    p + "attn_k.bias": (nkv * D,),
+                    p + "attn_v.bias": (nkv * D,),
+                    p + "attn_output.weight": (E, nh * D),
+                    p + "ffn_norm.weight": (E,),
+                    p + "ffn_gate.weight": (F, E),
+                    p + "ffn_up.weight": (F, E),
+                    p + "ffn_down.weight": (E, F),
+                })
+        for i, rec in enumerate(hp.layer_is_recurrent if hp.arch == "qwen35" else []):
             p = f"blk.{i}."
             expect.update({
                 p + "attn_norm.weight": (E,),
@@ -229,14 +260,18 @@ class ReferenceModel:
             raise ValueError("token id out of range")
 
         h = self.w["token_embd.weight"][tokens].astype(np.float32)  # (T, E)
+        qwen2 = self.hp.arch == "qwen2"
+        ffn_norm = "ffn_norm.weight" if qwen2 else "post_attention_norm.weight"
         for i, rec in enumerate(self.hp.layer_is_recurrent):
             p = f"blk.{i}."
             x = self._rms(h, p + "attn_norm.weight")
-            if rec:
+            if qwen2:
+                h = h + self._attention_qwen2(state, i, x, positions)
+            elif rec:
                 h = h + self._gated_delta_net(state, i, x)
             else:
                 h = h + self._attention(state, i, x, positions)
-            u = self._rms(h, p + "post_attention_norm.weight")
+            u = self._rms(h, p + ffn_norm)
             gate = ops.silu(self._linear(u, p + "ffn_gate.weight"), dtype=self.dtype)
             up = self._linear(u, p + "ffn_up.weight")
             h = h + self._linear(gate * up, p + "ffn_down.weight")
@@ -290,3 +325,21 @@ class ReferenceModel:
         attn = ops.attention(q, state.k_cache[i], state.v_cache[i], positions, dtype=self.dtype)
         o = attn * ops.sigmoid(gate, dtype=self.dtype)
         return self._linear(o.reshape(T, nh * D), p + "attn_output.weight")
+
+    def _attention_qwen2(self, state: ReferenceState, i: int, x, positions) -> np.ndarray:
+        """qwen2 attention: biased q/k/v projections, NEOX RoPE on all D dims, causal GQA, no gate."""
+        hp = self.hp
+        p = f"blk.{i}."
+        T = x.shape[0]
+        nh, nkv, D = hp.n_head, hp.n_head_kv, hp.head_dim
+        q = (self._linear(x, p + "attn_q.weight") + self.w[p + "attn_q.bias"]).reshape(T, nh, D)
+        k = (self._linear(x, p + "attn_k.weight") + self.w[p + "attn_k.bias"]).reshape(T, nkv, D)
+        v = (self._linear(x, p + "attn_v.weight") + self.w[p + "attn_v.bias"]).reshape(T, nkv, D)
+
+        q = ops.rope_neox(q, positions, hp.rope_dims, hp.rope_freq_base, dtype=self.dtype)
+        k = ops.rope_neox(k, positions, hp.rope_dims, hp.rope_freq_base, dtype=self.dtype)
+
+        state.k_cache[i] = np.concatenate([state.k_cache[i], k], axis=0)
+        state.v_cache[i] = np.concatenate([state.v_cache[i], v], axis=0)
+        attn = ops.attention(q, state.k_cache[i], state.v_cache[i], positions, dtype=self.dtype)
+        return self._linear(attn.reshape(T, nh * D), p + "attn_output.weight")
