@@ -36,6 +36,7 @@ from gguf.constants import GGMLQuantizationType
 
 from .errors import GGUFError
 from .gguf_model import (
+    read_full_rope_head_dim,
     _INT32_MAX,
     _REQUIRED,
     SUPPORTED_TYPES,
@@ -203,20 +204,8 @@ def _read_hparams(path: str, metadata: dict[str, object], arch: str, tensors: di
     n_head_kv = keys.int("attention.head_count_kv", n_head)
     if n_head % n_head_kv != 0:
         raise keys.fail("attention.head_count_kv", f"= {n_head_kv} does not divide attention.head_count = {n_head}")
-    default_head_dim = n_embd // n_head if n_embd % n_head == 0 else _REQUIRED
-    key_length = keys.int("attention.key_length", default_head_dim)
-    value_length = keys.int("attention.value_length", key_length)
-    if value_length != key_length:
-        raise keys.fail("attention.value_length", f"= {value_length} differs from attention.key_length = {key_length}")
-    head_dim = key_length
-    if head_dim % 2 != 0:
-        raise keys.fail("attention.key_length", f"= {head_dim} must be even (NEOX RoPE rotates pairs)")
-    rope_dims = keys.int("rope.dimension_count", head_dim)
-    if rope_dims != head_dim:
-        raise keys.fail(
-            "rope.dimension_count",
-            f"= {rope_dims}: a DFlash draft rotates all {head_dim} head dims (partial RoPE is not supported)",
-        )
+    head_dim = read_full_rope_head_dim(keys, n_embd, n_head,
+                                       "a DFlash draft rotates all head dims (partial RoPE is not supported)")
     rms_eps = keys.float("attention.layer_norm_rms_epsilon")
     rope_freq_base = keys.float("rope.freq_base", 10000.0)
 

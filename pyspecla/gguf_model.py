@@ -465,6 +465,23 @@ class _Keys:
         return value
 
 
+def read_full_rope_head_dim(keys: _Keys, n_embd: int, n_head: int, why: str) -> int:
+    """Head dim of an architecture whose RoPE turns the whole head (qwen2, DFlash drafts):
+    key_length (default E / n_head) == value_length, even, and rope.dimension_count (if present)
+    equal to it; `why` ends the message when it is not."""
+    default_head_dim = n_embd // n_head if n_embd % n_head == 0 else _REQUIRED
+    key_length = keys.int("attention.key_length", default_head_dim)
+    value_length = keys.int("attention.value_length", key_length)
+    if key_length != value_length:
+        raise keys.fail("attention.value_length", f"= {value_length} differs from attention.key_length = {key_length}")
+    if key_length % 2 != 0:
+        raise keys.fail("attention.key_length", f"= {key_length}: the head dim must be even (RoPE rotates pairs)")
+    rope_dims = keys.int("rope.dimension_count", key_length)
+    if rope_dims != key_length:
+        raise keys.fail("rope.dimension_count", f"= {rope_dims} differs from the head dim {key_length}: {why}")
+    return key_length
+
+
 def _layer_pattern(keys: _Keys, n_layer: int, n_layer_file: int) -> tuple[bool, ...]:
     """attention.recurrent_layers (one bool per block, MTP blocks included) wins over
     full_attention_interval (layer i recurrent iff (i + 1) % interval != 0)."""
@@ -539,21 +556,7 @@ def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) ->
     if n_head % n_head_kv != 0:
         raise keys.fail("attention.head_count_kv", f"= {n_head_kv} does not divide attention.head_count = {n_head}")
 
-    default_head_dim = n_embd // n_head if n_embd % n_head == 0 else _REQUIRED
-    key_length = keys.int("attention.key_length", default_head_dim)
-    value_length = keys.int("attention.value_length", key_length)
-    if key_length != value_length:
-        raise keys.fail("attention.value_length", f"= {value_length} differs from attention.key_length = {key_length}")
-    head_dim = key_length
-    if head_dim % 2 != 0:
-        raise keys.fail("attention.key_length", f"= {head_dim}: the head dim must be even (RoPE rotates pairs)")
-
-    rope_dims = keys.int("rope.dimension_count", head_dim)
-    if rope_dims != head_dim:
-        raise keys.fail(
-            "rope.dimension_count",
-            f"= {rope_dims} differs from the head dim {head_dim}: qwen2 rotates the whole head",
-        )
+    head_dim = read_full_rope_head_dim(keys, n_embd, n_head, "qwen2 rotates the whole head")
     rope_freq_base = keys.float("rope.freq_base", 10000.0)
     rms_eps = keys.float("attention.layer_norm_rms_epsilon")
 
@@ -572,7 +575,7 @@ def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) ->
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim=head_dim,
-        rope_dims=rope_dims,
+        rope_dims=head_dim,
         rope_freq_base=rope_freq_base,
         rope_sections=(0, 0, 0, 0),
         rms_eps=rms_eps,

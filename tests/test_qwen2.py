@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import ctypes
-import os
 import subprocess
 import sys
 from pathlib import Path
