@@ -36,6 +36,7 @@ from gguf.constants import GGMLQuantizationType
 
 from .errors import GGUFError
 from .gguf_model import (
+    open_validated,
     read_full_rope_head_dim,
     _INT32_MAX,
     _REQUIRED,
@@ -431,15 +432,7 @@ class DraftFile:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "DraftFile":
         """Map and validate a DFlash draft GGUF. Raises GGUFError (message starts with the path)."""
-        path = os.fspath(path)
-        reader = _open_reader(path)
-        message = None
-        try:
-            return cls._validate(path, reader)
-        except GGUFError as e:
-            message = str(e)
-        del reader  # see ModelFile.open: no traceback may keep the mmap alive
-        raise GGUFError(message)
+        return open_validated(path, cls._validate)
 
     @classmethod
     def _validate(cls, path: str, reader: GGUFReader) -> "DraftFile":

@@ -389,6 +389,21 @@ def _open_reader(path: str) -> GGUFReader:
 # --------------------------------------------------------------------------------------------
 
 
+def open_validated(path, validate):
+    """Map a GGUF and hand it to validate(path, reader), which returns the loaded file object or
+    raises GGUFError. The error is re-raised outside the except block: the first traceback's frames
+    would otherwise keep the reader, and so the mmap, alive as long as the caller holds it."""
+    path = os.fspath(path)
+    reader = _open_reader(path)
+    message = None
+    try:
+        return validate(path, reader)
+    except GGUFError as e:
+        message = str(e)
+    del reader
+    raise GGUFError(message)
+
+
 def _read_metadata(reader: _BoundedReader) -> dict[str, object]:
     """Every key -> plain python value (str, int, float, bool, or a list of one of those)."""
     return dict(reader.kv_values)
@@ -903,17 +918,7 @@ class ModelFile:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "ModelFile":
         """Map and validate a qwen35 or qwen2 GGUF. Raises GGUFError (message starts with the path)."""
-        path = os.fspath(path)
-        reader = _open_reader(path)
-        message = None
-        try:
-            return cls._validate(path, reader)
-        except GGUFError as e:
-            message = str(e)
-        # Re-raised outside the except block: the first traceback's frames would otherwise keep the
-        # reader, and so the mmap, alive as long as the caller holds the exception.
-        del reader
-        raise GGUFError(message)
+        return open_validated(path, cls._validate)
 
     @classmethod
     def _validate(cls, path: str, reader: GGUFReader) -> "ModelFile":

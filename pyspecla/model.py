@@ -42,9 +42,7 @@ class Context:
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
         self._handle = handle
-        # reusable per-call buffers, so a decode step allocates nothing in Python either
-        self._argmax = np.zeros(self.max_batch, dtype=np.int32)
-        self._positions = np.arange(self.max_batch, dtype=np.int32)
+        self._argmax = np.zeros(self.max_batch, dtype=np.int32)  # reused by every forward
 
     @property
     def n_past(self) -> int:

@@ -424,30 +424,37 @@ def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", se
         else:
             _add_metadata(writer, p, quant)
             _add_tokenizer(writer, p.n_vocab)
-        for spec in plan:
-            qtype = types[spec.name]
-            nbytes = _tensor_nbytes(spec.shape, qtype)
-            byte_shape = (*spec.shape[:-1], nbytes // max(1, int(np.prod(spec.shape[:-1]))))
-            writer.add_tensor_info(spec.name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        fout = writer.fout[0]
-        for spec in plan:
-            qtype = types[spec.name]
-            expected = _tensor_nbytes(spec.shape, qtype)
-            writer.write_padding(fout, fout.tell())
-            written = 0
-            for chunk in _encoded_chunks(spec, qtype, seed):
-                chunk.tofile(fout)
-                written += chunk.nbytes
-            if written != expected:
-                raise AssertionError(f"{spec.name}: wrote {written} bytes, expected {expected}")
-            writer.write_padding(fout, written)
-        writer.flush()
+        _stream_tensors(writer, plan, types, seed)
     finally:
         writer.close()
     return path
+
+
+def _stream_tensors(writer, specs, types, seed: int, salt: str = "") -> None:
+    """Declare every tensor, write header, metadata and tensor infos, then generate and write the
+    tensors one by one in chunks (peak memory stays one chunk, whatever the model size)."""
+    for spec in specs:
+        qtype = types[spec.name]
+        nbytes = _tensor_nbytes(spec.shape, qtype)
+        byte_shape = (*spec.shape[:-1], nbytes // max(1, int(np.prod(spec.shape[:-1]))))
+        writer.add_tensor_info(spec.name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    fout = writer.fout[0]
+    for spec in specs:
+        qtype = types[spec.name]
+        expected = _tensor_nbytes(spec.shape, qtype)
+        writer.write_padding(fout, fout.tell())
+        written = 0
+        source = replace(spec, name=salt + spec.name) if salt else spec
+        for chunk in _encoded_chunks(source, qtype, seed):
+            chunk.tofile(fout)
+            written += chunk.nbytes
+        if written != expected:
+            raise AssertionError(f"{spec.name}: wrote {written} bytes, expected {expected}")
+        writer.write_padding(fout, written)
+    writer.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -596,28 +603,8 @@ def write_test_draft(path, target_path, seed: int = 0, quant: str = "f32", n_lay
             if any(layer_is_swa):
                 writer.add_uint32(f"{arch}.attention.sliding_window", sliding_window)
                 writer.add_array(f"{arch}.attention.sliding_window_pattern", layer_is_swa)
-        for spec in specs:
-            qtype = types[spec.name]
-            nbytes = _tensor_nbytes(spec.shape, qtype)
-            byte_shape = (*spec.shape[:-1], nbytes // max(1, int(np.prod(spec.shape[:-1]))))
-            writer.add_tensor_info(spec.name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        fout = writer.fout[0]
-        for spec in specs:
-            qtype = types[spec.name]
-            expected = _tensor_nbytes(spec.shape, qtype)
-            writer.write_padding(fout, fout.tell())
-            written = 0
-            # salted name: a draft tensor never repeats the target tensor of the same name and seed
-            for chunk in _encoded_chunks(replace(spec, name="dflash-draft:" + spec.name), qtype, seed):
-                chunk.tofile(fout)
-                written += chunk.nbytes
-            if written != expected:
-                raise AssertionError(f"{spec.name}: wrote {written} bytes, expected {expected}")
-            writer.write_padding(fout, written)
-        writer.flush()
+        # salted names: a draft tensor never repeats the target tensor of the same name and seed
+        _stream_tensors(writer, specs, types, seed, salt="dflash-draft:")
     finally:
         writer.close()
     return path

@@ -32,12 +32,7 @@ def star(n):
     return [-1] + [0] * (n - 1)
 
 
-def root_path(parents, t):
-    path = []
-    while t >= 0:
-        path.append(t)
-        t = parents[t]
-    return path[::-1]
+root_path = ut.root_path
 
 
 def random_leaf_path(rng, parents):
@@ -323,7 +318,6 @@ def test_accept_lengths_and_bad_paths():
 
 
 def test_accept_needs_every_layer_verified_and_methods_are_checked():
-    dims = SHAPES["small-odd"]
     banks = FactorBanks(RecurrentShape(2, 1, 3, 16, 96, 4, 8))
     rng = np.random.default_rng(0)
     sched = build_schedule(chain(3))
@@ -340,7 +334,6 @@ def test_accept_needs_every_layer_verified_and_methods_are_checked():
         FactorBanks(RecurrentShape(1, 1, 3, 16, 96, 4, 8), "hld_chains", "checkpoint_restore")
     with pytest.raises(UsageError, match="verify_method"):
         FactorBanks(RecurrentShape(1, 1, 3, 16, 96, 4, 8), "magic")
-    assert dims  # shapes used above
 
 
 def test_bank_memory_is_factors_not_states():

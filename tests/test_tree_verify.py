@@ -9,6 +9,7 @@ import pytest
 
 from pyspecla import Model
 from pyspecla.errors import NativeError
+from pyspecla.reference.specla import root_path
 
 METHODS = [("hld_chains", "deferred_factors"), ("hld_chains", "factors_now"), ("root_to_leaf", "replay"),
            ("dense_checkpoints", "checkpoint_restore")]
@@ -16,14 +17,6 @@ METHODS = [("hld_chains", "deferred_factors"), ("hld_chains", "factors_now"), ("
 
 def random_tree(rng, n):
     return [-1] + [int(rng.integers(0, t)) for t in range(1, n)]
-
-
-def root_path(parents, t):
-    path = []
-    while t >= 0:
-        path.append(t)
-        t = parents[t]
-    return path[::-1]
 
 
 def ar_logits(model, tokens):

@@ -273,19 +273,11 @@ SPECLA_API specla_status specla_accept_path(specla_context *ctx, const int32_t *
     if (!ctx || !path) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
     tree_state *tr = &ctx->tree;
     if (tr->n_verified == 0) return specla_fail(SPECLA_ERR_STATE, "%s: no verified tree awaits acceptance", op);
-    const int32_t *parents = tr->schedule + tr->schedule[HLD_OFF_PARENTS];
-    if (n < 1 || n > tr->n_verified)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path length %d not in [1, %d]", op, n, tr->n_verified);
-    if (path[0] != 0) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[0] = %d, must be the root 0", op, path[0]);
-    for (int i = 1; i < n; i++)
-        if (path[i] < 0 || path[i] >= tr->n_verified || parents[path[i]] != path[i - 1])
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[%d] = %d is not a child of path[%d] = %d", op, i,
-                               path[i], i - 1, path[i - 1]);
+    specla_status st = hld_check_path(tr->schedule, path, n, op);
+    if (st != SPECLA_OK) return st;
     if (tr->banks) {
-        const specla_op_options opt = op_options(ctx);
         const specla_recurrent_states states = recurrent_states(ctx);
-        specla_status st = specla_factor_banks_accept(&opt, tr->banks, tr->schedule, path, n, &states);
-        if (st != SPECLA_OK) return st;
+        if ((st = factor_banks_accept(tr->banks, &ctx->exec, path, n, &states)) != SPECLA_OK) return st;
     }
     /* KV and feature compaction: the row of path[i] moves to position n_past + i. Ascending i is
      * safe in place: path[i] >= i, and no later source path[j] (j > i) can be a destination < j. */

@@ -136,13 +136,19 @@ SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *b) {
     return bytes;
 }
 
-/* A schedule handed in through the ABI: trust nothing until it checks out in full. */
-static specla_status check_schedule(const int32_t *sched, int32_t max_nodes, const char *op) {
-    return hld_check(sched, max_nodes, op);
-}
-
 static specla_status resolve(const specla_op_options *opt, cpu_exec *ex) {
     return cpu_exec_resolve(opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, ex);
+}
+
+/* What every per-layer tree op checks of arguments handed in through the ABI: the schedule in
+ * full (hld_check), the layer index, the options. */
+static specla_status check_layer_op(const specla_factor_banks *b, const specla_op_options *opt,
+                                    const int32_t *schedule, int32_t layer, const char *op, cpu_exec *ex) {
+    specla_status st = hld_check(schedule, b->shape.max_nodes, op);
+    if (st != SPECLA_OK) return st;
+    if (layer < 0 || layer >= b->shape.n_layers)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, layer, b->shape.n_layers);
+    return resolve(opt, ex);
 }
 
 SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt, specla_factor_banks *b,
@@ -150,13 +156,16 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     static const char op[] = "specla_op_gdn_tree_verify";
     if (!b || !a || !a->q || !a->k || !a->v || !a->g || !a->beta || !a->state || !a->out)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    const specla_recurrent_shape *s = &b->shape;
-    specla_status st = check_schedule(a->schedule, s->max_nodes, op);
-    if (st != SPECLA_OK) return st;
-    if (a->layer < 0 || a->layer >= s->n_layers)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, a->layer, s->n_layers);
     cpu_exec ex;
-    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &ex);
+    if (st != SPECLA_OK) return st;
+    factor_banks_verify_gdn(b, &ex, a);
+    return SPECLA_OK;
+}
+
+void factor_banks_verify_gdn(specla_factor_banks *b, const cpu_exec *exec, const specla_gdn_tree_args *a) {
+    const cpu_exec ex = *exec;
+    const specla_recurrent_shape *s = &b->shape;
     const int N = hld_n_nodes(a->schedule), l = a->layer;
 
     /* deferred commit: the previous step's accepted path enters the durable state here, once;
@@ -197,7 +206,6 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     }
     b->gdn_verified[l] = 1;
     b->n_verified = N;
-    return SPECLA_OK;
 }
 
 SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specla_factor_banks *b,
@@ -205,13 +213,16 @@ SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specl
     static const char op[] = "specla_op_conv_tree";
     if (!b || !a || !a->x || !a->weight || !a->conv_state || !a->y)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    const specla_recurrent_shape *s = &b->shape;
-    specla_status st = check_schedule(a->schedule, s->max_nodes, op);
-    if (st != SPECLA_OK) return st;
-    if (a->layer < 0 || a->layer >= s->n_layers)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, a->layer, s->n_layers);
     cpu_exec ex;
-    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &ex);
+    if (st != SPECLA_OK) return st;
+    factor_banks_conv_tree(b, &ex, a);
+    return SPECLA_OK;
+}
+
+void factor_banks_conv_tree(specla_factor_banks *b, const cpu_exec *exec, const specla_conv_tree_args *a) {
+    const cpu_exec ex = *exec;
+    const specla_recurrent_shape *s = &b->shape;
     const int N = hld_n_nodes(a->schedule), l = a->layer;
 
     if (b->n_pending > 0 && !b->conv_folded[l]) {
@@ -223,7 +234,6 @@ SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specl
     copy_rows(layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
     b->conv_verified[l] = 1;
     b->n_verified = N;
-    return SPECLA_OK;
 }
 
 static int is_prefix_path(const int32_t *path, int32_t n) {
@@ -258,24 +268,26 @@ SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt
                                                     const specla_recurrent_states *states) {
     static const char op[] = "specla_factor_banks_accept";
     if (!b || !path) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    const specla_recurrent_shape *s = &b->shape;
-    specla_status st = check_schedule(schedule, s->max_nodes, op);
+    specla_status st = hld_check(schedule, b->shape.max_nodes, op);
     if (st != SPECLA_OK) return st;
-    const int32_t *parents = hld_parents(schedule);
-    const int N = hld_n_nodes(schedule);
-    if (N != b->n_verified)
-        return specla_fail(SPECLA_ERR_STATE, "%s: schedule has %d nodes, the last verify had %d", op, N, b->n_verified);
-    if (n < 1 || n > N) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path length %d not in [1, %d]", op, n, N);
-    if (path[0] != 0) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[0] = %d, must be the root 0", op, path[0]);
-    for (int i = 1; i < n; i++)
-        if (path[i] < 0 || path[i] >= N || parents[path[i]] != path[i - 1])
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[%d] = %d is not a child of path[%d] = %d", op, i,
-                               path[i], i - 1, path[i - 1]);
+    if (hld_n_nodes(schedule) != b->n_verified)
+        return specla_fail(SPECLA_ERR_STATE, "%s: schedule has %d nodes, the last verify had %d", op,
+                           hld_n_nodes(schedule), b->n_verified);
+    if ((st = hld_check_path(schedule, path, n, op)) != SPECLA_OK) return st;
+    cpu_exec ex;
+    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
+    return factor_banks_accept(b, &ex, path, n, states);
+}
+
+specla_status factor_banks_accept(specla_factor_banks *b, const cpu_exec *exec, const int32_t *path, int32_t n,
+                                  const specla_recurrent_states *states) {
+    static const char op[] = "specla_factor_banks_accept";
+    const cpu_exec ex = *exec;
+    const specla_recurrent_shape *s = &b->shape;
+    specla_status st;
     for (int l = 0; l < s->n_layers; l++)
         if (!b->gdn_verified[l] || !b->conv_verified[l])
             return specla_fail(SPECLA_ERR_STATE, "%s: layer %d was not verified (GDN and conv) in this step", op, l);
-    cpu_exec ex;
-    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
     if (s->commit_method != SPECLA_COMMIT_DEFERRED_FACTORS && (st = check_states(b, states, op)) != SPECLA_OK) return st;
 
     switch (s->commit_method) {

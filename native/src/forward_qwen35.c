@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "factor_banks.h"
 #include "hld_schedule.h"
 #include "qwen35.h"
 
@@ -33,8 +34,8 @@ static void add_bias_rows(float *x, const float *bias, int rows, int n) {
 }
 
 /* Gated DeltaNet layer: x[T][E] (normed) -> out[T][E]. Updates this layer's conv and GDN state. */
-static specla_status gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv,
-                                          float *out) {
+static void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv,
+                                 float *out) {
     const int T = bv->T;
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
@@ -59,12 +60,10 @@ static specla_status gated_deltanet_layer(specla_context *ctx, int il, const flo
         }
     }
 
-    const specla_op_options opt = {ex->n_threads, ex->kernels};
-    specla_status st;
     if (bv->schedule) {
         const specla_conv_tree_args args = {bv->schedule, slot, s->proj, (const float *)w->ssm_conv1d.data,
                                             ctx->conv_state[slot], s->conv_out};
-        if ((st = specla_op_conv_tree(&opt, ctx->tree.banks, &args)) != SPECLA_OK) return st;
+        factor_banks_conv_tree(ctx->tree.banks, ex, &args);
     } else {
         cpu_causal_conv(ex, s->proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
     }
@@ -81,7 +80,7 @@ static specla_status gated_deltanet_layer(specla_context *ctx, int il, const flo
     if (bv->schedule) {
         const specla_gdn_tree_args args = {bv->schedule, slot, s->q, s->k, s->v, s->g, s->beta, ctx->gdn_state[slot],
                                            s->mix};
-        if ((st = specla_op_gdn_tree_verify(&opt, ctx->tree.banks, &args)) != SPECLA_OK) return st;
+        factor_banks_verify_gdn(ctx->tree.banks, ex, &args);
     } else {
         cpu_gated_delta_rule(ex, s->q, s->k, s->v, s->g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
     }
@@ -92,7 +91,6 @@ static specla_status gated_deltanet_layer(specla_context *ctx, int il, const flo
     for (int64_t i = 0; i < (int64_t)T * v_width; i++) s->mix[i] *= cpu_silu(s->gate[i]);
 
     cpu_matmul(ex, &w->ssm_out, s->mix, T, out);
-    return SPECLA_OK;
 }
 
 /* Full-attention layer: x[T][E] (normed) -> out[T][E]. Writes K/V rows at the batch positions. */
@@ -185,12 +183,10 @@ static specla_status run_model(specla_context *ctx, const int32_t *tokens, const
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_layer_weights *w = &m->layers[il];
         cpu_rms_norm(s->hidden, (const float *)w->attn_norm.data, T, E, hp->rms_eps, s->normed);
-        if (m->layer_is_recurrent[il]) {
-            specla_status st = gated_deltanet_layer(ctx, il, s->normed, bv, s->layer_out);
-            if (st != SPECLA_OK) return st;
-        } else {
+        if (m->layer_is_recurrent[il])
+            gated_deltanet_layer(ctx, il, s->normed, bv, s->layer_out);
+        else
             attention_layer(ctx, il, s->normed, bv, s->layer_out);
-        }
         add_in_place(s->hidden, s->layer_out, (int64_t)T * E);
         cpu_rms_norm(s->hidden, (const float *)w->post_attention_norm.data, T, E, hp->rms_eps, s->normed);
         swiglu_ffn(ctx, il, s->normed, T, s->layer_out);

@@ -285,3 +285,17 @@ specla_status hld_check(const int32_t *schedule, int32_t max_nodes, const char *
     return SPECLA_OK;
 #undef HLD_BAD
 }
+
+specla_status hld_check_path(const int32_t *schedule, const int32_t *path, int32_t n, const char *what) {
+    const int32_t n_nodes = hld_n_nodes(schedule);
+    const int32_t *parents = hld_parents(schedule);
+    if (n < 1 || n > n_nodes)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path length %d not in [1, %d]", what, n, n_nodes);
+    if (path[0] != 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[0] = %d, must be the root 0", what, path[0]);
+    for (int i = 1; i < n; i++)
+        if (path[i] < 0 || path[i] >= n_nodes || parents[path[i]] != path[i - 1])
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: path[%d] = %d is not a child of path[%d] = %d", what, i,
+                               path[i], i - 1, path[i - 1]);
+    return SPECLA_OK;
+}

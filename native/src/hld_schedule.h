@@ -45,5 +45,8 @@ static inline const int32_t *hld_node_boundary(const int32_t *s) { return hld_ar
  * boundary structure against the parent array), so kernels may trust it. O(n), no allocation.
  * `what` names the caller in the message. */
 specla_status hld_check(const int32_t *schedule, int32_t max_nodes, const char *what);
+/* An accepted path of a checked schedule: 1 <= n <= n_nodes, path[0] = 0 (the root), each node the
+ * child of the one before. */
+specla_status hld_check_path(const int32_t *schedule, const int32_t *path, int32_t n, const char *what);
 
 #endif
