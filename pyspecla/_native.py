@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -27,7 +27,8 @@ ERR_STATE = 4
 CPU_AUTO = 0
 CPU_SCALAR = 1
 CPU_AVX2 = 2
-CPU_KERNELS = {"auto": CPU_AUTO, "scalar": CPU_SCALAR, "avx2": CPU_AVX2}
+CPU_AVX512 = 3
+CPU_KERNELS = {"auto": CPU_AUTO, "scalar": CPU_SCALAR, "avx2": CPU_AVX2, "avx512": CPU_AVX512}
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -239,6 +240,7 @@ _SIGNATURES = {
     "specla_context_free": (None, [_p]),
     "specla_context_reset": (ctypes.c_int, [_p]),
     "specla_context_n_past": (_i32, [_p]),
+    "specla_context_truncate": (ctypes.c_int, [_p, _i32]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),
     "specla_accept_path": (ctypes.c_int, [_p, c_int32_p, _i32]),
@@ -247,6 +249,8 @@ _SIGNATURES = {
     "specla_context_read_features": (ctypes.c_int, [_p, _i32, _i32, c_float_p]),
     "specla_op_dequantize": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, _p, _i64, c_float_p]),
     "specla_op_matmul": (ctypes.c_int, [ctypes.POINTER(OpOptions), ctypes.POINTER(Tensor), c_float_p, _i32, c_float_p]),
+    "specla_op_quantize_activations": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, c_float_p, _i32, _i32, _p,
+                                                      c_float_p]),
     "specla_op_rms_norm": (ctypes.c_int, [ctypes.POINTER(OpOptions), c_float_p, c_float_p, _i32, _i32, _f32, c_float_p]),
     "specla_op_l2_norm": (ctypes.c_int, [ctypes.POINTER(OpOptions), c_float_p, _i32, _i32, _f32, c_float_p]),
     "specla_op_causal_conv": (

@@ -44,6 +44,19 @@ def matmul(w_raw: np.ndarray, w_type: int, ne0: int, ne1: int, x, *, n_threads=0
     return y
 
 
+def quantize_activations(x, weight_type: int, *, n_threads=0, cpu_kernels="auto") -> tuple[np.ndarray, np.ndarray]:
+    """x (n_rows, n) -> (codes int8 (n_rows, n), scales float32 (n_rows, n / block)): the 8-bit
+    activation blocks a matmul with this weight type computes with."""
+    x = _f32(np.atleast_2d(x))
+    n_rows, n = x.shape
+    block = 256 if int(weight_type) in (12, 14) else 32
+    codes = np.full((n_rows, n), -128, dtype=np.int8)  # -128 is never a code: a gap shows
+    scales = _poisoned((n_rows, max(n // block, 1)))
+    check(lib.specla_op_quantize_activations(_opts(n_threads, cpu_kernels), int(weight_type), float_ptr(x), n_rows, n,
+                                             codes.ctypes.data, float_ptr(scales)))
+    return codes, scales
+
+
 def rms_norm(x, weight, eps: float, *, n_threads=0, cpu_kernels="auto") -> np.ndarray:
     x = _f32(x)
     n = x.shape[-1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 
@@ -13,8 +14,11 @@ def available_cpu_kernels() -> list[str]:
     from pyspecla import _native
 
     kernels = ["scalar"]
-    if _native.cpu_best_kernels() == _native.CPU_AVX2:
+    best = _native.cpu_best_kernels()
+    if best >= _native.CPU_AVX2:
         kernels.append("avx2")
+    if best >= _native.CPU_AVX512:
+        kernels.append("avx512")
     return kernels
 
 
@@ -57,3 +61,20 @@ def tiny_model_path(test_model_dir):
         return _MODEL_CACHE[key]
 
     return get
+
+
+def assert_close_up_to_code_flips(ours, expected, what, n_exact_min=1):
+    """Quantized weights meet 8-bit activations (activation_q8.h). Two computations of the same
+    model that differ by float rounding anywhere upstream (float64 reference vs our float32, or two
+    kernel sets) can round an activation that lies within an ulp of a code boundary to the
+    neighbouring code: one step of one activation, ~1e-2 of the logits on these random weights,
+    carried on by the recurrent state. So per sequence: either no flip happened (agreement to 1e-5,
+    which shows the arithmetic itself is the same) or the logits are within 5e-2 with the same
+    argmax; at least n_exact_min sequences must show no flip."""
+    exact = 0
+    for i, (a, b) in enumerate(zip(ours, expected)):
+        rel = np.abs(a - b).max() / np.abs(b).max()
+        exact += rel <= 1e-5
+        assert rel <= 5e-2, f"{what} sequence {i}: max relative logit error {rel:.2e}"
+        assert np.mean(a.argmax(-1) == b.argmax(-1)) >= 0.9, f"{what} sequence {i}: argmax differs"
+    assert exact >= n_exact_min, f"{what}: every sequence differs by more than 1e-5"

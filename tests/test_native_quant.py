@@ -2,11 +2,15 @@
 
 - dequantization == gguf.quants.dequantize BIT FOR BIT (both kernel sets), on random blocks and on
   blocks written by the project's encoder (pyspecla.quant);
-- matmul == float64 numpy (gguf-dequantized W) within 1e-5 of each element's sum |W||x|, outputs
-  NaN-poisoned before every call (pyspecla.ops does that);
+- 8-bit activation blocks (Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K weights) == the numpy quantizer in
+  pyspecla.reference.ops BIT FOR BIT (codes and scales), zero, NaN and infinite blocks included;
+- matmul == float64 numpy (gguf-dequantized W times the activations the kernel sees: x itself, or
+  its 8-bit blocks) within 1e-5 of each element's sum |W||x|, outputs NaN-poisoned before every
+  call (pyspecla.ops does that);
 - batch invariance: row b of y is the same bits whatever n_batch (and the 64-row grouping) is, and
   whatever the thread count is;
-- the scalar oracle and the AVX2 kernels agree within the same tolerance;
+- the scalar oracle and the AVX2 kernels agree bit for bit on the 8-bit-activation types (integer
+  dot products, the same float operations) and within the tolerance on the others;
 - bad arguments come back as an error status whose message names the op.
 Inputs are fresh each run (seeded from entropy); the seed is in every assertion message."""
 
@@ -21,6 +25,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf import quants as gguf_quants  # noqa: E402
 
 from pyspecla import _native, ops  # noqa: E402
+from pyspecla.reference import ops as ref_ops  # noqa: E402
 from pyspecla._native import float_ptr, lib  # noqa: E402
 
 T = GGMLQuantizationType
@@ -40,8 +45,11 @@ def fresh_rng():
 
 
 def skip_unless_available(cpu_kernels: str):
-    if cpu_kernels == "avx2" and _native.cpu_best_kernels() != _native.CPU_AVX2:
+    best = _native.cpu_best_kernels()
+    if cpu_kernels == "avx2" and best < _native.CPU_AVX2:
         pytest.skip("this CPU has no AVX2/FMA/F16C")
+    if cpu_kernels == "avx512" and best < _native.CPU_AVX512:
+        pytest.skip("this CPU has no AVX-512 F/BW/VL + VNNI")
 
 
 def finite_halves(r, count, scale=None) -> np.ndarray:
@@ -151,10 +159,24 @@ MATMUL_SHAPES = [  # (row kind, n_out, n_batch)
 ]
 
 
+INT8_TYPES = [T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_K, T.Q6_K]  # activations rounded to 8-bit blocks
+
+
+def activations_seen(qtype, x):
+    """What the kernel multiplies: x, or for INT8_TYPES its 8-bit blocks (code * scale) from the
+    numpy quantizer."""
+    x64 = x.astype(np.float64)
+    if qtype not in INT8_TYPES:
+        return x64
+    codes, scales = ref_ops.quantize_activations(x, qtype)
+    block = x.shape[1] // scales.shape[1]
+    return (codes.reshape(len(x), -1, block) * scales.astype(np.float64)[..., None]).reshape(x.shape)
+
+
 def matmul_oracle(raw, qtype, n_in, n_out, x):
     w = reference_dequantize(raw, qtype).reshape(n_out, n_in).astype(np.float64)
-    x64 = x.astype(np.float64)
-    return x64 @ w.T, np.abs(x64) @ np.abs(w).T
+    seen = activations_seen(qtype, x)
+    return seen @ w.T, np.abs(seen) @ np.abs(w).T
 
 
 def assert_matmul_close(y, expected, magnitude, what):
@@ -206,17 +228,84 @@ def test_matmul_batch_invariant(cpu_kernels, qtype):
     assert_same_bits(mm(slice(0, 64), n_threads=1), y64, f"{qtype.name} {cpu_kernels}: 1 vs 2 threads seed={seed}")
 
 
+@pytest.mark.parametrize("simd", ["avx2", "avx512"])
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matmul_scalar_and_avx2_agree(qtype):
-    skip_unless_available("avx2")
+def test_matmul_scalar_and_simd_agree(qtype, simd):
+    skip_unless_available(simd)
     r, seed = fresh_rng()
-    n_in, n_out, n_batch = row_length(qtype, "b"), 45, 5
-    raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
-    x = r.standard_normal((n_batch, n_in)).astype(np.float32)
-    y_scalar = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="scalar")
-    y_avx2 = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="avx2")
-    _, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
-    assert_matmul_close(y_avx2, y_scalar.astype(np.float64), magnitude, f"{qtype.name} avx2 vs scalar seed={seed}")
+    for n_in, n_batch in ((row_length(qtype, "b"), 5), (row_length(qtype, "a"), 1), (row_length(qtype, "b"), 70)):
+        n_out = 45
+        raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
+        x = r.standard_normal((n_batch, n_in)).astype(np.float32)
+        y_scalar = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="scalar")
+        y_simd = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels=simd)
+        what = f"{qtype.name} {simd} vs scalar n_batch={n_batch} seed={seed}"
+        if qtype in INT8_TYPES or simd == "avx512":  # the same integers and float operations: the same bits
+            reference = ops.matmul(raw, qtype, n_in, n_out, x, cpu_kernels="avx2") if qtype not in INT8_TYPES \
+                else y_scalar  # (float-activation types: avx512 runs the avx2 kernel)
+            assert_same_bits(y_simd, reference, what)
+        _, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+        assert_matmul_close(y_simd, y_scalar.astype(np.float64), magnitude, what)
+
+
+def activation_rows(r, n):
+    """Rows that stress the activation quantizer: normal, huge, tiny (subnormal products), a row
+    whose largest magnitude is negative, exact ties (x * 127 / amax = k + 0.5), zero blocks, and
+    blocks with a NaN / +inf / -inf."""
+    rows = [r.standard_normal(n) * 3, r.standard_normal(n) * 1e30, r.standard_normal(n) * 1e-38,
+            -np.abs(r.standard_normal(n)), np.zeros(n)]
+    tie = np.full(n, 0.5 / 127 * 254)  # amax = 2: 1.0 * 127 / 2 = 63.5, a tie
+    tie[::7] = 2.0
+    tie[1::5] = -1.0
+    rows.append(tie)
+    rows.append(np.round(r.standard_normal(n) * 8) / 8)
+    bad = r.standard_normal((3, n))
+    bad[0, 5], bad[1, n - 1], bad[2, 40] = np.nan, np.inf, -np.inf
+    bad[2, :32] = 0.0
+    return np.vstack([np.array(rows), bad]).astype(np.float32)
+
+
+@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
+def test_activation_blocks_match_numpy(cpu_kernels, qtype):
+    skip_unless_available(cpu_kernels)
+    r, seed = fresh_rng()
+    x = activation_rows(r, 512)
+    codes, scales = ops.quantize_activations(x, qtype, cpu_kernels=cpu_kernels)
+    want_codes, want_scales = ref_ops.quantize_activations(x, qtype)
+    what = f"{qtype.name} {cpu_kernels} seed={seed}"
+    assert np.array_equal(codes, want_codes), f"{what}: codes differ at {np.argwhere(codes != want_codes)[:5]}"
+    assert_same_bits(scales, want_scales, f"{what}: scales")
+    assert (np.abs(codes.astype(np.int32)) <= 127).all(), f"{what}: a code outside [-127, 127]"
+    assert np.isnan(scales[-3:]).any(axis=1).all(), f"{what}: a non-finite block must get scale NaN"
+    assert (scales[4] == 0).all() and (codes[4] == 0).all(), f"{what}: zero rows give scale 0, codes 0"
+    # What the codes mean: code * scale is x within half a step (plus the fp16 rounding of a Q8_0
+    # scale). Q8_0 scales are fp16 as in llama.cpp, so rows beyond its range (1e30: scale inf, 1e-38:
+    # scale 0) only keep their codes' meaning for Q8_K; rows of ~1e-38 (the inverse scale overflows)
+    # are stored as zero by both.
+    rows = [0, 3, 4, 5, 6] if qtype in (T.Q8_0, T.Q4_0, T.Q5_0) else [0, 1, 3, 4, 5, 6]
+    assert (codes[2] == 0).all() and (scales[2] == 0).all(), f"{what}: a ~1e-38 row is stored as zero"
+    block = x.shape[1] // scales.shape[1]
+    xr = x[rows].astype(np.float64).reshape(len(rows), -1, block)
+    seen = codes[rows].reshape(xr.shape) * scales[rows].astype(np.float64)[..., None]
+    step = np.abs(scales[rows]).astype(np.float64)[..., None]
+    assert (np.abs(seen - xr) <= 0.5 * step + np.abs(xr) * 1e-3).all(), what
+    if block == 32:
+        assert np.isinf(scales[1]).any(), f"{what}: fp16 scale range"
+
+
+def test_matmul_nonfinite_activation_propagates():
+    """A NaN or an infinity in x must show in y (not vanish into a zero code)."""
+    r, seed = fresh_rng()
+    for qtype in INT8_TYPES:
+        n_in = 256
+        raw = random_blocks(r, qtype, 5, n_in, scale=0.05)
+        x = r.standard_normal((3, n_in)).astype(np.float32)
+        x[1, 17] = np.inf
+        for kernels in ("scalar", "avx2", "avx512"):
+            if _native.cpu_best_kernels() < _native.CPU_KERNELS[kernels]:
+                continue
+            y = ops.matmul(raw, qtype, n_in, 5, x, cpu_kernels=kernels)
+            assert np.isfinite(y[[0, 2]]).all() and np.isnan(y[1]).all(), f"{qtype.name} {kernels} seed={seed}"
 
 
 def test_matmul_wide_rows_q4_k_q6_k():
@@ -235,7 +324,7 @@ def test_matmul_wide_rows_q4_k_q6_k():
 @pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
 def test_matmul_legacy_qwen_sized_rows(cpu_kernels, qtype):
     """Rows of the Qwen2.5 0.5B draft: 896 inputs (three 256 chunks + a 128-element one) and 4864
-    (19 chunks); n_batch 1 (the AVX2 direct path) and 5 (the buffered path)."""
+    (19 chunks); n_batch 1 and 5 give the same bits."""
     skip_unless_available(cpu_kernels)
     r, seed = fresh_rng()
     for n_in, n_out in ((896, 9), (4864, 3)):
@@ -279,9 +368,10 @@ def test_dequantize_bad_arguments():
     expect_error(lib.specla_op_dequantize(options(), int(T.Q8_0), src.ctypes.data, 32, None), op, "dst")
     expect_error(lib.specla_op_dequantize(options(cpu_kernels=7), int(T.Q8_0), src.ctypes.data, 32,
                                           float_ptr(dst)), op, "7")
-    if _native.cpu_best_kernels() != _native.CPU_AVX2:
-        expect_error(lib.specla_op_dequantize(options(cpu_kernels=_native.CPU_AVX2), int(T.Q8_0), src.ctypes.data,
-                                              32, float_ptr(dst)), op, "AVX2", code=_native.ERR_UNSUPPORTED)
+    for kernels, name in ((_native.CPU_AVX2, "AVX2"), (_native.CPU_AVX512, "AVX512")):
+        if _native.cpu_best_kernels() < kernels:  # a kernel set this CPU lacks is refused, by name
+            expect_error(lib.specla_op_dequantize(options(cpu_kernels=kernels), int(T.Q8_0), src.ctypes.data,
+                                                  32, float_ptr(dst)), op, name, code=_native.ERR_UNSUPPORTED)
     # NULL options mean defaults
     assert lib.specla_op_dequantize(None, int(T.Q8_0), src.ctypes.data, 32, float_ptr(dst)) == _native.OK
 
@@ -339,5 +429,5 @@ def test_other_ops_bad_arguments():
 
 
 def test_cpu_best_kernels_and_cuda_count():
-    assert _native.cpu_best_kernels() in (_native.CPU_SCALAR, _native.CPU_AVX2)
+    assert _native.cpu_best_kernels() in (_native.CPU_SCALAR, _native.CPU_AVX2, _native.CPU_AVX512)
     assert _native.cuda_device_count() >= 0

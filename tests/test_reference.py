@@ -75,8 +75,15 @@ def test_matmul_dequantizes_gguf_blocks(qtype):
     raw = gguf.quants.quantize(w, qtype)
     x = rng.standard_normal((3, 64)).astype(np.float32)
     w_deq = gguf.quants.dequantize(raw, qtype).astype(np.float64)
-    np.testing.assert_allclose(ops.matmul(raw.view(np.uint8), qtype, 64, 5, x), x @ w_deq.T, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ops.matmul(raw.tobytes(), int(qtype), 64, 5, x[0]), x[0] @ w_deq.T, rtol=1e-5, atol=1e-5)
+    seen = x.astype(np.float64)
+    if qtype == QT.Q8_0:
+        # Q8_0 weights meet 8-bit activation blocks; gguf's own Q8_0 quantizer, an independent
+        # implementation of the same rounding, gives the same activation values on these rows
+        seen = gguf.quants.dequantize(gguf.quants.quantize(x, QT.Q8_0), QT.Q8_0).astype(np.float64)
+        assert not np.array_equal(seen, x.astype(np.float64))
+    np.testing.assert_allclose(ops.matmul(raw.view(np.uint8), qtype, 64, 5, x), seen @ w_deq.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ops.matmul(raw.tobytes(), int(qtype), 64, 5, x[0]), seen[0] @ w_deq.T, rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_causal_conv_against_loops():

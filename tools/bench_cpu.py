@@ -57,15 +57,24 @@ def bench_ours(model, prompt, n_decode) -> tuple[float, list[int]]:
     return n_decode / dt, out
 
 
+def llama_last_logits(llm) -> np.ndarray:
+    """The last evaluated row's logits. (Without logits_all, llama-cpp-python 0.3.36 does not fill
+    llm.scores: read them from the context.)"""
+    import llama_cpp
+
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def bench_llama(llm, prompt, n_decode) -> tuple[float, list[int]]:
     llm.reset()
     llm.eval(prompt)
-    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    token = int(np.argmax(llama_last_logits(llm)))
     out = [token]
     t0 = time.perf_counter()
     for _ in range(n_decode):
         llm.eval([token])
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = int(np.argmax(llama_last_logits(llm)))
         out.append(token)
     dt = time.perf_counter() - t0
     return n_decode / dt, out

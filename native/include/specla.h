@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 3
+#define SPECLA_ABI_VERSION 4
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -65,12 +65,14 @@ typedef enum specla_cpu_kernels {
     SPECLA_CPU_AUTO = 0,
     SPECLA_CPU_SCALAR = 1,
     SPECLA_CPU_AVX2 = 2,
+    SPECLA_CPU_AVX512 = 3, /* AVX-512 F/BW/VL + VNNI for the 8-bit matmuls; the AVX2 kernels otherwise.
+                              The same results as AVX2, bit for bit. */
 } specla_cpu_kernels;
 
 SPECLA_API int specla_abi_version(void);
 /* Message of the last failed call on this thread ("" if none). Valid until the next call. */
 SPECLA_API const char *specla_last_error(void);
-/* Kernels AUTO resolves to on this CPU (SPECLA_CPU_SCALAR or SPECLA_CPU_AVX2). */
+/* Kernels AUTO resolves to on this CPU (SPECLA_CPU_SCALAR, SPECLA_CPU_AVX2 or SPECLA_CPU_AVX512). */
 SPECLA_API int specla_cpu_best_kernels(void);
 /* Number of CUDA devices visible to this build (0 when built without CUDA or when none is present). */
 SPECLA_API int specla_cuda_device_count(void);
@@ -196,6 +198,14 @@ SPECLA_API void specla_context_free(specla_context *context);
 SPECLA_API specla_status specla_context_reset(specla_context *context);
 /* Tokens committed to the durable state so far. */
 SPECLA_API int32_t specla_context_n_past(const specla_context *context);
+/* Forget the tokens at positions >= n_past (0 <= n_past <= the current n_past): afterwards the
+ * context equals one that evaluated only the first n_past tokens, bit for bit, and the next batch
+ * starts at position n_past. Exact rollback of attention layers is dropping KV (and captured
+ * feature) rows; a recurrent layer's state has no history to roll back, so a model with Gated
+ * DeltaNet layers is refused (SPECLA_ERR_UNSUPPORTED; specla_context_reset still works). That also
+ * covers pending speculative state: only recurrent layers ever have a pending path. A verified
+ * tree awaiting specla_accept_path is discarded: its rows sat beyond the old n_past. */
+SPECLA_API specla_status specla_context_truncate(specla_context *context, int32_t n_past);
 
 /* One forward pass over a batch of tokens: the only call a generation step makes.
  * positions[i] must be n_past + i for now (a plain sequence continuation); tree batches, whose
@@ -251,11 +261,20 @@ typedef struct specla_op_options {
     int32_t cpu_kernels; /* specla_cpu_kernels */
 } specla_op_options;
 
+/* The 8-bit activation blocks a matmul with weight_type uses (Q8_0/Q4_0/Q5_0: blocks of 32;
+ * Q4_K/Q6_K: blocks of 256): codes[n_rows][n] and scales[n_rows][n / block]. A code times its block's
+ * scale is the activation value the integer dot products see. Other weight types are an error
+ * (their matmuls keep float activations). */
+SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options *opt, int32_t weight_type,
+                                                        const float *x, int32_t n_rows, int32_t n, int8_t *codes,
+                                                        float *scales);
 /* dst[n_elements] = dequantized src; n_elements a multiple of the type's block. */
 SPECLA_API specla_status specla_op_dequantize(const specla_op_options *opt, int32_t type, const void *src,
                                               int64_t n_elements, float *dst);
 /* y[n_batch][w.ne1] = x[n_batch][w.ne0] . W^T. Each row of y is computed in the same order whatever
- * n_batch is (batch-invariant), so a verify row equals the decode row bit for bit. */
+ * n_batch is (batch-invariant), so a verify row equals the decode row bit for bit. For Q8_0, Q4_0,
+ * Q5_0, Q4_K and Q6_K weights the activations are first rounded to 8-bit blocks (llama.cpp's Q8_0 /
+ * Q8_K) and dotted in integers; see specla_op_quantize_activations. */
 SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const specla_tensor *w, const float *x,
                                           int32_t n_batch, float *y);
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be NULL: no scale). rows of n. */

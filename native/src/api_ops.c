@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "activation_q8.h"
 #include "cpu_ops.h"
 #include "error.h"
 #include "tensor_types.h"
@@ -63,7 +66,7 @@ SPECLA_API specla_status specla_op_dequantize(const specla_op_options *opt, int3
                             (long long)n_elements, type_name(type), block);
     cpu_exec ex;
     if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    if (ex.kernels == SPECLA_CPU_AVX2)
+    if (cpu_uses_avx2(&ex))
         cpu_dequantize_row_avx2(type, src, n_elements, dst);
     else
         cpu_dequantize_row_scalar(type, src, n_elements, dst);
@@ -93,6 +96,35 @@ SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const sp
     cpu_exec ex;
     if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
     cpu_matmul(&ex, w, x, n_batch, y);
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options *opt, int32_t weight_type,
+                                                        const float *x, int32_t n_rows, int32_t n, int8_t *codes,
+                                                        float *scales) {
+    static const char op[] = "specla_op_quantize_activations";
+    specla_status status = check_type(op, weight_type);
+    if (status != SPECLA_OK) return status;
+    const int kind = act_kind_for_weight(weight_type);
+    if (kind == ACT_FLOAT)
+        return FAIL_INVALID("%s: %s weights take float activations (no 8-bit blocks)", op, type_name(weight_type));
+    CHECK_NOT_NULL(op, x);
+    CHECK_NOT_NULL(op, codes);
+    CHECK_NOT_NULL(op, scales);
+    CHECK_POSITIVE(op, n_rows);
+    CHECK_POSITIVE(op, n);
+    const int block = kind == ACT_Q8_K ? 256 : 32;
+    if (n % block != 0) return FAIL_INVALID("%s: n = %d is not a multiple of %d", op, n, block);
+    cpu_exec ex;
+    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
+    void *acts = cpu_quantize_activations(kind, x, n, n_rows);
+    if (!acts) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", op);
+    for (int64_t k = 0; k < (int64_t)n_rows * (n / block); k++) {
+        const int8_t *qs = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].qs : ((const act_q8_0 *)acts)[k].qs;
+        scales[k] = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].d : ((const act_q8_0 *)acts)[k].d;
+        memcpy(codes + k * block, qs, (size_t)block);
+    }
+    free(acts);
     return SPECLA_OK;
 }
 

@@ -182,6 +182,26 @@ SPECLA_API specla_status specla_context_reset(specla_context *ctx) {
 
 SPECLA_API int32_t specla_context_n_past(const specla_context *ctx) { return ctx ? ctx->n_past : -1; }
 
+SPECLA_API specla_status specla_context_truncate(specla_context *ctx, int32_t n_past) {
+    static const char op[] = "specla_context_truncate";
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL context", op);
+    if (n_past < 0 || n_past > ctx->n_past)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: n_past %d is not in [0, %d] (the tokens evaluated so far)",
+                           op, n_past, ctx->n_past);
+    /* A conv window or GDN state holds every earlier token folded together: there is no row to
+     * drop. Refusing here also rules out a pending accepted path, which only recurrent layers have. */
+    if (ctx->model->n_recurrent_layers > 0)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "%s: the model has %d recurrent (Gated DeltaNet) layers, whose state cannot be rolled "
+                           "back; truncation needs an attention-only model such as qwen2",
+                           op, ctx->model->n_recurrent_layers);
+    /* KV and feature rows at positions >= n_past are never read again (reads stop at n_past) and
+     * the next batch overwrites them, exactly as specla_context_reset relies on. */
+    ctx->n_past = n_past;
+    ctx->tree.n_verified = 0; /* its rows were placed after the old n_past */
+    return SPECLA_OK;
+}
+
 SPECLA_API specla_status specla_forward(specla_context *ctx, const specla_batch *batch) {
     if (!ctx || !batch) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_forward: NULL argument");
     if (!batch->tokens || !batch->positions)

@@ -89,6 +89,29 @@ float half_to_float(specla_half h) {
     return f;
 }
 
+specla_half float_to_half(float f) {
+    /* binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with mode 0 does). */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) return (specla_half)(sign | 0x7e00u); /* NaN */
+    if (x >= 0x47800000u) return (specla_half)(sign | 0x7c00u); /* >= 65536 (or inf): inf */
+    if (x < 0x38800000u) { /* below the smallest normal half, 2^-14: a subnormal or zero */
+        if (x < 0x33000000u) return (specla_half)sign; /* <= 2^-25 rounds to (even) zero */
+        const uint32_t m = (x & 0x7fffffu) | 0x800000u;
+        const int shift = 126 - (int)(x >> 23); /* f / 2^-24 = m >> shift, in 1 .. 24 */
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (specla_half)(sign | q);
+    }
+    uint32_t h = (x - 0x38000000u) >> 13; /* rebias 127 -> 15, keep 10 mantissa bits */
+    const uint32_t rem = x & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* a carry into the exponent is right */
+    return (specla_half)(sign | h);
+}
+
 float bf16_to_float(specla_bf16 h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;

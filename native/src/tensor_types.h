@@ -66,6 +66,17 @@ typedef struct {
 } block_q4_K;
 static_assert(sizeof(block_q4_K) == 144, "block_q4_K size");
 
+/* 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block's 12 packed bytes. */
+static inline void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 /* Q5_K: Q4_K plus one high bit per element in qh */
 typedef struct {
     specla_half d;
@@ -98,6 +109,7 @@ specla_status tensor_check(const specla_tensor *t, const char *kind, const char 
                            int64_t ne1, int must_be_f32);
 
 float half_to_float(specla_half h);
+specla_half float_to_half(float f);
 float bf16_to_float(specla_bf16 h);
 
 #endif

@@ -49,8 +49,10 @@ def _dequantized(view) -> np.ndarray:
 
 class DFlashReference:
     def __init__(self, hp: DraftRefHParams, weights: dict[str, np.ndarray], token_embd: np.ndarray,
-                 lm_head: np.ndarray, *, dtype=np.float64):
+                 lm_head: np.ndarray, *, dtype=np.float64, weight_types: dict[str, int] | None = None):
         self.hp = hp
+        # GGUF type per weight ("lm_head" for the target's LM head): float or 8-bit activations
+        self.weight_types = dict(weight_types or {})
         self.w = {k: np.asarray(v, np.float32) for k, v in weights.items()}
         self.token_embd = np.asarray(token_embd, np.float32)  # (V, E) the target's
         self.lm_head = np.asarray(lm_head, np.float32)  # (V, E) the target's output (or token_embd, tied)
@@ -79,15 +81,18 @@ class DFlashReference:
                 "attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm",
                 "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down")]
         weights = {name: _dequantized(draft.tensor(name)) for name in names}
+        types = {name: int(draft.tensor(name).ggml_type) for name in names}
         token_embd = _dequantized(target.tensor("token_embd.weight"))
         output = target.optional_tensor("output.weight")
         lm_head = token_embd if output is None else _dequantized(output)
-        return cls(hp, weights, token_embd, lm_head, dtype=dtype)
+        types["lm_head"] = int((output if output is not None else target.tensor("token_embd.weight")).ggml_type)
+        return cls(hp, weights, token_embd, lm_head, dtype=dtype, weight_types=types)
 
     # --- pieces ------------------------------------------------------------------------------
 
     def _linear(self, x, name: str) -> np.ndarray:
-        return (np.asarray(x, self.dtype) @ self.w[name].astype(self.dtype).T).astype(np.float32)
+        seen = ops.activations_seen(np.asarray(x, np.float32), self.weight_types.get(name), dtype=self.dtype)
+        return (seen @ self.w[name].astype(self.dtype).T).astype(np.float32)
 
     def _rms(self, x, name: str | None) -> np.ndarray:
         return ops.rms_norm(x, None if name is None else self.w[name], self.hp.rms_eps, dtype=self.dtype)
@@ -169,7 +174,8 @@ class DFlashReference:
         then the target's LM head matrix only: the target's output_norm is NOT applied on top (the
         draft's final norm takes its place, as upstream llama.cpp's DFlash graph does)."""
         rows = self.block_hidden(features, root_token)
-        return (np.asarray(rows, self.dtype) @ self.lm_head.astype(self.dtype).T).astype(np.float32)
+        seen = ops.activations_seen(np.asarray(rows, np.float32), self.weight_types.get("lm_head"), dtype=self.dtype)
+        return (seen @ self.lm_head.astype(self.dtype).T).astype(np.float32)
 
 
 def log_softmax(logits) -> np.ndarray:

@@ -81,10 +81,13 @@ class ReferenceState:
 
 
 class ReferenceModel:
-    def __init__(self, hparams: HParams, weights: dict[str, np.ndarray], *, dtype=np.float64):
+    def __init__(self, hparams: HParams, weights: dict[str, np.ndarray], *, dtype=np.float64,
+                 weight_types: dict[str, int] | None = None):
         self.hp = hparams
         self.dtype = dtype
         self.w = {name: np.asarray(a, dtype=np.float32) for name, a in weights.items()}
+        # GGUF type per weight: decides whether a matmul sees float or 8-bit activations (ops.matmul)
+        self.weight_types = dict(weight_types or {})
         hp = hparams
         if len(hp.layer_is_recurrent) != hp.n_layer:
             raise ValueError(f"layer_is_recurrent has {len(hp.layer_is_recurrent)} entries, n_layer {hp.n_layer}")
@@ -128,7 +131,7 @@ class ReferenceModel:
                 interval = int(key("full_attention_interval", 4))
                 layer_is_recurrent = HParams.recurrent_layers_from_interval(n_layer, interval)
 
-        weights = {}
+        weights, types = {}, {}
         for t in reader.tensors:
             if t.name.startswith("blk."):
                 layer = int(t.name.split(".")[1])
@@ -139,6 +142,7 @@ class ReferenceModel:
             rows = int(np.prod(ne[1:])) if len(ne) > 1 else 1
             values = ops.dequantize(t.data, int(t.tensor_type), ne0, rows)
             weights[t.name] = values.reshape(tuple(reversed(ne)))
+            types[t.name] = int(t.tensor_type)
 
         hp = HParams(
             n_layer=n_layer,
@@ -159,7 +163,7 @@ class ReferenceModel:
             layer_is_recurrent=layer_is_recurrent,
             arch=arch,
         )
-        return cls(hp, weights, dtype=dtype)
+        return cls(hp, weights, dtype=dtype, weight_types=types)
 
     def _check_shapes(self):
         hp = self.hp
@@ -242,7 +246,8 @@ class ReferenceModel:
 
     def _linear(self, x, name: str) -> np.ndarray:
         w = self.w[name].astype(self.dtype, copy=False)
-        return (np.asarray(x, self.dtype) @ w.T).astype(np.float32)
+        seen = ops.activations_seen(np.asarray(x, np.float32), self.weight_types.get(name), dtype=self.dtype)
+        return (seen @ w.T).astype(np.float32)
 
     def _rms(self, x, name: str | None) -> np.ndarray:
         return ops.rms_norm(x, None if name is None else self.w[name], self.hp.rms_eps, dtype=self.dtype)

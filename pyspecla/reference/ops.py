@@ -24,6 +24,8 @@ __all__ = [
     "sigmoid",
     "softplus",
     "matmul",
+    "quantize_activations",
+    "activations_seen",
     "causal_conv",
     "gated_delta_rule",
     "rope_neox",
@@ -98,13 +100,77 @@ def softplus(x, *, dtype=np.float64) -> np.ndarray:
     return _out(_softplus(np.asarray(x, dtype=dtype)))
 
 
+# Weight types whose matmuls round the activations to 8-bit blocks first (llama.cpp's vec_dot
+# types): Q8_0, Q4_0, Q5_0 -> blocks of 32 (Q8_0), Q4_K, Q6_K -> blocks of 256 (Q8_K).
+_ACTIVATION_BLOCK = {
+    GGMLQuantizationType.Q8_0: 32, GGMLQuantizationType.Q4_0: 32, GGMLQuantizationType.Q5_0: 32,
+    GGMLQuantizationType.Q4_K: 256, GGMLQuantizationType.Q6_K: 256,
+}
+
+
+def quantize_activations(x, w_type: int) -> tuple[np.ndarray, np.ndarray]:
+    """x (n_rows, n) -> (codes int8 (n_rows, n), scales float32 (n_rows, n / block)) as a matmul with
+    weights of type w_type sees them (native/backends/cpu/activation_q8.h), in float32 arithmetic:
+      blocks of 32:  amax = max |x|; scale = fp16(amax / 127); code = rint(x * (127 / amax))
+      blocks of 256: max = the first element of largest magnitude; s = -127 / max;
+                     code = min(127, rint(s * x)); scale = 1 / s
+    (rint rounds half to even; an all-zero block, or one whose inverse scale overflows, has scale 0
+    and codes 0; a block with a NaN or an infinity has scale NaN and codes 0)."""
+    qtype = GGMLQuantizationType(int(w_type))
+    if qtype not in _ACTIVATION_BLOCK:
+        raise ValueError(f"{qtype.name} weights take float activations")
+    block = _ACTIVATION_BLOCK[qtype]
+    x = np.atleast_2d(np.asarray(x, dtype=np.float32))
+    n_rows, n = x.shape
+    if n % block:
+        raise ValueError(f"row length {n} is not a multiple of {block}")
+    xb = x.reshape(n_rows, n // block, block)
+    finite = np.isfinite(xb).all(axis=-1)
+    safe = np.where(finite[..., None], xb, np.float32(0))
+    magnitude = np.abs(safe)
+    amax = magnitude.max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if block == 32:
+            scales = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
+            inverse = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+            tiny = ~np.isfinite(inverse)  # amax below ~1e-36: stored as zero
+            inverse = np.where(tiny, np.float32(0), inverse)
+            scales = np.where(tiny, np.float32(0), scales)
+            codes = np.rint(safe * inverse[..., None])
+        else:
+            first = np.take_along_axis(safe, magnitude.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+            iscale = np.where(amax != 0, np.float32(-127) / first, np.float32(0)).astype(np.float32)
+            iscale = np.where(np.isfinite(iscale), iscale, np.float32(0))  # amax below ~1e-36: zero
+            codes = np.minimum(np.rint(iscale[..., None] * safe), 127)
+            scales = np.where(iscale != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+    scales = np.where(finite, scales, np.float32(np.nan)).astype(np.float32)
+    codes = np.where(finite[..., None], codes, 0).astype(np.int8)
+    return codes.reshape(n_rows, n), scales
+
+
 def matmul(w_raw, w_type: int, ne0: int, ne1: int, x, *, dtype=np.float64) -> np.ndarray:
-    """y (..., ne1) = x (..., ne0) @ dequantize(W).T for a GGUF weight {ne0, ne1} of type w_type."""
+    """y (..., ne1) = x (..., ne0) @ dequantize(W).T for a GGUF weight {ne0, ne1} of type w_type.
+    For the types in _ACTIVATION_BLOCK, x is first replaced by its 8-bit blocks (code * scale), the
+    values the native integer dot products multiply; the product itself is exact (float64)."""
     w = dequantize(w_raw, w_type, ne0, ne1).astype(dtype)
     x = np.asarray(x, dtype=dtype)
     if x.shape[-1] != ne0:
         raise ValueError(f"x has {x.shape[-1]} columns, the weight rows have {ne0}")
-    return _out(x @ w.T)
+    return _out(activations_seen(x, w_type, dtype=dtype) @ w.T)
+
+
+def activations_seen(x, w_type: int | None, *, dtype=np.float64) -> np.ndarray:
+    """The activation values a matmul with weights of type w_type multiplies: x itself, or for the
+    types in _ACTIVATION_BLOCK its 8-bit blocks (code * scale, quantized from float32 x). None
+    means float activations (weights that did not come from a GGUF type)."""
+    x = np.asarray(x)
+    if w_type is None or GGMLQuantizationType(int(w_type)) not in _ACTIVATION_BLOCK:
+        return x.astype(dtype, copy=False)
+    rows = x.reshape(-1, x.shape[-1]).astype(np.float32)
+    codes, scales = quantize_activations(rows, w_type)
+    block = rows.shape[1] // scales.shape[1]
+    seen = codes.reshape(len(rows), -1, block).astype(dtype) * scales.astype(dtype)[..., None]
+    return seen.reshape(x.shape)
 
 
 def causal_conv(x, weight, conv_state, *, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:

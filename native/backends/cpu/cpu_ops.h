@@ -10,21 +10,30 @@
 
 typedef struct cpu_exec {
     int n_threads; /* >= 1 */
-    int kernels;   /* SPECLA_CPU_SCALAR or SPECLA_CPU_AVX2, never AUTO */
+    int kernels;   /* SPECLA_CPU_SCALAR, SPECLA_CPU_AVX2 or SPECLA_CPU_AVX512, never AUTO */
 } cpu_exec;
+
+/* AVX512 is a superset: every op without an AVX-512 version runs its AVX2 kernel. */
+static inline int cpu_uses_avx2(const cpu_exec *ex) { return ex->kernels >= SPECLA_CPU_AVX2; }
 
 /* Resolves AUTO / n_threads <= 0 against this machine; rejects AVX2 on a CPU without it. */
 specla_status cpu_exec_resolve(int n_threads, int kernels, cpu_exec *out);
 int cpu_has_avx2_fma(void);
+int cpu_has_avx512_vnni(void);
 
 /* --- quant: dequantize n elements (a multiple of the block) of one row ------------------------- */
 void cpu_dequantize_row_scalar(int32_t type, const void *src, int64_t n, float *dst);
 void cpu_dequantize_row_avx2(int32_t type, const void *src, int64_t n, float *dst);
 
-/* --- matmul: y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T, threads over output rows ---------- */
+/* --- matmul: y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T, threads over output rows ----------
+ * The arithmetic (float or 8-bit activations, by weight type) is documented in matmul_scalar.c. */
 void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
 void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
+void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
 void cpu_matmul(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y);
+/* The 8-bit activation blocks (activation_q8.h, kind ACT_Q8_0 / ACT_Q8_K) of n_batch rows of n
+ * floats, row after row, in one malloc'd buffer (NULL when out of memory); the caller frees it. */
+void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch);
 /* Row `row` of a weight tensor (any type) as floats: embedding lookup. */
 void cpu_get_row(const specla_tensor *w, int64_t row, float *dst);
 

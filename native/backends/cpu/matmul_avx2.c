@@ -1,51 +1,40 @@
-/* AVX2/FMA matmul: y[b][o] = sum_i W[o][i] * x[b][i] with float activations (x is never quantized).
+/* AVX2/FMA matmul: y[b][o] = sum_i W[o][i] * x[b][i], the same arithmetic as the scalar oracle
+ * (matmul_scalar.c documents both schemes and their orders).
  *
- * Work layout. Threads take contiguous ranges of output rows (static schedule). Each row is walked
- * once per group of at most 64 batch rows, one chunk of 256 elements at a time (one K-quant block,
- * eight blocks of a 32-element type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; fewer in a row's last chunk
- * when the row is not a multiple of 256), or 256 F32/F16/BF16 values). Each chunk is decoded ONCE into a 256-float stack
- * buffer and then used by every batch row of the group, so one pass over the weights serves up to 64
- * tokens. A group of one row (decode) skips the buffer: its levels go straight from the block into
- * the FMAs, the same operations in the same order (accumulate_chunk_direct).
+ * Work layout. Threads take contiguous ranges of output rows (static schedule). Each weight row is
+ * read once per group of at most 64 batch rows, one 256-element chunk at a time (one K-quant block,
+ * or eight 32-element blocks, fewer in a row's last chunk): the chunk is unpacked ONCE, then used
+ * by every batch row of the group. So verifying k tokens reads the weights once, like decoding one.
  *
- * What is decoded, per type:
- *   - Q8_0, Q4_0, Q5_0, Q4_K, Q6_K (the decode-critical types; Q5_0 is most matrices of the
- *     Qwen2.5 0.5B draft) are decoded to their integer levels as floats,
- *     not to weights: the block scales are applied once per scale group to a partial dot product,
- *     (d*sc) * sum(q*x), and the Q4_K mins once per block as dmin*m times precomputed sums of x over
- *     each 32-element sub-block. This is the same sum regrouped; it saves a multiply (and for Q4_K a
- *     subtraction) per weight, which is most of the float work of the decode path.
- *   - F32 / F16 / BF16 / Q5_K / Q4_1 / Q5_1 are dequantized (cpu_dequantize_row_avx2, bit-identical
- *     to the scalar oracle) and FMA'd directly.
+ * 8-bit activations (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K). A chunk is unpacked to byte vectors the integer
+ * multiply-add takes (_mm256_maddubs_epi16: unsigned bytes x signed bytes, adjacent pairs summed
+ * into int16; _mm256_madd_epi16 then sums int16 pairs into int32 lanes, lane l = elements
+ * 4l..4l+3):
+ *   Q8_0 / Q4_0 / Q5_0: |w| as unsigned bytes and w's signs (the activation takes the sign of w,
+ *     so |w| * sign(w) a = w a); madd with ones gives the eight s_l of the oracle, which go through
+ *     the same float lanes (fma per block, then the fixed 8-lane sum).
+ *   Q4_K: the nibbles (0..15) of each sub-block; madd with the sub-block's scale broadcast; isum and
+ *     the mins term (bsums x mins) are exact int32 sums.
+ *   Q6_K: the 6-bit levels unbiased (0..63); madd with the two group scales of each 32 elements;
+ *     the bias is removed exactly as 32 * sum_k sc_k bsum_k.
+ * Bounds: a pair sum is at most 2 * 128 * 127 (Q8_0), 2 * 63 * 127 (Q6_K) or 2 * 15 * 127 (Q4_K),
+ * inside int16 (no maddubs saturation); the int32 sums stay below 2^31.
  *
- * Summation order of one output element (b, o) — fixed, and independent of n_batch, of the 64-row
- * grouping, of the thread count and of which thread runs the row, so the kernel is batch-invariant
- * (row b of y has the same bits whatever else is in the batch). Four 8-lane accumulators a0..a3 start
- * at +0; "t = q.x" below is an 8-lane partial dot: t = q[0:8]*x[0:8], then t = fma(q[8k:8k+8],
- * x[8k:8k+8], t) for k = 1, 2, ... in order. Blocks and elements are visited in increasing order.
- *   Q8_0, Q4_0, Q5_0  per block k (32 values): t = q.x over its 4 vectors, q the signed level
- *         (the int8 for Q8_0, nibble - 8 for Q4_0, 5-bit level - 16 for Q5_0);
- *         a[k % 2] = fma(d_k, t, a[k % 2]).
- *   Q4_K  per block, per nibble pair p = 0..3 (sub-blocks 2p and 2p+1, 32 bytes of qs):
- *         t_lo = q.x of sub-block 2p, t_hi = (16 q).x of sub-block 2p+1 (the high nibble kept in
- *         place, an exact power-of-two scaling), a0 = fma(d*sc_2p, t_lo, a0),
- *         a1 = fma((d*sc_{2p+1})/16, t_hi, a1); then once per block, lane j = sub-block j:
- *         a2 = fnmadd(dmin*m_j, sx_j, a2), sx_j = the sum of x over sub-block j computed by
- *         subblock_sums() (fixed order, a function of x alone).
- *   Q6_K  per block, per 16-element scale group k = 0..15: t = (q - 32).x over its 2 vectors;
- *         a[k % 4] = fma(d*sc_k, t, a[k % 4]).
- *   other element i: a[(i / 8) % 4] lane i % 8 = fma(W[o][i], x[b][i], ...) in increasing i; a
- *         ragged F32/F16/BF16 tail is padded with 0 * 0 terms.
- *   y[b][o] = hsum((a0 + a1) + (a2 + a3)), the 8 lanes s0..s7 summed as
- *   ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).
- * The scalar oracle sums sequentially in one float, so the two kernels agree within fp tolerance, not
- * bit for bit. */
+ * Float activations (F32, F16, BF16, Q4_1, Q5_1, Q5_K): the chunk is dequantized (bit-identical to
+ * the scalar oracle; F32 rows are read in place) and FMA'd: four 8-lane accumulators a0..a3 from +0,
+ * element i into a[(i / 8) % 4] lane i % 8 in increasing i (a ragged tail padded with 0 * 0),
+ * then y = the fixed sum of (a0 + a1) + (a2 + a3)'s lanes ((s0 + s4) + (s2 + s6)) + ((s1 + s5) +
+ * (s3 + s7)). The scalar oracle sums these in one float sequentially, so for these types the two
+ * kernel sets agree within fp tolerance, not bit for bit. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "activation_q8.h"
 #include "cpu_ops.h"
 #include "tensor_types.h"
+#include "weight_unpack_avx2.h"
 
 #define MATMUL_CHUNK 256
 #define MATMUL_BATCH_GROUP 64
@@ -54,406 +43,191 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Everything one chunk decodes to, shared by all batch rows of a group. */
-typedef struct chunk_decoded {
-    _Alignas(32) float q[MATMUL_CHUNK]; /* levels (Q8_0/Q4_0/Q5_0/Q4_K/Q6_K) or weights (others) */
-    _Alignas(32) float scale[16];       /* per scale group (Q8_0/Q4_0/Q5_0: 8 blocks, Q4_K: 8, Q6_K: 16) */
-    _Alignas(32) float min[8];          /* Q4_K: dmin * m per sub-block */
-    const float *weights;               /* other types: the weights (q, or the F32 row itself) */
-    int64_t len;                        /* elements in this chunk (256 except a row's last chunk) */
-} chunk_decoded;
-
-ALWAYS_INLINE float hsum_fixed(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+/* ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) of one 8-lane vector. */
+ALWAYS_INLINE float hsum8_fixed(__m256 s) {
     const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* s0+s4 .. s3+s7 */
     const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q)); /* (s0+s4)+(s2+s6), (s1+s5)+(s3+s7) */
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-/* sums[j] = x[32j] + ... + x[32j+31] for j < count, in a fixed order: lane-wise
- * (v0 + v1) + (v2 + v3) over the four 8-lane vectors, then the fixed 8-lane reduction. */
-static void subblock_sums(const float *x, int64_t count, float *sums) {
-    const __m256 zero = _mm256_setzero_ps();
-    for (int64_t j = 0; j < count; j++) {
-        const float *xj = x + 32 * j;
-        const __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xj), _mm256_loadu_ps(xj + 8)),
-                                       _mm256_add_ps(_mm256_loadu_ps(xj + 16), _mm256_loadu_ps(xj + 24)));
-        sums[j] = hsum_fixed(v, zero, zero, zero);
+/* ================================ 8-bit activations ============================================ */
+
+/* ---- Q8_0 / Q4_0 / Q5_0 ------------------------------------------------------------------------ */
+
+/* One chunk into one batch row's eight float lanes (a = the row's activation blocks of the chunk). */
+ALWAYS_INLINE __m256 accumulate_legacy_chunk(const legacy_chunk *wc, const act_q8_0 *a, __m256 acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < wc->n_blocks; k++) {
+        const __m256i signed_a = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a[k].qs), wc->sign[k]);
+        const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wc->magnitude[k], signed_a), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(wc->d[k] * a[k].d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+    return acc;
+}
+
+static void matmul_row_legacy(int32_t type, const specla_tensor *w, int64_t o, const act_q8_0 *acts, int n_batch,
+                              float *y) {
+    const int64_t n_blocks = w->ne0 / 32;
+    const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, w->ne0);
+    legacy_chunk wc;
+    __m256 acc[MATMUL_BATCH_GROUP];
+    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+        for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
+        for (int64_t k0 = 0; k0 < n_blocks; k0 += 8) {
+            unpack_legacy_chunk(type, row, k0, n_blocks - k0 < 8 ? (int)(n_blocks - k0) : 8, &wc);
+            for (int b = 0; b < group; b++)
+                acc[b] = accumulate_legacy_chunk(&wc, acts + (int64_t)(b0 + b) * n_blocks + k0, acc[b]);
+        }
+        for (int b = 0; b < group; b++) y[(int64_t)(b0 + b) * w->ne1 + o] = hsum8_fixed(acc[b]);
     }
 }
 
-/* ---- block levels and scales (shared by the buffered and the direct path) ------------------------ */
+/* ---- Q4_K --------------------------------------------------------------------------------------- */
 
-/* Q8_0: levels q[8g .. 8g+8) of a block as floats. */
-ALWAYS_INLINE __m256 q8_0_levels(const block_q8_0 *blk, int g) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 8 * g))));
-}
-
-/* Q4_0 / Q5_0: the 32 signed levels of a block in element order (element l < 16 in the low nibble
- * of qs[l], l + 16 in its high nibble; Q5_0's fifth bit is bit l of the little-endian 32-bit qh).
- * The same unpacking as quant_avx2.c's nibbles_32 / fifth_bits_32 (kept here so these inline). */
-ALWAYS_INLINE __m256i legacy_nibbles(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i low4 = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-}
-
-ALWAYS_INLINE __m256i q4_0_levels_i8(const block_q4_0 *blk) {
-    return _mm256_sub_epi8(legacy_nibbles(blk->qs), _mm256_set1_epi8(8));
-}
-
-ALWAYS_INLINE __m256i q5_0_levels_i8(const block_q5_0 *blk) {
-    uint32_t bits;
-    memcpy(&bits, blk->qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i fifth = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
-    return _mm256_sub_epi8(_mm256_or_si256(legacy_nibbles(blk->qs), fifth), _mm256_set1_epi8(16));
-}
-
-/* Levels [8g, 8g+8) of 32 signed bytes as floats. */
-ALWAYS_INLINE __m256 i8x32_levels(__m256i levels, int g) {
-    const __m128i half = g < 2 ? _mm256_castsi256_si128(levels) : _mm256_extracti128_si256(levels, 1);
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32((g & 1) ? _mm_srli_si128(half, 8) : half));
-}
-
-/* The 32 signed levels and the scale of block k of a Q4_0 / Q5_0 run of blocks. */
-ALWAYS_INLINE __m256i legacy_block(int32_t type, const uint8_t *blocks, int64_t k, float *d) {
-    if (type == SPECLA_TYPE_Q4_0) {
-        const block_q4_0 *blk = (const block_q4_0 *)blocks + k;
-        *d = _cvtsh_ss(blk->d);
-        return q4_0_levels_i8(blk);
-    }
-    const block_q5_0 *blk = (const block_q5_0 *)blocks + k;
-    *d = _cvtsh_ss(blk->d);
-    return q5_0_levels_i8(blk);
-}
-
-/* Q4_K: scale[j] = d * sc_j (divided by 16 for odd j, whose levels are decoded as 16 q: exact),
- * min[j] = dmin * m_j. */
-ALWAYS_INLINE void q4_k_scales(const block_q4_K *blk, float *scale, float *min) {
-    const float d = _cvtsh_ss(blk->d), dmin = _cvtsh_ss(blk->dmin);
-    const uint8_t *s = blk->scales;
+/* Lane l of sum: sum_j sc_j (elements 4l..4l+3 of sub-block j); lane l of the mins: m_l (bsum_2l +
+ * bsum_2l+1). */
+ALWAYS_INLINE __m256 accumulate_q4_k(const q4_k_unpacked *u, const act_q8_k *a, __m256 acc) {
+    __m256i sum = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        int sc, m;
-        if (j < 4) {
-            sc = s[j] & 63;
-            m = s[j + 4] & 63;
-        } else {
-            sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const __m256i pairs = _mm256_maddubs_epi16(u->nibbles[j], _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j)));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, u->scale[j]));
+    }
+    const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->mins);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * u->dmin)), _mm256_cvtepi32_ps(mins), acc);
+}
+
+/* ---- Q6_K --------------------------------------------------------------------------------------- */
+
+/* Lane l of sum: sum_m sc_{2m + (l >= 4)} (elements 32m + 4l .. +3), minus 32 (sc_2l bsum_2l +
+ * sc_2l+1 bsum_2l+1): the levels' -32 removed exactly, lane by lane as the oracle does. */
+ALWAYS_INLINE __m256 accumulate_q6_k(const q6_k_unpacked *u, const act_q8_k *a, __m256 acc) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int m = 0; m < 8; m++) {
+        const __m256i pairs = _mm256_maddubs_epi16(u->levels[m], _mm256_loadu_si256((const __m256i *)(a->qs + 32 * m)));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, u->scale[m]));
+    }
+    const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->scales);
+    sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(bias, 5));
+    return _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
+}
+
+/* ---- K-quant rows ------------------------------------------------------------------------------- */
+
+ALWAYS_INLINE void matmul_row_k(int32_t type, const specla_tensor *w, int64_t o, const act_q8_k *acts, int n_batch,
+                                float *y) {
+    const int64_t n_blocks = w->ne0 / QK_K;
+    const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, w->ne0);
+    __m256 acc[MATMUL_BATCH_GROUP];
+    q4_k_unpacked u4;
+    q6_k_unpacked u6;
+    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+        for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < n_blocks; k++) {
+            const act_q8_k *a = acts + (int64_t)b0 * n_blocks + k;
+            if (type == SPECLA_TYPE_Q4_K) {
+                unpack_q4_k((const block_q4_K *)row + k, &u4);
+                for (int b = 0; b < group; b++) acc[b] = accumulate_q4_k(&u4, a + (int64_t)b * n_blocks, acc[b]);
+            } else {
+                unpack_q6_k((const block_q6_K *)row + k, &u6);
+                for (int b = 0; b < group; b++) acc[b] = accumulate_q6_k(&u6, a + (int64_t)b * n_blocks, acc[b]);
+            }
         }
-        scale[j] = (j & 1) ? d * (float)sc * 0.0625f : d * (float)sc;
-        min[j] = dmin * (float)m;
+        for (int b = 0; b < group; b++) y[(int64_t)(b0 + b) * w->ne1 + o] = hsum8_fixed(acc[b]);
     }
 }
 
-/* Q4_K: elements [8g, 8g+8) of sub-block 2p (q, low nibbles) and of sub-block 2p+1 (16 q, the high
- * nibbles masked in place), from bytes qs[32p + 8g .. +8). */
-ALWAYS_INLINE void q4_k_levels(const block_q4_K *blk, int p, int g, __m256 *low_levels, __m256 *high_levels) {
-    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 32 * p + 8 * g)));
-    *low_levels = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)));
-    *high_levels = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0xf0)));
-}
-
-/* Q6_K: scale[k] = d * sc_k for the 16 groups of 16; levels[i] = q_i - 32 in element order. */
-ALWAYS_INLINE void q6_k_decode_int(const block_q6_K *blk, float *scale, int8_t *levels) {
-    const float d = _cvtsh_ss(blk->d);
-    for (int k = 0; k < 16; k++) scale[k] = d * (float)blk->scales[k];
-    const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-    for (int half = 0; half < 2; half++) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
-        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4);
-        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4);
-        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4);
-        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4);
-        int8_t *out = levels + 128 * half;
-        _mm256_store_si256((__m256i *)(out + 0),
-                           _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, low4), h0), bias));
-        _mm256_store_si256((__m256i *)(out + 32),
-                           _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, low4), h1), bias));
-        _mm256_store_si256(
-            (__m256i *)(out + 64),
-            _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2), bias));
-        _mm256_store_si256(
-            (__m256i *)(out + 96),
-            _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3), bias));
-    }
-}
-
-ALWAYS_INLINE __m256 i8_levels(const int8_t *levels) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)levels)));
-}
-
-/* ---- decoding one chunk into the shared buffer -------------------------------------------------- */
-
-ALWAYS_INLINE void decode_q8_0(const block_q8_0 *blocks, int64_t len, chunk_decoded *dc) {
-    for (int64_t k = 0; k < len / QK8_0; k++) {
-        dc->scale[k] = _cvtsh_ss(blocks[k].d);
-        for (int g = 0; g < 4; g++) _mm256_store_ps(dc->q + 32 * k + 8 * g, q8_0_levels(&blocks[k], g));
-    }
-}
-
-/* Q4_0 / Q5_0: blocks points at the chunk's first block. */
-ALWAYS_INLINE void decode_legacy(int32_t type, const uint8_t *blocks, int64_t len, chunk_decoded *dc) {
-    for (int64_t k = 0; k < len / 32; k++) {
-        const __m256i levels = legacy_block(type, blocks, k, &dc->scale[k]);
-        for (int g = 0; g < 4; g++) _mm256_store_ps(dc->q + 32 * k + 8 * g, i8x32_levels(levels, g));
-    }
-}
-
-ALWAYS_INLINE void decode_q4_k(const block_q4_K *blk, chunk_decoded *dc) {
-    q4_k_scales(blk, dc->scale, dc->min);
-    for (int p = 0; p < 4; p++) {
-        for (int g = 0; g < 4; g++) {
-            __m256 low_levels, high_levels;
-            q4_k_levels(blk, p, g, &low_levels, &high_levels);
-            _mm256_store_ps(dc->q + 64 * p + 8 * g, low_levels);
-            _mm256_store_ps(dc->q + 64 * p + 32 + 8 * g, high_levels);
-        }
-    }
-}
-
-ALWAYS_INLINE void decode_q6_k(const block_q6_K *blk, chunk_decoded *dc) {
-    _Alignas(32) int8_t levels[QK_K];
-    q6_k_decode_int(blk, dc->scale, levels);
-    for (int i = 0; i < QK_K; i += 8) _mm256_store_ps(dc->q + i, i8_levels(levels + i));
-}
-
-/* Decodes chunk c (elements [256c, 256c + len)) of a row. */
-ALWAYS_INLINE void decode_chunk(int32_t type, const uint8_t *row, int64_t c, int64_t len, chunk_decoded *dc) {
-    dc->len = len;
-    switch (type) {
-    case SPECLA_TYPE_Q8_0: decode_q8_0((const block_q8_0 *)row + 8 * c, len, dc); break;
-    case SPECLA_TYPE_Q4_0: decode_legacy(type, (const uint8_t *)((const block_q4_0 *)row + 8 * c), len, dc); break;
-    case SPECLA_TYPE_Q5_0: decode_legacy(type, (const uint8_t *)((const block_q5_0 *)row + 8 * c), len, dc); break;
-    case SPECLA_TYPE_Q4_K: decode_q4_k((const block_q4_K *)row + c, dc); break;
-    case SPECLA_TYPE_Q6_K: decode_q6_k((const block_q6_K *)row + c, dc); break;
-    case SPECLA_TYPE_F32: dc->weights = (const float *)row + MATMUL_CHUNK * c; break; /* no copy */
-    default: {
-        const int64_t block_elements = type_block_elements(type), block_bytes = type_block_bytes(type);
-        cpu_dequantize_row_avx2(type, row + MATMUL_CHUNK * c / block_elements * block_bytes, len, dc->q);
-        dc->weights = dc->q;
-    }
-    }
-}
-
-/* ---- one chunk into one batch row's accumulators ------------------------------------------------ */
-
-ALWAYS_INLINE __m256 partial_dot(const float *q, const float *x, int n_vectors) {
-    __m256 t = _mm256_mul_ps(_mm256_load_ps(q), _mm256_loadu_ps(x));
-    for (int k = 1; k < n_vectors; k++) t = _mm256_fmadd_ps(_mm256_load_ps(q + 8 * k), _mm256_loadu_ps(x + 8 * k), t);
-    return t;
-}
+/* ================================ float activations ============================================ */
 
 static inline __m256i tail_mask(int lanes) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* x: this batch row at the chunk start; sx: its sub-block sums at the chunk start (Q4_K only). */
-ALWAYS_INLINE void accumulate_chunk(int32_t type, const chunk_decoded *dc, const float *x, const float *sx,
-                                    __m256 *a) {
-    switch (type) {
-    case SPECLA_TYPE_Q8_0:
-    case SPECLA_TYPE_Q4_0:
-    case SPECLA_TYPE_Q5_0:
-        for (int64_t k = 0; k < dc->len / QK8_0; k++)
-            a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[k]), partial_dot(dc->q + 32 * k, x + 32 * k, 4),
-                                       a[k & 1]);
-        break;
-    case SPECLA_TYPE_Q4_K:
-        for (int p = 0; p < 4; p++) {
-            const __m256 t_lo = partial_dot(dc->q + 64 * p, x + 64 * p, 4);
-            const __m256 t_hi = partial_dot(dc->q + 64 * p + 32, x + 64 * p + 32, 4);
-            a[0] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p]), t_lo, a[0]);
-            a[1] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p + 1]), t_hi, a[1]);
-        }
-        a[2] = _mm256_fnmadd_ps(_mm256_load_ps(dc->min), _mm256_loadu_ps(sx), a[2]);
-        break;
-    case SPECLA_TYPE_Q6_K:
-        for (int k = 0; k < 16; k++)
-            a[k & 3] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[k]), partial_dot(dc->q + 16 * k, x + 16 * k, 2),
-                                       a[k & 3]);
-        break;
-    default: {
-        const float *w = dc->weights;
-        const int64_t len = dc->len, full = len / 32 * 32;
-        for (int64_t i = 0; i < full; i += 32) {
-            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 0), _mm256_loadu_ps(x + i + 0), a[0]);
-            a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a[1]);
-            a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a[2]);
-            a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a[3]);
-        }
-        for (int64_t i = full; i < len; i += 8) { /* ragged tail: masked lanes add 0 * 0 */
-            const __m256i mask = tail_mask(len - i < 8 ? (int)(len - i) : 8);
-            const int k = (int)((i - full) / 8);
-            a[k] = _mm256_fmadd_ps(_mm256_maskload_ps(w + i, mask), _mm256_maskload_ps(x + i, mask), a[k]);
-        }
+/* Elements [0, len) of a dequantized chunk into one batch row's four accumulators. */
+ALWAYS_INLINE void accumulate_float_chunk(const float *wq, int64_t len, const float *x, __m256 *a) {
+    const int64_t full = len / 32 * 32;
+    for (int64_t i = 0; i < full; i += 32) {
+        a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(wq + i + 0), _mm256_loadu_ps(x + i + 0), a[0]);
+        a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(wq + i + 8), _mm256_loadu_ps(x + i + 8), a[1]);
+        a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(wq + i + 16), _mm256_loadu_ps(x + i + 16), a[2]);
+        a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(wq + i + 24), _mm256_loadu_ps(x + i + 24), a[3]);
     }
+    for (int64_t i = full; i < len; i += 8) { /* ragged tail: masked lanes add 0 * 0 */
+        const __m256i mask = tail_mask(len - i < 8 ? (int)(len - i) : 8);
+        const int k = (int)((i - full) / 8);
+        a[k] = _mm256_fmadd_ps(_mm256_maskload_ps(wq + i, mask), _mm256_maskload_ps(x + i, mask), a[k]);
     }
 }
 
-/* ---- one chunk straight from the blocks into ONE batch row's accumulators ------------------------
- * The decode path for a group of one row: exactly the operations of decode_chunk + accumulate_chunk
- * on the same values in the same order (so the same bits), without the round trip through the float
- * buffer. */
-ALWAYS_INLINE void accumulate_chunk_direct(int32_t type, const uint8_t *row, int64_t c, int64_t len,
-                                           chunk_decoded *dc, const float *x, const float *sx, __m256 *a) {
-    switch (type) {
-    case SPECLA_TYPE_Q8_0: {
-        const block_q8_0 *blocks = (const block_q8_0 *)row + 8 * c;
-        for (int64_t k = 0; k < len / QK8_0; k++) {
-            const float *xk = x + 32 * k;
-            __m256 t = _mm256_mul_ps(q8_0_levels(&blocks[k], 0), _mm256_loadu_ps(xk));
-            for (int g = 1; g < 4; g++) t = _mm256_fmadd_ps(q8_0_levels(&blocks[k], g), _mm256_loadu_ps(xk + 8 * g), t);
-            a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(blocks[k].d)), t, a[k & 1]);
-        }
-        break;
-    }
-    case SPECLA_TYPE_Q4_0:
-    case SPECLA_TYPE_Q5_0: {
-        const uint8_t *blocks = type == SPECLA_TYPE_Q4_0 ? (const uint8_t *)((const block_q4_0 *)row + 8 * c)
-                                                         : (const uint8_t *)((const block_q5_0 *)row + 8 * c);
-        for (int64_t k = 0; k < len / 32; k++) {
-            float d;
-            const __m256i levels = legacy_block(type, blocks, k, &d);
-            const float *xk = x + 32 * k;
-            __m256 t = _mm256_mul_ps(i8x32_levels(levels, 0), _mm256_loadu_ps(xk));
-            for (int g = 1; g < 4; g++) t = _mm256_fmadd_ps(i8x32_levels(levels, g), _mm256_loadu_ps(xk + 8 * g), t);
-            a[k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(d), t, a[k & 1]);
-        }
-        break;
-    }
-    case SPECLA_TYPE_Q4_K: {
-        const block_q4_K *blk = (const block_q4_K *)row + c;
-        q4_k_scales(blk, dc->scale, dc->min);
-        for (int p = 0; p < 4; p++) {
-            __m256 t_lo, t_hi, low_levels, high_levels;
-            const float *xp = x + 64 * p;
-            q4_k_levels(blk, p, 0, &low_levels, &high_levels);
-            t_lo = _mm256_mul_ps(low_levels, _mm256_loadu_ps(xp));
-            t_hi = _mm256_mul_ps(high_levels, _mm256_loadu_ps(xp + 32));
-            for (int g = 1; g < 4; g++) {
-                q4_k_levels(blk, p, g, &low_levels, &high_levels);
-                t_lo = _mm256_fmadd_ps(low_levels, _mm256_loadu_ps(xp + 8 * g), t_lo);
-                t_hi = _mm256_fmadd_ps(high_levels, _mm256_loadu_ps(xp + 32 + 8 * g), t_hi);
-            }
-            a[0] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p]), t_lo, a[0]);
-            a[1] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[2 * p + 1]), t_hi, a[1]);
-        }
-        a[2] = _mm256_fnmadd_ps(_mm256_load_ps(dc->min), _mm256_loadu_ps(sx), a[2]);
-        break;
-    }
-    case SPECLA_TYPE_Q6_K: {
-        _Alignas(32) int8_t levels[QK_K];
-        q6_k_decode_int((const block_q6_K *)row + c, dc->scale, levels);
-        for (int k = 0; k < 16; k++) {
-            __m256 t = _mm256_mul_ps(i8_levels(levels + 16 * k), _mm256_loadu_ps(x + 16 * k));
-            t = _mm256_fmadd_ps(i8_levels(levels + 16 * k + 8), _mm256_loadu_ps(x + 16 * k + 8), t);
-            a[k & 3] = _mm256_fmadd_ps(_mm256_set1_ps(dc->scale[k]), t, a[k & 3]);
-        }
-        break;
-    }
-    default:
-        decode_chunk(type, row, c, len, dc);
-        accumulate_chunk(type, dc, x, sx, a);
-    }
-}
-
-/* ---- rows -------------------------------------------------------------------------------------- */
-
-typedef struct matmul_job {
-    const specla_tensor *w;
-    const float *x;
-    const float *xsums; /* Q4_K: [n_batch][ne0 / 32] sub-block sums of x, or NULL: computed per chunk */
-    int n_batch;
-    float *y;
-} matmul_job;
-
-/* The sub-block sums of batch row b for chunk c: precomputed, or computed now into `scratch` (the same
- * function on the same x, so the same bits). */
-ALWAYS_INLINE const float *chunk_sums(int32_t type, const matmul_job *job, int64_t b, int64_t c, float *scratch) {
-    if (type != SPECLA_TYPE_Q4_K) return NULL;
-    const int64_t n = job->w->ne0;
-    if (job->xsums) return job->xsums + b * (n / 32) + 8 * c;
-    subblock_sums(job->x + b * n + MATMUL_CHUNK * c, 8, scratch);
-    return scratch;
-}
-
-ALWAYS_INLINE void matmul_row(int32_t type, const matmul_job *job, int64_t o) {
-    const specla_tensor *w = job->w;
+static void matmul_row_float(const specla_tensor *w, int64_t o, const float *x, int n_batch, float *y) {
+    const int32_t type = w->type;
     const int64_t n = w->ne0;
     const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, n);
-    const int64_t n_chunks = (n + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
-    chunk_decoded dc;
-    float sums_scratch[8];
-    for (int b0 = 0; b0 < job->n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = job->n_batch - b0 < MATMUL_BATCH_GROUP ? job->n_batch - b0 : MATMUL_BATCH_GROUP;
-        if (group == 1) { /* decode: the accumulators live in registers */
-            const float *xb = job->x + (int64_t)b0 * n;
-            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int64_t c = 0; c < n_chunks; c++) {
-                const int64_t start = MATMUL_CHUNK * c;
-                accumulate_chunk_direct(type, row, c, n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK, &dc,
-                                        xb + start, chunk_sums(type, job, b0, c, sums_scratch), a);
-            }
-            job->y[(int64_t)b0 * w->ne1 + o] = hsum_fixed(a[0], a[1], a[2], a[3]);
-            continue;
-        }
-        __m256 acc[MATMUL_BATCH_GROUP][4];
+    const int64_t block_elements = type_block_elements(type), block_bytes = type_block_bytes(type);
+    _Alignas(32) float chunk[MATMUL_CHUNK];
+    __m256 acc[MATMUL_BATCH_GROUP][4];
+    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < n_chunks; c++) {
-            const int64_t start = MATMUL_CHUNK * c;
-            decode_chunk(type, row, c, n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK, &dc);
-            for (int b = 0; b < group; b++) {
-                __m256 a[4] = {acc[b][0], acc[b][1], acc[b][2], acc[b][3]};
-                const float *xb = job->x + (int64_t)(b0 + b) * n;
-                accumulate_chunk(type, &dc, xb + start, chunk_sums(type, job, b0 + b, c, sums_scratch), a);
-                acc[b][0] = a[0], acc[b][1] = a[1], acc[b][2] = a[2], acc[b][3] = a[3];
-            }
+        for (int64_t start = 0; start < n; start += MATMUL_CHUNK) {
+            const int64_t len = n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK;
+            const float *wq = chunk;
+            if (type == SPECLA_TYPE_F32)
+                wq = (const float *)row + start; /* no copy */
+            else
+                cpu_dequantize_row_avx2(type, row + start / block_elements * block_bytes, len, chunk);
+            for (int b = 0; b < group; b++)
+                accumulate_float_chunk(wq, len, x + (int64_t)(b0 + b) * n + start, acc[b]);
         }
-        for (int b = 0; b < group; b++)
-            job->y[(int64_t)(b0 + b) * w->ne1 + o] = hsum_fixed(acc[b][0], acc[b][1], acc[b][2], acc[b][3]);
+        for (int b = 0; b < group; b++) {
+            const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[b][0], acc[b][1]), _mm256_add_ps(acc[b][2], acc[b][3]));
+            y[(int64_t)(b0 + b) * w->ne1 + o] = hsum8_fixed(s);
+        }
     }
 }
 
-/* One specialised copy of the row loop per type (the switches above fold away). */
-static void matmul_rows_q8_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q8_0, job, o); }
-static void matmul_rows_q4_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q4_0, job, o); }
-static void matmul_rows_q5_0(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q5_0, job, o); }
-static void matmul_rows_q4_k(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q4_K, job, o); }
-static void matmul_rows_q6_k(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_Q6_K, job, o); }
-static void matmul_rows_f32(const matmul_job *job, int64_t o) { matmul_row(SPECLA_TYPE_F32, job, o); }
-static void matmul_rows_dequantized(const matmul_job *job, int64_t o) { matmul_row(job->w->type, job, o); }
+/* ================================ dispatch ===================================================== */
+
+/* One specialised copy of the K-quant row loop per type (the type tests fold away). */
+static void matmul_rows_q4_k(const specla_tensor *w, int64_t o, const void *acts, int n_batch, float *y) {
+    matmul_row_k(SPECLA_TYPE_Q4_K, w, o, acts, n_batch, y);
+}
+static void matmul_rows_q6_k(const specla_tensor *w, int64_t o, const void *acts, int n_batch, float *y) {
+    matmul_row_k(SPECLA_TYPE_Q6_K, w, o, acts, n_batch, y);
+}
+static void matmul_rows_legacy(const specla_tensor *w, int64_t o, const void *acts, int n_batch, float *y) {
+    matmul_row_legacy(w->type, w, o, acts, n_batch, y);
+}
+static void matmul_rows_float(const specla_tensor *w, int64_t o, const void *x, int n_batch, float *y) {
+    matmul_row_float(w, o, x, n_batch, y);
+}
 
 void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
     const int64_t n = w->ne0, n_rows = w->ne1;
-    matmul_job job = {w, x, NULL, n_batch, y};
-    float *xsums = NULL;
-    if (w->type == SPECLA_TYPE_Q4_K) {
-        /* If this allocation fails the sums are recomputed per chunk: slower, same bits. */
-        xsums = malloc(sizeof(float) * (size_t)n_batch * (size_t)(n / 32));
-        if (xsums) {
-            for (int64_t b = 0; b < n_batch; b++) subblock_sums(x + b * n, n / 32, xsums + b * (n / 32));
-            job.xsums = xsums;
+    const int kind = act_kind_for_weight(w->type);
+    const void *input = x;
+    void *acts = NULL;
+    if (kind != ACT_FLOAT) {
+        acts = cpu_quantize_activations(kind, x, n, n_batch);
+        if (!acts) { /* out of memory: the output says so rather than lying */
+            for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN;
+            return;
         }
+        input = acts;
     }
-    void (*row_fn)(const matmul_job *, int64_t);
+    void (*row_fn)(const specla_tensor *, int64_t, const void *, int, float *);
     switch (w->type) {
-    case SPECLA_TYPE_Q8_0: row_fn = matmul_rows_q8_0; break;
-    case SPECLA_TYPE_Q4_0: row_fn = matmul_rows_q4_0; break;
-    case SPECLA_TYPE_Q5_0: row_fn = matmul_rows_q5_0; break;
     case SPECLA_TYPE_Q4_K: row_fn = matmul_rows_q4_k; break;
     case SPECLA_TYPE_Q6_K: row_fn = matmul_rows_q6_k; break;
-    case SPECLA_TYPE_F32: row_fn = matmul_rows_f32; break;
-    default: row_fn = matmul_rows_dequantized; break;
+    case SPECLA_TYPE_Q8_0:
+    case SPECLA_TYPE_Q4_0:
+    case SPECLA_TYPE_Q5_0: row_fn = matmul_rows_legacy; break;
+    default: row_fn = matmul_rows_float; break;
     }
     const int parallel = n * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
 #pragma omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)
-    for (int64_t o = 0; o < n_rows; o++) row_fn(&job, o);
-    free(xsums);
+    for (int64_t o = 0; o < n_rows; o++) row_fn(w, o, input, n_batch, y);
+    free(acts);
 }

@@ -20,7 +20,7 @@ static void gdn_fold_scalar(float *M, int S, const float *k, const float *delta,
 
 struct gdn_kernels cpu_gdn_kernels(const cpu_exec *ex, int S) {
     struct gdn_kernels kernels = {gdn_step_scalar, gdn_fold_scalar};
-    if (ex->kernels == SPECLA_CPU_AVX2 && S % 8 == 0) {
+    if (cpu_uses_avx2(ex) && S % 8 == 0) {
         kernels.step = gdn_head_step_avx2;
         kernels.fold = gdn_head_fold_avx2;
     }

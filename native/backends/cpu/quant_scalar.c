@@ -65,17 +65,6 @@ static void dequantize_q8_0(const block_q8_0 *blocks, int64_t n_blocks, float *d
     }
 }
 
-/* 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
-static void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 static void dequantize_q4_k(const block_q4_K *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
         const block_q4_K *blk = &blocks[b];
