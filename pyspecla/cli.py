@@ -39,13 +39,33 @@ def _non_negative_float(flag):
     return parse
 
 
+def _probability(flag):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{flag} must be in [0, 1], got {text}")
+        return value
+
+    return parse
+
+
+# An autoregressive draft model's defaults: a draft forward costs a fair share of a target one on
+# the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
+DRAFT_MAX = 8
+DRAFT_P_MIN = 0.5
+
+
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument(
         "--cpu-kernels",
-        choices=["auto", "scalar", "avx2"],
+        choices=["auto", "scalar", "avx2", "avx512"],
         default="auto",
-        help="CPU kernel set: auto (fastest this CPU supports), scalar (the reference), avx2",
+        help="CPU kernel set: auto (fastest this CPU supports), scalar (the reference), avx2, avx512 "
+             "(AVX-512 VNNI matmuls, the same results as avx2)",
     )
     p.add_argument("-c", "--ctx-size", type=_positive_int("--ctx-size"), default=None,
                    help="context length in tokens (default: prompt + new tokens)")
@@ -71,12 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
     spec.add_argument("--draft", default=None, metavar="DRAFT",
-                      help="a DFlash draft GGUF for this target; or ngram[:n=N,max=M] — prompt lookup, no draft "
+                      help="a draft GGUF for this target: a DFlash draft, or an ordinary attention-only language "
+                           "model (qwen2) with the target's vocabulary, decoding greedily ahead (see --draft-max, "
+                           "--draft-p-min); or ngram[:n=N,max=M] — prompt lookup, no draft "
                            "model: propose the tokens that followed the latest earlier occurrence of the text's "
                            "longest suffix n-gram (N down to 1, default 3; at most M tokens, default 10; no match "
                            "costs a plain decode step); or oracle:p=P — a BENCHMARK TOOL that proposes "
                            "the target's own greedy continuation (from a prior plain pass) with each token replaced "
                            "by a wrong one with probability 1-P")
+    spec.add_argument("--draft-max", type=_positive_int("--draft-max"), default=None, metavar="N",
+                      help=f"a draft language model proposes at most N tokens per step (default {DRAFT_MAX})")
+    spec.add_argument("--draft-p-min", type=_probability("--draft-p-min"), default=None, metavar="P",
+                      help="a draft language model stops proposing at the first token it gives a probability "
+                           f"below P (default {DRAFT_P_MIN}; 0 = always the full --draft-max)")
     spec.add_argument("--specla", action="store_true",
                       help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
                            "commit); without it the tree is verified with dense per-node state checkpoints")
@@ -166,7 +193,9 @@ def cmd_run(args) -> int:
     if not speculative:
         for flag, used in (("--specla", args.specla), ("--no-ddtree", args.no_ddtree),
                            ("--no-chain-seed", args.no_chain_seed), ("--ddtree-tau", args.ddtree_tau is not None),
-                           ("--specla-top-k", args.specla_top_k is not None)):
+                           ("--specla-top-k", args.specla_top_k is not None),
+                           ("--draft-max", args.draft_max is not None),
+                           ("--draft-p-min", args.draft_p_min is not None)):
             if used:
                 raise UsageError(f"{flag} needs --draft (speculative decoding)")
     elif args.temp > 0:
@@ -200,19 +229,36 @@ def spec_config_from_args(args, max_depth: int = 15):
     )
 
 
-def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int):
+def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft_max: int | None = None,
+                 draft_p_min: float | None = None):
     """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool);
     ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
-    existing file is loaded as a draft GGUF)."""
-    from .spec.drafters import DFlashDrafter, NgramDrafter, OracleDrafter
+    existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
+    one a target may have, an autoregressive draft model (draft_max / draft_p_min apply to it only)."""
+    from .dflash_model import file_architecture
+    from .gguf_model import ARCHS
+    from .spec.drafters import DFlashDrafter, ModelDrafter, NgramDrafter, OracleDrafter
 
-    if spec.startswith("ngram") and not os.path.exists(spec):
+    is_file = os.path.exists(spec)
+    is_model = is_file and file_architecture(spec) in ARCHS
+    if not is_model:
+        for flag, value in (("--draft-max", draft_max), ("--draft-p-min", draft_p_min)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to a draft language model (--draft MODEL.gguf), not to --draft "
+                                 f"{spec}")
+    if spec.startswith("ngram") and not is_file:
         max_n, max_tokens = NgramDrafter.parse(spec)
         return NgramDrafter(max_n=max_n, max_tokens=max_tokens)
     if spec.startswith("oracle"):
         p = OracleDrafter.parse(spec)
         continuation = model.generate(prompt_ids, n_predict + 16)
         return OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
+    if is_model:
+        max_depth = DRAFT_MAX if draft_max is None else draft_max
+        # the history (prompt + generated) plus all drafted tokens but the last
+        n_ctx = len(prompt_ids) + n_predict + max_depth + 1
+        return ModelDrafter.load(spec, model, n_ctx=n_ctx, max_depth=max_depth,
+                                 p_min=DRAFT_P_MIN if draft_p_min is None else draft_p_min)
     from .draft import DFlashDraft
 
     return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx)
@@ -226,7 +272,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
 
     out = out or sys.stdout
     n_ctx = len(prompt_ids) + args.n_predict + args.ddtree_budget + 64
-    drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx) if args.draft else None
+    drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx, draft_max=args.draft_max,
+                           draft_p_min=args.draft_p_min) if args.draft else None
     config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15))
     detok = StreamingDetokenizer(model.tokenizer)
 

