@@ -9,6 +9,7 @@
 
 #include "cpu_ops.h"
 #include "tensor_types.h"
+#include "weight_unpack_avx2.h"
 
 /* Eight int32 lanes -> (scale * float(q)) - offset, stored to y[0..8). */
 static inline void store_scaled_offset(float *y, __m256i q, __m256 scale, __m256 offset) {
@@ -114,35 +115,17 @@ static inline void store_32_i8(float *y, __m256i bytes, __m256 scale_a, __m256 s
 }
 
 static void dequantize_q6_k(const block_q6_K *blocks, int64_t n_blocks, float *dst) {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i low2 = _mm256_set1_epi8(3);
     const __m256i bias = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < n_blocks; b++) {
         const block_q6_K *blk = &blocks[b];
         const float d = half_to_float(blk->d);
         float scale[16];
         for (int k = 0; k < 16; k++) scale[k] = d * (float)blk->scales[k];
-        for (int half = 0; half < 2; half++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * half));
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4);
-            const __m256i q0 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, low4), h0), bias);
-            const __m256i q1 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, low4), h1), bias);
-            const __m256i q2 =
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2), bias);
-            const __m256i q3 =
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3), bias);
-            const float *sc = scale + 8 * half;
-            float *y = dst + b * QK_K + 128 * half;
-            store_32_i8(y + 0, q0, _mm256_set1_ps(sc[0]), _mm256_set1_ps(sc[1]));
-            store_32_i8(y + 32, q1, _mm256_set1_ps(sc[2]), _mm256_set1_ps(sc[3]));
-            store_32_i8(y + 64, q2, _mm256_set1_ps(sc[4]), _mm256_set1_ps(sc[5]));
-            store_32_i8(y + 96, q3, _mm256_set1_ps(sc[6]), _mm256_set1_ps(sc[7]));
-        }
+        __m256i levels[8];
+        q6_k_levels(blk, levels);
+        for (int m = 0; m < 8; m++) /* elements 32m..32m+31: scale groups 2m and 2m + 1 */
+            store_32_i8(dst + b * QK_K + 32 * m, _mm256_sub_epi8(levels[m], bias), _mm256_set1_ps(scale[2 * m]),
+                        _mm256_set1_ps(scale[2 * m + 1]));
     }
 }
 

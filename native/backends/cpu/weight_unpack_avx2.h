@@ -125,7 +125,9 @@ typedef struct q6_k_unpacked {
     float d;
 } q6_k_unpacked;
 
-UNPACK_INLINE void unpack_q6_k(const block_q6_K *blk, q6_k_unpacked *u) {
+/* The 256 six-bit levels (0..63, meaning q - 32) in element order: levels[m] = elements
+ * 32m .. 32m + 31. Shared with the AVX2 dequantizer (quant_avx2.c). */
+UNPACK_INLINE void q6_k_levels(const block_q6_K *blk, __m256i *levels) {
     const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
     for (int half = 0; half < 2; half++) {
         const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * half));
@@ -135,12 +137,16 @@ UNPACK_INLINE void unpack_q6_k(const block_q6_K *blk, q6_k_unpacked *u) {
         const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4);
         const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4);
         const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4);
-        __m256i *out = u->levels + 4 * half;
+        __m256i *out = levels + 4 * half;
         out[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), h0);
         out[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), h1);
         out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2);
         out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3);
     }
+}
+
+UNPACK_INLINE void unpack_q6_k(const block_q6_K *blk, q6_k_unpacked *u) {
+    q6_k_levels(blk, u->levels);
     const __m128i scale_bytes = _mm_loadu_si128((const __m128i *)blk->scales);
     u->scales = _mm256_cvtepi8_epi16(scale_bytes);
     const __m256i first8 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(scale_bytes));
