@@ -52,6 +52,7 @@ ALWAYS_INLINE float hsum8_fixed(__m256 s) {
 
 /* ================================ 8-bit activations ============================================ */
 
+
 /* ---- Q8_0 / Q4_0 / Q5_0 ------------------------------------------------------------------------ */
 
 /* One chunk into one batch row's eight float lanes (a = the row's activation blocks of the chunk). */
@@ -75,6 +76,7 @@ static void matmul_row_legacy(int32_t type, const specla_tensor *w, int64_t o, c
         const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
         for (int64_t k0 = 0; k0 < n_blocks; k0 += 8) {
+            prefetch_ahead(row + k0 * type_block_bytes(type));
             unpack_legacy_chunk(type, row, k0, n_blocks - k0 < 8 ? (int)(n_blocks - k0) : 8, &wc);
             for (int b = 0; b < group; b++)
                 acc[b] = accumulate_legacy_chunk(&wc, acts + (int64_t)(b0 + b) * n_blocks + k0, acc[b]);
@@ -127,6 +129,7 @@ ALWAYS_INLINE void matmul_row_k(int32_t type, const specla_tensor *w, int64_t o,
         for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n_blocks; k++) {
             const act_q8_k *a = acts + (int64_t)b0 * n_blocks + k;
+            prefetch_ahead(row + k * (type == SPECLA_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K)));
             if (type == SPECLA_TYPE_Q4_K) {
                 unpack_q4_k((const block_q4_K *)row + k, &u4);
                 for (int b = 0; b < group; b++) acc[b] = accumulate_q4_k(&u4, a + (int64_t)b * n_blocks, acc[b]);

@@ -84,6 +84,7 @@ ALWAYS_INLINE void matmul_row_k(int32_t type, const specla_tensor *w, int64_t o,
         for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n_blocks; k++) {
             const act_q8_k *a0 = acts + (int64_t)b0 * n_blocks + k;
+            prefetch_ahead(row + k * (type == SPECLA_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K)));
             if (type == SPECLA_TYPE_Q4_K) {
                 unpack_q4_k((const block_q4_K *)row + k, &u4);
                 pair_q4_k(&u4, &p);

@@ -10,6 +10,16 @@
 
 #define UNPACK_INLINE static inline __attribute__((always_inline))
 
+/* Decode streams the weights from memory once per token; each thread walks its rows in order, so
+ * asking for the bytes PREFETCH_DISTANCE ahead (three cache lines: the size of a K-quant block)
+ * keeps more loads in flight than the hardware prefetcher does on its own. */
+#define PREFETCH_DISTANCE 1024 /* bytes; 1024..2048 measured best on the 2-core Xeon */
+UNPACK_INLINE void prefetch_ahead(const uint8_t *p) {
+    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE + 128), _MM_HINT_T0);
+}
+
 /* ---- Q8_0 / Q4_0 / Q5_0: up to 8 blocks of 32 ----------------------------------------------- */
 
 typedef struct legacy_chunk {
