@@ -132,25 +132,8 @@ static void dequantize_q6_k(const block_q6_K *blocks, int64_t n_blocks, float *d
 /* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1: blocks of 32, element l < 16 in the low nibble of qs[l], element
  * l + 16 in its high nibble, bit 4 (Q5_x) in bit l of the little-endian 32-bit qh ---------------- */
 
-/* The 32 nibbles of qs in element order: low nibbles (elements 0..15), then high (16..31). */
-static inline __m256i nibbles_32(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i low4 = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-}
-
-/* Byte l = 16 where bit l of the 32-bit qh is set, else 0. */
-static inline __m256i fifth_bits_32(const uint8_t *qh) {
-    uint32_t bits;
-    memcpy(&bits, qh, 4);
-    /* byte l of the result takes byte l / 8 of qh, then keeps only bit l % 8 of it */
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)bits), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    return _mm256_and_si256(set, _mm256_set1_epi8(16));
-}
+/* legacy_nibbles / q5_0_fifth_bits (weight_unpack_avx2.h): the 32 levels in element order, and
+ * 16 in byte l where bit l of the 32-bit qh is set. */
 
 /* 32 unsigned bytes -> y[0..32) = (scale * float(q)) + offset, the Q4_1 / Q5_1 order. */
 static inline void store_32_u8_plus(float *y, __m256i bytes, __m256 scale, __m256 offset) {
@@ -165,14 +148,14 @@ static inline void store_32_u8_plus(float *y, __m256i bytes, __m256 scale, __m25
 static void dequantize_q4_0(const block_q4_0 *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
         const __m256 d = _mm256_set1_ps(half_to_float(blocks[b].d));
-        const __m256i q = _mm256_sub_epi8(nibbles_32(blocks[b].qs), _mm256_set1_epi8(8));
+        const __m256i q = _mm256_sub_epi8(legacy_nibbles(blocks[b].qs), _mm256_set1_epi8(8));
         store_32_i8(dst + b * QK4_0, q, d, d); /* d * float(q - 8) */
     }
 }
 
 static void dequantize_q4_1(const block_q4_1 *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
-        store_32_u8_plus(dst + b * QK4_1, nibbles_32(blocks[b].qs), _mm256_set1_ps(half_to_float(blocks[b].d)),
+        store_32_u8_plus(dst + b * QK4_1, legacy_nibbles(blocks[b].qs), _mm256_set1_ps(half_to_float(blocks[b].d)),
                          _mm256_set1_ps(half_to_float(blocks[b].m)));
     }
 }
@@ -180,7 +163,7 @@ static void dequantize_q4_1(const block_q4_1 *blocks, int64_t n_blocks, float *d
 static void dequantize_q5_0(const block_q5_0 *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
         const __m256 d = _mm256_set1_ps(half_to_float(blocks[b].d));
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(blocks[b].qs), fifth_bits_32(blocks[b].qh)),
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(legacy_nibbles(blocks[b].qs), q5_0_fifth_bits(blocks[b].qh)),
                                           _mm256_set1_epi8(16));
         store_32_i8(dst + b * QK5_0, q, d, d); /* d * float(q - 16) */
     }
@@ -188,7 +171,7 @@ static void dequantize_q5_0(const block_q5_0 *blocks, int64_t n_blocks, float *d
 
 static void dequantize_q5_1(const block_q5_1 *blocks, int64_t n_blocks, float *dst) {
     for (int64_t b = 0; b < n_blocks; b++) {
-        const __m256i q = _mm256_or_si256(nibbles_32(blocks[b].qs), fifth_bits_32(blocks[b].qh));
+        const __m256i q = _mm256_or_si256(legacy_nibbles(blocks[b].qs), q5_0_fifth_bits(blocks[b].qh));
         store_32_u8_plus(dst + b * QK5_1, q, _mm256_set1_ps(half_to_float(blocks[b].d)),
                          _mm256_set1_ps(half_to_float(blocks[b].m)));
     }
