@@ -55,7 +55,5 @@ class LossGuard:
             self.plain_s = self._ema(self.plain_s, seconds)
             self.credit_s += self.REGAIN * self.plain_s
             return
-        if self.plain_s is None:  # (cannot happen from the loop: its first step is plain)
-            self.plain_s = seconds / n_nodes
         self.beta_s = self._ema(self.beta_s, max(seconds - self.plain_s, 0.0) / (n_nodes - 1))
         self.credit_s += n_committed * self.plain_s - seconds

@@ -3,8 +3,10 @@
 #include "activation_q8.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cpu_ops.h"
 #include "tensor_types.h"
 
 int act_kind_for_weight(int32_t weight_type) {
@@ -71,4 +73,18 @@ void act_quantize_q8_k(const float *x, int64_t n, act_q8_k *out) {
         }
         blk->d = 1.0f / iscale;
     }
+}
+
+void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch) {
+    const size_t block = kind == ACT_Q8_K ? sizeof(act_q8_k) : sizeof(act_q8_0);
+    const int64_t per_row = n / (kind == ACT_Q8_K ? 256 : 32);
+    void *acts = malloc(block * (size_t)per_row * (size_t)n_batch);
+    if (!acts) return NULL;
+    for (int b = 0; b < n_batch; b++) {
+        if (kind == ACT_Q8_K)
+            act_quantize_q8_k(x + (int64_t)b * n, n, (act_q8_k *)acts + b * per_row);
+        else
+            act_quantize_q8_0(x + (int64_t)b * n, n, (act_q8_0 *)acts + b * per_row);
+    }
+    return acts;
 }

@@ -187,20 +187,6 @@ static void matmul_row_q8(const specla_tensor *w, int64_t o, const void *acts, i
     }
 }
 
-void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch) {
-    const size_t block = kind == ACT_Q8_K ? sizeof(act_q8_k) : sizeof(act_q8_0);
-    const int64_t per_row = n / (kind == ACT_Q8_K ? 256 : 32);
-    void *acts = malloc(block * (size_t)per_row * (size_t)n_batch);
-    if (!acts) return NULL;
-    for (int b = 0; b < n_batch; b++) {
-        if (kind == ACT_Q8_K)
-            act_quantize_q8_k(x + (int64_t)b * n, n, (act_q8_k *)acts + b * per_row);
-        else
-            act_quantize_q8_0(x + (int64_t)b * n, n, (act_q8_0 *)acts + b * per_row);
-    }
-    return acts;
-}
-
 void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
     const int64_t n_rows = w->ne1;
     /* Small products stay on the calling thread; the result does not depend on it either way. */
