@@ -1,15 +1,24 @@
-/* AVX-512 (F/BW/VL + VNNI) matmul for Q4_K / Q6_K: the same integers, lanes and float operations as
- * matmul_avx2.c (and the scalar oracle, matmul_scalar.c), so the same bits, with fewer instructions:
- * a block is unpacked straight into 512-bit registers holding two 32-element groups side by side
- * (elements 64q .. 64q + 63, so the activation bytes are one contiguous load), multiplied with 64
- * activation bytes at once (vpmaddubsw), then scaled and accumulated in one instruction (vpdpwssd:
- * int16 pairs x scales into int32); the upper 256-bit half is finally added onto the lower one in
- * integers, which gives exactly the AVX2 kernel's eight lane sums.
+/* AVX-512 (F/BW/VL + VNNI) matmul for Q4_K / Q6_K / Q8_0 / Q4_0 / Q5_0: the same integers, lanes
+ * and float operations as matmul_avx2.c (and the scalar oracle, matmul_scalar.c), so the same bits,
+ * with fewer instructions:
+ *   K-quants: a block is unpacked straight into 512-bit registers holding two 32-element groups
+ *     side by side (elements 64q .. 64q + 63, so the activation bytes are one contiguous load),
+ *     multiplied with 64 activation bytes at once (vpmaddubsw), then scaled and accumulated in one
+ *     instruction (vpdpwssd); the upper 256-bit half is finally added onto the lower one in
+ *     integers, which gives exactly the AVX2 kernel's eight lane sums.
+ *   Q8_0 / Q4_0 / Q5_0: two blocks per register as unsigned bytes w + offset, one vpdpbusd per two
+ *     blocks starting from -offset * (activation lane sums, prepared once per matmul); each block
+ *     then takes its own fma into the eight float lanes, in block order.
+ * Output rows go ROWS_TOGETHER at a time, each (output row, batch row) with its own accumulator:
+ * a decode step (one batch row) gets independent fma chains to overlap.
  *
- * Measured on the 2-core Xeon (Sapphire Rapids class) this was written on, real 1.5B weights
- * 1536 x 8960 / 8960 x 1536, one thread, best of 15 (AVX2 kernel -> this one): Q4_K one row
- * 1.00 -> 0.77 ms, five rows 2.26 -> 1.73 ms; Q6_K one row 1.02 -> 0.69 ms, five rows 2.81 -> 2.30 ms.
- * Other weight types run the AVX2 kernel; either way the bits are the same. */
+ * Measured on the 2-core Xeon (Sapphire Rapids class) this was written on, one thread, real
+ * weights, AVX2 kernel -> this one, interleaved runs, best of 10 (this VM's timings drift by up to
+ * 30 % over minutes, so only side-by-side ratios mean much): 1.5B Q4_K 1536 x 8960 one row
+ * 1.10 -> 0.88 ms, five rows 2.55 -> 1.96 ms; Q6_K 8960 x 1536 one row 1.08 -> 0.82 ms, five rows
+ * 2.92 -> 1.94 ms; 0.5B Q5_0 896 x 4864 one row 0.66 -> 0.48 ms; its Q8_0 LM head (896 x 151936)
+ * 23.3 -> 19.6 ms. Whole decode, 2 threads, median of 4 interleaved runs: 1.5B 9.1 -> 13.1 and
+ * 0.5B 19.7 -> 22.1 tokens/s. Float-activation types run the AVX2 kernel. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +31,9 @@
 
 #define MATMUL_BATCH_GROUP 64
 #define MATMUL_PARALLEL_MIN_WORK (1 << 15)
+/* Output rows multiplied together: their accumulators are independent chains a decode step can
+ * overlap (one row alone waits on its own fma latency). */
+#define ROWS_TOGETHER 4
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -34,6 +46,16 @@ ALWAYS_INLINE float hsum8_fixed(__m256 s) { /* ((s0 + s4) + (s2 + s6)) + ((s1 + 
 /* The integer lanes of the AVX2 kernel: lane l of the low half plus lane l of the high half. */
 ALWAYS_INLINE __m256i fold_halves(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* Rows are read ROWS_TOGETHER at a time, so "ahead" is PREFETCH_DISTANCE along a long row, but
+ * for short rows (the 0.5B's 896-wide LM head: 952 bytes) the same spot in the next group of rows:
+ * PREFETCH_DISTANCE along a short row lands in a row that is already being read. */
+ALWAYS_INLINE void prefetch_group_ahead(const uint8_t *p, size_t row_bytes) {
+    if (row_bytes >= 2 * PREFETCH_DISTANCE)
+        prefetch_ahead(p);
+    else
+        prefetch_ahead(p + ROWS_TOGETHER * row_bytes - PREFETCH_DISTANCE);
 }
 
 /* ---- Q4_K / Q6_K ------------------------------------------------------------------------------- */
@@ -138,68 +160,263 @@ ALWAYS_INLINE __m256i scaled_lane_sums(const k_pairs *p, const int8_t *qs) {
     return fold_halves(sum);
 }
 
-ALWAYS_INLINE void matmul_row_k(int32_t type, const specla_tensor *w, int64_t o, const act_q8_k *acts, int n_batch,
-                                float *y) {
+ALWAYS_INLINE __m256 accumulate_q4_k_512(const q4_k_block512 *u, const act_q8_k *a, __m256 acc) {
+    const __m256i sum = scaled_lane_sums(&u->p, a->qs);
+    const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->mins);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * u->dmin)), _mm256_cvtepi32_ps(mins), acc);
+}
+
+ALWAYS_INLINE __m256 accumulate_q6_k_512(const q6_k_block512 *u, const act_q8_k *a, __m256 acc) {
+    const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->scales);
+    const __m256i sum = _mm256_sub_epi32(scaled_lane_sums(&u->p, a->qs), _mm256_slli_epi32(bias, 5));
+    return _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
+}
+
+/* Output rows o0 .. o0 + n_out - 1 (n_out <= ROWS_TOGETHER) for every batch row. Each (output row,
+ * batch row) pair keeps its own accumulator and sees its blocks in order, so the bits do not depend
+ * on how rows are grouped; the grouping gives a decode step independent chains to overlap. */
+ALWAYS_INLINE void matmul_rows_k(int32_t type, const specla_tensor *w, int64_t o0, int n_out, const act_q8_k *acts,
+                                 int n_batch, float *y) {
     const int64_t n_blocks = w->ne0 / QK_K;
-    const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, w->ne0);
-    __m256 acc[MATMUL_BATCH_GROUP];
-    q4_k_block512 u4;
-    q6_k_block512 u6;
+    const size_t row_bytes = type_row_bytes(type, w->ne0);
+    const size_t block_bytes = type == SPECLA_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K);
+    const uint8_t *rows = (const uint8_t *)w->data + o0 * row_bytes;
+    __m256 acc[ROWS_TOGETHER][MATMUL_BATCH_GROUP];
+    q4_k_block512 u4[ROWS_TOGETHER];
+    q6_k_block512 u6[ROWS_TOGETHER];
     for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
         const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
-        for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
+        for (int r = 0; r < n_out; r++)
+            for (int b = 0; b < group; b++) acc[r][b] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n_blocks; k++) {
-            const act_q8_k *a0 = acts + (int64_t)b0 * n_blocks + k;
-            prefetch_ahead(row + k * (type == SPECLA_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K)));
-            if (type == SPECLA_TYPE_Q4_K) {
-                unpack_q4_k_512((const block_q4_K *)row + k, &u4);
-                for (int b = 0; b < group; b++) {
-                    const act_q8_k *a = a0 + (int64_t)b * n_blocks;
-                    const __m256i sum = scaled_lane_sums(&u4.p, a->qs);
-                    const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u4.mins);
-                    acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u4.d), _mm256_cvtepi32_ps(sum), acc[b]);
-                    acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * u4.dmin)), _mm256_cvtepi32_ps(mins), acc[b]);
-                }
-            } else {
-                unpack_q6_k_512((const block_q6_K *)row + k, &u6);
-                for (int b = 0; b < group; b++) {
-                    const act_q8_k *a = a0 + (int64_t)b * n_blocks;
-                    const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u6.scales);
-                    const __m256i sum = _mm256_sub_epi32(scaled_lane_sums(&u6.p, a->qs), _mm256_slli_epi32(bias, 5));
-                    acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u6.d), _mm256_cvtepi32_ps(sum), acc[b]);
-                }
+            for (int r = 0; r < n_out; r++) {
+                const uint8_t *blk = rows + r * row_bytes + k * block_bytes;
+                prefetch_group_ahead(blk, row_bytes);
+                if (type == SPECLA_TYPE_Q4_K)
+                    unpack_q4_k_512((const block_q4_K *)blk, &u4[r]);
+                else
+                    unpack_q6_k_512((const block_q6_K *)blk, &u6[r]);
+            }
+            for (int b = 0; b < group; b++) {
+                const act_q8_k *a = acts + (int64_t)(b0 + b) * n_blocks + k;
+                for (int r = 0; r < n_out; r++)
+                    acc[r][b] = type == SPECLA_TYPE_Q4_K ? accumulate_q4_k_512(&u4[r], a, acc[r][b])
+                                                         : accumulate_q6_k_512(&u6[r], a, acc[r][b]);
             }
         }
-        for (int b = 0; b < group; b++) y[(int64_t)(b0 + b) * w->ne1 + o] = hsum8_fixed(acc[b]);
+        for (int r = 0; r < n_out; r++)
+            for (int b = 0; b < group; b++) y[(int64_t)(b0 + b) * w->ne1 + o0 + r] = hsum8_fixed(acc[r][b]);
     }
 }
 
-static void matmul_rows_q4_k(const specla_tensor *w, int64_t o, const void *acts, int n_batch, float *y) {
-    matmul_row_k(SPECLA_TYPE_Q4_K, w, o, acts, n_batch, y);
+/* ---- Q8_0 / Q4_0 / Q5_0 -------------------------------------------------------------------------- */
+
+/* Two 32-element blocks side by side per 512-bit register, as unsigned bytes u = w + offset (Q8_0
+ * 128, Q4_0 8, Q5_0 16): vpdpbusd multiplies unsigned by signed bytes, and the offset comes back off
+ * exactly as offset * (the same lanes of the activation bytes alone). Lane l of each half is then
+ * the oracle's s_l = sum of w a over elements 4l .. 4l + 3 of its block, and each block still goes
+ * through the eight float lanes on its own, in block order (two fma per register). */
+typedef struct legacy_pairs {
+    __m512i levels[4]; /* blocks 2p, 2p + 1 of the chunk; a missing last block is zero */
+    float d[8];
+    int n_blocks;
+} legacy_pairs;
+
+ALWAYS_INLINE int legacy_offset(int32_t type) {
+    return type == SPECLA_TYPE_Q8_0 ? 128 : type == SPECLA_TYPE_Q4_0 ? 8 : 16;
 }
-static void matmul_rows_q6_k(const specla_tensor *w, int64_t o, const void *acts, int n_batch, float *y) {
-    matmul_row_k(SPECLA_TYPE_Q6_K, w, o, acts, n_batch, y);
+
+/* Nibbles of one Q4_0 / Q5_0 block in element order (low nibbles = elements 0..15, high = 16..31)
+ * for blocks `lo` and `hi`: 128-bit lanes [lo, lo, hi, hi], the odd lanes shifted down by four. */
+ALWAYS_INLINE __m512i legacy_nibbles_512(const uint8_t *lo, const uint8_t *hi) {
+    const __m128i hi_bytes = hi ? _mm_loadu_si128((const __m128i *)hi) : _mm_setzero_si128();
+    const __m512i both = _mm512_castsi256_si512(_mm256_set_m128i(hi_bytes, _mm_loadu_si128((const __m128i *)lo)));
+    __m512i lanes = _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(1, 1, 0, 0));
+    lanes = _mm512_mask_srli_epi16(lanes, 0xFF00FF00u, lanes, 4);
+    return _mm512_and_si512(lanes, _mm512_set1_epi8(15));
+}
+
+ALWAYS_INLINE void unpack_legacy_pairs(int32_t type, const uint8_t *row, int64_t first_block, int n_blocks,
+                                       legacy_pairs *wc) {
+    wc->n_blocks = n_blocks;
+    for (int k = 0; k < n_blocks; k += 2) {
+        const int has_hi = k + 1 < n_blocks;
+        __m512i levels;
+        if (type == SPECLA_TYPE_Q8_0) {
+            const block_q8_0 *blk = (const block_q8_0 *)row + first_block + k;
+            const __m256i hi = has_hi ? _mm256_loadu_si256((const __m256i *)blk[1].qs) : _mm256_set1_epi8(-128);
+            levels = _mm512_xor_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)blk[0].qs)), hi, 1),
+                _mm512_set1_epi8(-128)); /* w + 128 (a missing block: -128 + 128 = 0) */
+            wc->d[k] = _cvtsh_ss(blk[0].d);
+            if (has_hi) wc->d[k + 1] = _cvtsh_ss(blk[1].d);
+        } else if (type == SPECLA_TYPE_Q4_0) {
+            const block_q4_0 *blk = (const block_q4_0 *)row + first_block + k;
+            levels = legacy_nibbles_512(blk[0].qs, has_hi ? blk[1].qs : NULL);
+            wc->d[k] = _cvtsh_ss(blk[0].d);
+            if (has_hi) wc->d[k + 1] = _cvtsh_ss(blk[1].d);
+        } else {
+            const block_q5_0 *blk = (const block_q5_0 *)row + first_block + k;
+            uint32_t qh_lo, qh_hi = 0; /* bit l: the fifth bit of element l */
+            memcpy(&qh_lo, blk[0].qh, 4);
+            if (has_hi) memcpy(&qh_hi, blk[1].qh, 4);
+            const __mmask64 fifth = (__mmask64)qh_lo | (__mmask64)qh_hi << 32;
+            levels = _mm512_or_si512(legacy_nibbles_512(blk[0].qs, has_hi ? blk[1].qs : NULL),
+                                     _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
+            wc->d[k] = _cvtsh_ss(blk[0].d);
+            if (has_hi) wc->d[k + 1] = _cvtsh_ss(blk[1].d);
+        }
+        wc->levels[k / 2] = levels;
+    }
+}
+
+/* The activation side of the legacy kernel, laid out once per matmul (every output row reuses it):
+ * per batch row and block pair p, the 64 code bytes of blocks 2p, 2p + 1 in one register, and
+ * -offset * (their four-byte lane sums), the term vpdpbusd starts from so that it ends on s_l. */
+typedef struct legacy_acts {
+    __m512i *codes;      /* [row * n_pairs + p] */
+    __m512i *minus_bias; /* [row * n_pairs + p] */
+    float *d;            /* [row * n_blocks + k]: the blocks' scales */
+    int64_t n_pairs, n_blocks;
+    void *memory;
+} legacy_acts;
+
+static int build_legacy_acts(const act_q8_0 *acts, int n_batch, int64_t n_blocks, int offset, legacy_acts *out) {
+    out->n_blocks = n_blocks;
+    out->n_pairs = (n_blocks + 1) / 2;
+    const size_t n_vectors = (size_t)n_batch * (size_t)out->n_pairs;
+    const size_t vector_bytes = n_vectors * sizeof(__m512i);
+    const size_t scale_bytes = ((size_t)n_batch * (size_t)n_blocks * sizeof(float) + 63) / 64 * 64;
+    out->memory = aligned_alloc(64, 2 * vector_bytes + scale_bytes);
+    if (!out->memory) return 0;
+    out->codes = (__m512i *)out->memory;
+    out->minus_bias = out->codes + n_vectors;
+    out->d = (float *)(out->minus_bias + n_vectors);
+    const __m512i offset_bytes = _mm512_set1_epi8((char)offset);
+    for (int b = 0; b < n_batch; b++) {
+        const act_q8_0 *a = acts + (int64_t)b * n_blocks;
+        for (int64_t p = 0; p < out->n_pairs; p++) {
+            const int64_t k = 2 * p;
+            const __m256i low = _mm256_loadu_si256((const __m256i *)a[k].qs);
+            const __m256i high = k + 1 < n_blocks ? _mm256_loadu_si256((const __m256i *)a[k + 1].qs)
+                                                  : _mm256_setzero_si256();
+            const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+            const __m512i bias = _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset_bytes, codes);
+            out->codes[b * out->n_pairs + p] = codes;
+            out->minus_bias[b * out->n_pairs + p] = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+        }
+        for (int64_t k = 0; k < n_blocks; k++) out->d[b * n_blocks + k] = a[k].d;
+    }
+    return 1;
+}
+
+/* One chunk (first block k0, even) into batch row b's eight float lanes. */
+ALWAYS_INLINE __m256 accumulate_legacy_pairs(const legacy_pairs *wc, const legacy_acts *acts, int64_t b, int64_t k0,
+                                             __m256 acc) {
+    const __m512i *codes = acts->codes + b * acts->n_pairs + k0 / 2;
+    const __m512i *minus_bias = acts->minus_bias + b * acts->n_pairs + k0 / 2;
+    const float *d = acts->d + b * acts->n_blocks + k0;
+    for (int k = 0; k < wc->n_blocks; k += 2) {
+        const __m512i lanes = _mm512_dpbusd_epi32(minus_bias[k / 2], wc->levels[k / 2], codes[k / 2]);
+        const __m512 s = _mm512_cvtepi32_ps(lanes);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(wc->d[k] * d[k]), _mm512_castps512_ps256(s), acc);
+        if (k + 1 < wc->n_blocks) {
+            const __m256 s_high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(wc->d[k + 1] * d[k + 1]), s_high, acc);
+        }
+    }
+    return acc;
+}
+
+/* Output rows o0 .. o0 + n_out - 1 for every batch row (see matmul_rows_k). */
+ALWAYS_INLINE void matmul_rows_legacy(int32_t type, const specla_tensor *w, int64_t o0, int n_out,
+                                      const legacy_acts *acts, int n_batch, float *y) {
+    const int64_t n_blocks = w->ne0 / 32;
+    const size_t row_bytes = type_row_bytes(type, w->ne0);
+    const size_t block_bytes = type == SPECLA_TYPE_Q8_0 ? sizeof(block_q8_0)
+                               : type == SPECLA_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
+    const uint8_t *rows = (const uint8_t *)w->data + o0 * row_bytes;
+    legacy_pairs wc[ROWS_TOGETHER];
+    __m256 acc[ROWS_TOGETHER][MATMUL_BATCH_GROUP];
+    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+        for (int r = 0; r < n_out; r++)
+            for (int b = 0; b < group; b++) acc[r][b] = _mm256_setzero_ps();
+        for (int64_t k0 = 0; k0 < n_blocks; k0 += 8) {
+            const int chunk = n_blocks - k0 < 8 ? (int)(n_blocks - k0) : 8;
+            for (int r = 0; r < n_out; r++) {
+                prefetch_group_ahead(rows + r * row_bytes + k0 * block_bytes, row_bytes);
+                unpack_legacy_pairs(type, rows + r * row_bytes, k0, chunk, &wc[r]);
+            }
+            for (int b = 0; b < group; b++)
+                for (int r = 0; r < n_out; r++)
+                    acc[r][b] = accumulate_legacy_pairs(&wc[r], acts, b0 + b, k0, acc[r][b]);
+        }
+        for (int r = 0; r < n_out; r++)
+            for (int b = 0; b < group; b++) y[(int64_t)(b0 + b) * w->ne1 + o0 + r] = hsum8_fixed(acc[r][b]);
+    }
+}
+
+/* The threaded loop over groups of ROWS_TOGETHER output rows: full groups get a constant row count
+ * (the loops over rows unroll), the ragged last one the variable count. */
+#define FOR_ROW_GROUPS(ROWS_FN, ...)                                                                     \
+    do {                                                                                                 \
+        const int64_t n_groups = (n_rows + ROWS_TOGETHER - 1) / ROWS_TOGETHER;                           \
+        _Pragma("omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)")             \
+        for (int64_t g = 0; g < n_groups; g++) {                                                         \
+            const int64_t o0 = g * ROWS_TOGETHER;                                                        \
+            if (n_rows - o0 >= ROWS_TOGETHER)                                                            \
+                ROWS_FN(__VA_ARGS__, w, o0, ROWS_TOGETHER, acts, n_batch, y);                            \
+            else                                                                                         \
+                ROWS_FN(__VA_ARGS__, w, o0, (int)(n_rows - o0), acts, n_batch, y);                       \
+        }                                                                                                \
+    } while (0)
+
+static void matmul_k_quant(const cpu_exec *ex, const specla_tensor *w, const act_q8_k *acts, int n_batch, float *y) {
+    const int64_t n_rows = w->ne1;
+    const int parallel = w->ne0 * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
+    if (w->type == SPECLA_TYPE_Q4_K)
+        FOR_ROW_GROUPS(matmul_rows_k, SPECLA_TYPE_Q4_K);
+    else
+        FOR_ROW_GROUPS(matmul_rows_k, SPECLA_TYPE_Q6_K);
+}
+
+static void matmul_legacy(const cpu_exec *ex, const specla_tensor *w, const act_q8_0 *quantized, int n_batch,
+                          float *y) {
+    const int64_t n_rows = w->ne1;
+    legacy_acts prepared;
+    if (!build_legacy_acts(quantized, n_batch, w->ne0 / 32, legacy_offset(w->type), &prepared)) {
+        for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN; /* out of memory */
+        return;
+    }
+    const legacy_acts *acts = &prepared;
+    const int parallel = w->ne0 * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
+    if (w->type == SPECLA_TYPE_Q8_0)
+        FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q8_0);
+    else if (w->type == SPECLA_TYPE_Q4_0)
+        FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q4_0);
+    else
+        FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q5_0);
+    free(prepared.memory);
 }
 
 void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
-    void (*row_fn)(const specla_tensor *, int64_t, const void *, int, float *);
-    switch (w->type) {
-    case SPECLA_TYPE_Q4_K: row_fn = matmul_rows_q4_k; break;
-    case SPECLA_TYPE_Q6_K: row_fn = matmul_rows_q6_k; break;
-    default: row_fn = NULL;
-    }
-    if (row_fn == NULL) {
-        cpu_matmul_avx2(ex, w, x, n_batch, y);
+    const int32_t type = w->type;
+    const int k_quant = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
+    if (!k_quant && type != SPECLA_TYPE_Q8_0 && type != SPECLA_TYPE_Q4_0 && type != SPECLA_TYPE_Q5_0) {
+        cpu_matmul_avx2(ex, w, x, n_batch, y); /* float activations */
         return;
     }
     const int64_t n = w->ne0, n_rows = w->ne1;
-    void *acts = cpu_quantize_activations(act_kind_for_weight(w->type), x, n, n_batch);
+    void *acts = cpu_quantize_activations(act_kind_for_weight(type), x, n, n_batch);
     if (!acts) { /* out of memory: the output says so rather than lying */
         for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN;
         return;
     }
-    const int parallel = n * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
-#pragma omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)
-    for (int64_t o = 0; o < n_rows; o++) row_fn(w, o, acts, n_batch, y);
+    if (k_quant)
+        matmul_k_quant(ex, w, acts, n_batch, y);
+    else
+        matmul_legacy(ex, w, acts, n_batch, y);
     free(acts);
 }
