@@ -99,15 +99,7 @@ typedef struct q4_k_block512 {
 /* Q4_K straight into 512-bit pairs: qs[32q .. 32q + 31] holds sub-block 2q in its low nibbles and
  * 2q + 1 in its high nibbles, so the 32 bytes go to both halves and only the upper half shifts. */
 ALWAYS_INLINE void unpack_q4_k_512(const block_q4_K *blk, q4_k_block512 *u) {
-    uint32_t w[4]; /* the 12 packed bytes -> sc_0..7 in bytes 0..7, m_0..7 in bytes 8..15 */
-    memcpy(w, blk->scales, 12);
-    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
-    w[3] = ((w[2] >> 4) & low4) | (((w[1] >> 6) & top2) << 4); /* m_4..7 */
-    const uint32_t m0123 = w[1] & low6;
-    w[1] = (w[2] & low4) | (((w[0] >> 6) & top2) << 4); /* sc_4..7 */
-    w[2] = m0123;
-    w[0] &= low6; /* sc_0..3 */
-    const __m128i packed = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+    const __m128i packed = q4_k_scales_mins(blk); /* sc_0..7 in bytes 0..7, m_0..7 in bytes 8..15 */
     const __m512i scales16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(packed)); /* sc_0..7, m_0..7 */
     const __m512i nibble = _mm512_set1_epi8(15);
     for (int q = 0; q < 4; q++) {

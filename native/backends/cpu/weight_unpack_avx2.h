@@ -99,9 +99,9 @@ static const uint8_t broadcast_scale_pair_q6_k[4][32] = {
 #undef B
 };
 
-UNPACK_INLINE void unpack_q4_k(const block_q4_K *blk, q4_k_unpacked *u) {
-    /* The 12 packed bytes -> sc_0..7 in bytes 0..7 and m_0..7 in bytes 8..15 (k_scale_min for all
-     * eight sub-blocks at once, on 32-bit words). */
+/* A Q4_K block's 12 packed bytes -> sc_0..7 in bytes 0..7 and m_0..7 in bytes 8..15 (k_scale_min
+ * for all eight sub-blocks at once, on 32-bit words). Shared with the AVX-512 matmul. */
+UNPACK_INLINE __m128i q4_k_scales_mins(const block_q4_K *blk) {
     uint32_t w[4];
     memcpy(w, blk->scales, 12);
     const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
@@ -110,7 +110,11 @@ UNPACK_INLINE void unpack_q4_k(const block_q4_K *blk, q4_k_unpacked *u) {
     w[1] = (w[2] & low4) | (((w[0] >> 6) & top2) << 4); /* sc_4..7 */
     w[2] = m0123;
     w[0] &= low6; /* sc_0..3 */
-    const __m128i packed = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+    return _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+}
+
+UNPACK_INLINE void unpack_q4_k(const block_q4_K *blk, q4_k_unpacked *u) {
+    const __m128i packed = q4_k_scales_mins(blk);
     const __m256i scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed)); /* sc_0..7 as int16 */
     for (int j = 0; j < 8; j++)
         u->scale[j] = _mm256_shuffle_epi8(scales16, _mm256_loadu_si256((const __m256i *)broadcast_scale_q4_k[j]));
