@@ -4,6 +4,7 @@
  * behind the same signatures and are chosen by cpu_exec.kernels. */
 #ifndef SPECLA_CPU_OPS_H
 #define SPECLA_CPU_OPS_H
+#include <math.h>
 #include <stdint.h>
 
 #include "specla.h"
@@ -34,6 +35,17 @@ void cpu_matmul(const cpu_exec *ex, const specla_tensor *w, const float *x, int 
 /* The 8-bit activation blocks (activation_q8.h, kind ACT_Q8_0 / ACT_Q8_K) of n_batch rows of n
  * floats, row after row, in one malloc'd buffer (NULL when out of memory); the caller frees it. */
 void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch);
+/* What every matmul kernel set shares: batch rows walked per pass over a weight row (their
+ * accumulators live on the stack), whether to split the output rows over the team (below 2^15
+ * multiply-adds waking it costs more; the result does not depend on it either way), and the answer
+ * of a matmul that got no memory for its activation blocks: NaN, rather than a silent wrong y. */
+#define CPU_MATMUL_BATCH_GROUP 64
+static inline int cpu_matmul_threaded(const cpu_exec *ex, const specla_tensor *w, int n_batch) {
+    return w->ne0 * w->ne1 * n_batch >= (1 << 15) && ex->n_threads > 1;
+}
+static inline void cpu_matmul_out_of_memory(const specla_tensor *w, int n_batch, float *y) {
+    for (int64_t i = 0; i < (int64_t)n_batch * w->ne1; i++) y[i] = NAN;
+}
 /* Row `row` of a weight tensor (any type) as floats: embedding lookup. */
 void cpu_get_row(const specla_tensor *w, int64_t row, float *dst);
 

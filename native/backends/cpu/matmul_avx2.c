@@ -37,18 +37,8 @@
 #include "weight_unpack_avx2.h"
 
 #define MATMUL_CHUNK 256
-#define MATMUL_BATCH_GROUP 64
-/* Below this many multiply-adds a matmul runs on the calling thread: waking the team costs more. */
-#define MATMUL_PARALLEL_MIN_WORK (1 << 15)
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) of one 8-lane vector. */
-ALWAYS_INLINE float hsum8_fixed(__m256 s) {
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* s0+s4 .. s3+s7 */
-    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q)); /* (s0+s4)+(s2+s6), (s1+s5)+(s3+s7) */
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
 
 /* ================================ 8-bit activations ============================================ */
 
@@ -71,9 +61,9 @@ static void matmul_row_legacy(int32_t type, const specla_tensor *w, int64_t o, c
     const int64_t n_blocks = w->ne0 / 32;
     const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, w->ne0);
     legacy_chunk wc;
-    __m256 acc[MATMUL_BATCH_GROUP];
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    __m256 acc[CPU_MATMUL_BATCH_GROUP];
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
         for (int64_t k0 = 0; k0 < n_blocks; k0 += 8) {
             prefetch_ahead(row + k0 * type_block_bytes(type));
@@ -121,11 +111,11 @@ ALWAYS_INLINE void matmul_row_k(int32_t type, const specla_tensor *w, int64_t o,
                                 float *y) {
     const int64_t n_blocks = w->ne0 / QK_K;
     const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, w->ne0);
-    __m256 acc[MATMUL_BATCH_GROUP];
+    __m256 acc[CPU_MATMUL_BATCH_GROUP];
     q4_k_unpacked u4;
     q6_k_unpacked u6;
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n_blocks; k++) {
             const act_q8_k *a = acts + (int64_t)b0 * n_blocks + k;
@@ -170,9 +160,9 @@ static void matmul_row_float(const specla_tensor *w, int64_t o, const float *x, 
     const uint8_t *row = (const uint8_t *)w->data + o * type_row_bytes(type, n);
     const int64_t block_elements = type_block_elements(type), block_bytes = type_block_bytes(type);
     _Alignas(32) float chunk[MATMUL_CHUNK];
-    __m256 acc[MATMUL_BATCH_GROUP][4];
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    __m256 acc[CPU_MATMUL_BATCH_GROUP][4];
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = _mm256_setzero_ps();
         for (int64_t start = 0; start < n; start += MATMUL_CHUNK) {
             const int64_t len = n - start < MATMUL_CHUNK ? n - start : MATMUL_CHUNK;
@@ -215,7 +205,7 @@ void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x,
     if (kind != ACT_FLOAT) {
         acts = cpu_quantize_activations(kind, x, n, n_batch);
         if (!acts) { /* out of memory: the output says so rather than lying */
-            for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN;
+            cpu_matmul_out_of_memory(w, n_batch, y);
             return;
         }
         input = acts;
@@ -229,7 +219,7 @@ void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x,
     case SPECLA_TYPE_Q5_0: row_fn = matmul_rows_legacy; break;
     default: row_fn = matmul_rows_float; break;
     }
-    const int parallel = n * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
+    const int parallel = cpu_matmul_threaded(ex, w, n_batch);
 #pragma omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)
     for (int64_t o = 0; o < n_rows; o++) row_fn(w, o, input, n_batch, y);
     free(acts);

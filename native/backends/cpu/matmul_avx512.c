@@ -29,19 +29,11 @@
 #include "tensor_types.h"
 #include "weight_unpack_avx2.h"
 
-#define MATMUL_BATCH_GROUP 64
-#define MATMUL_PARALLEL_MIN_WORK (1 << 15)
 /* Output rows multiplied together: their accumulators are independent chains a decode step can
  * overlap (one row alone waits on its own fma latency). */
 #define ROWS_TOGETHER 4
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-ALWAYS_INLINE float hsum8_fixed(__m256 s) { /* ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) */
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
 
 /* The integer lanes of the AVX2 kernel: lane l of the low half plus lane l of the high half. */
 ALWAYS_INLINE __m256i fold_halves(__m512i v) {
@@ -55,7 +47,7 @@ ALWAYS_INLINE void prefetch_group_ahead(const uint8_t *p, size_t row_bytes) {
     if (row_bytes >= 2 * PREFETCH_DISTANCE)
         prefetch_ahead(p);
     else
-        prefetch_ahead(p + ROWS_TOGETHER * row_bytes - PREFETCH_DISTANCE);
+        prefetch_block(p + ROWS_TOGETHER * row_bytes);
 }
 
 /* ---- Q4_K / Q6_K ------------------------------------------------------------------------------- */
@@ -174,11 +166,11 @@ ALWAYS_INLINE void matmul_rows_k(int32_t type, const specla_tensor *w, int64_t o
     const size_t row_bytes = type_row_bytes(type, w->ne0);
     const size_t block_bytes = type == SPECLA_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K);
     const uint8_t *rows = (const uint8_t *)w->data + o0 * row_bytes;
-    __m256 acc[ROWS_TOGETHER][MATMUL_BATCH_GROUP];
+    __m256 acc[ROWS_TOGETHER][CPU_MATMUL_BATCH_GROUP];
     q4_k_block512 u4[ROWS_TOGETHER];
     q6_k_block512 u6[ROWS_TOGETHER];
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int r = 0; r < n_out; r++)
             for (int b = 0; b < group; b++) acc[r][b] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n_blocks; k++) {
@@ -330,9 +322,9 @@ ALWAYS_INLINE void matmul_rows_legacy(int32_t type, const specla_tensor *w, int6
                                : type == SPECLA_TYPE_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
     const uint8_t *rows = (const uint8_t *)w->data + o0 * row_bytes;
     legacy_pairs wc[ROWS_TOGETHER];
-    __m256 acc[ROWS_TOGETHER][MATMUL_BATCH_GROUP];
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    __m256 acc[ROWS_TOGETHER][CPU_MATMUL_BATCH_GROUP];
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int r = 0; r < n_out; r++)
             for (int b = 0; b < group; b++) acc[r][b] = _mm256_setzero_ps();
         for (int64_t k0 = 0; k0 < n_blocks; k0 += 8) {
@@ -350,11 +342,12 @@ ALWAYS_INLINE void matmul_rows_legacy(int32_t type, const specla_tensor *w, int6
     }
 }
 
-/* The threaded loop over groups of ROWS_TOGETHER output rows: full groups get a constant row count
- * (the loops over rows unroll), the ragged last one the variable count. */
+/* The threaded loop over groups of ROWS_TOGETHER output rows of the caller's w, acts, n_batch, y
+ * (threaded when `parallel`): full groups get a constant row count (the loops over rows unroll), the
+ * ragged last one the variable count. */
 #define FOR_ROW_GROUPS(ROWS_FN, ...)                                                                     \
     do {                                                                                                 \
-        const int64_t n_groups = (n_rows + ROWS_TOGETHER - 1) / ROWS_TOGETHER;                           \
+        const int64_t n_rows = w->ne1, n_groups = (n_rows + ROWS_TOGETHER - 1) / ROWS_TOGETHER;              \
         _Pragma("omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)")             \
         for (int64_t g = 0; g < n_groups; g++) {                                                         \
             const int64_t o0 = g * ROWS_TOGETHER;                                                        \
@@ -366,8 +359,7 @@ ALWAYS_INLINE void matmul_rows_legacy(int32_t type, const specla_tensor *w, int6
     } while (0)
 
 static void matmul_k_quant(const cpu_exec *ex, const specla_tensor *w, const act_q8_k *acts, int n_batch, float *y) {
-    const int64_t n_rows = w->ne1;
-    const int parallel = w->ne0 * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
+    const int parallel = cpu_matmul_threaded(ex, w, n_batch);
     if (w->type == SPECLA_TYPE_Q4_K)
         FOR_ROW_GROUPS(matmul_rows_k, SPECLA_TYPE_Q4_K);
     else
@@ -376,14 +368,13 @@ static void matmul_k_quant(const cpu_exec *ex, const specla_tensor *w, const act
 
 static void matmul_legacy(const cpu_exec *ex, const specla_tensor *w, const act_q8_0 *quantized, int n_batch,
                           float *y) {
-    const int64_t n_rows = w->ne1;
     legacy_acts prepared;
     if (!build_legacy_acts(quantized, n_batch, w->ne0 / 32, legacy_offset(w->type), &prepared)) {
-        for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN; /* out of memory */
+        cpu_matmul_out_of_memory(w, n_batch, y);
         return;
     }
     const legacy_acts *acts = &prepared;
-    const int parallel = w->ne0 * n_rows * n_batch >= MATMUL_PARALLEL_MIN_WORK && ex->n_threads > 1;
+    const int parallel = cpu_matmul_threaded(ex, w, n_batch);
     if (w->type == SPECLA_TYPE_Q8_0)
         FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q8_0);
     else if (w->type == SPECLA_TYPE_Q4_0)
@@ -394,19 +385,17 @@ static void matmul_legacy(const cpu_exec *ex, const specla_tensor *w, const act_
 }
 
 void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
-    const int32_t type = w->type;
-    const int k_quant = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
-    if (!k_quant && type != SPECLA_TYPE_Q8_0 && type != SPECLA_TYPE_Q4_0 && type != SPECLA_TYPE_Q5_0) {
-        cpu_matmul_avx2(ex, w, x, n_batch, y); /* float activations */
+    const int kind = act_kind_for_weight(w->type);
+    if (kind == ACT_FLOAT) {
+        cpu_matmul_avx2(ex, w, x, n_batch, y);
         return;
     }
-    const int64_t n = w->ne0, n_rows = w->ne1;
-    void *acts = cpu_quantize_activations(act_kind_for_weight(type), x, n, n_batch);
-    if (!acts) { /* out of memory: the output says so rather than lying */
-        for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN;
+    void *acts = cpu_quantize_activations(kind, x, w->ne0, n_batch);
+    if (!acts) {
+        cpu_matmul_out_of_memory(w, n_batch, y);
         return;
     }
-    if (k_quant)
+    if (kind == ACT_Q8_K)
         matmul_k_quant(ex, w, acts, n_batch, y);
     else
         matmul_legacy(ex, w, acts, n_batch, y);

@@ -41,7 +41,6 @@
 #include "tensor_types.h"
 
 #define MATMUL_CHUNK 256
-#define MATMUL_BATCH_GROUP 64
 
 /* ---- float activations ------------------------------------------------------------------------ */
 
@@ -52,9 +51,9 @@ static void matmul_row_float(const specla_tensor *w, int64_t o, const float *x, 
     const int64_t block_bytes = type_block_bytes(w->type);
     const uint8_t *row = (const uint8_t *)w->data + o * row_bytes;
     float chunk[MATMUL_CHUNK];
-    float acc[MATMUL_BATCH_GROUP];
-    for (int b0 = 0; b0 < n_batch; b0 += MATMUL_BATCH_GROUP) {
-        const int group = n_batch - b0 < MATMUL_BATCH_GROUP ? n_batch - b0 : MATMUL_BATCH_GROUP;
+    float acc[CPU_MATMUL_BATCH_GROUP];
+    for (int b0 = 0; b0 < n_batch; b0 += CPU_MATMUL_BATCH_GROUP) {
+        const int group = n_batch - b0 < CPU_MATMUL_BATCH_GROUP ? n_batch - b0 : CPU_MATMUL_BATCH_GROUP;
         for (int b = 0; b < group; b++) acc[b] = 0.0f;
         for (int64_t c = 0; c < n; c += MATMUL_CHUNK) {
             const int64_t len = n - c < MATMUL_CHUNK ? n - c : MATMUL_CHUNK;
@@ -189,12 +188,11 @@ static void matmul_row_q8(const specla_tensor *w, int64_t o, const void *acts, i
 
 void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
     const int64_t n_rows = w->ne1;
-    /* Small products stay on the calling thread; the result does not depend on it either way. */
-    const int parallel = (int64_t)w->ne0 * n_rows * n_batch >= (1 << 15) && ex->n_threads > 1;
+    const int parallel = cpu_matmul_threaded(ex, w, n_batch);
     const int kind = act_kind_for_weight(w->type);
     void *acts = kind == ACT_FLOAT ? NULL : cpu_quantize_activations(kind, x, w->ne0, n_batch);
-    if (kind != ACT_FLOAT && !acts) { /* out of memory: the output says so rather than lying */
-        for (int64_t i = 0; i < (int64_t)n_batch * n_rows; i++) y[i] = NAN;
+    if (kind != ACT_FLOAT && !acts) {
+        cpu_matmul_out_of_memory(w, n_batch, y);
         return;
     }
 #pragma omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)

@@ -1,6 +1,8 @@
-/* Weight blocks unpacked into the byte vectors the integer multiply-adds take: shared by the AVX2
- * and AVX-512 matmuls (each includes this under its own target flags). One unpacking per block and
- * batch group; every batch row then reuses it. matmul_avx2.c explains the vectors' use. */
+/* What the AVX2 and AVX-512 matmuls (and the AVX2 dequantizer) share, each including this under
+ * its own target flags: the weight stream's prefetch, the fixed 8-lane float sum that ends every
+ * 8-bit-activation dot product, and the 256-bit weight unpackers (the byte vectors the integer
+ * multiply-adds take; one unpacking per block and batch group, every batch row then reuses it;
+ * matmul_avx2.c explains the vectors' use, matmul_avx512.c has its own 512-bit unpackers). */
 #ifndef SPECLA_WEIGHT_UNPACK_AVX2_H
 #define SPECLA_WEIGHT_UNPACK_AVX2_H
 #include <immintrin.h>
@@ -14,10 +16,18 @@
  * asking for the bytes PREFETCH_DISTANCE ahead (three cache lines: the size of a K-quant block)
  * keeps more loads in flight than the hardware prefetcher does on its own. */
 #define PREFETCH_DISTANCE 1024 /* bytes; 1024..2048 measured best on the 2-core Xeon */
-UNPACK_INLINE void prefetch_ahead(const uint8_t *p) {
-    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE), _MM_HINT_T0);
-    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE + 64), _MM_HINT_T0);
-    _mm_prefetch((const char *)(p + PREFETCH_DISTANCE + 128), _MM_HINT_T0);
+UNPACK_INLINE void prefetch_block(const uint8_t *p) { /* the three cache lines from p on */
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + 128), _MM_HINT_T0);
+}
+UNPACK_INLINE void prefetch_ahead(const uint8_t *p) { prefetch_block(p + PREFETCH_DISTANCE); }
+
+/* ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) of one 8-lane vector: matmul_scalar.c's order. */
+UNPACK_INLINE float hsum8_fixed(__m256 s) {
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* s0+s4 .. s3+s7 */
+    const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q)); /* (s0+s4)+(s2+s6), (s1+s5)+(s3+s7) */
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
 /* ---- Q8_0 / Q4_0 / Q5_0: up to 8 blocks of 32 ----------------------------------------------- */
