@@ -382,15 +382,18 @@ class ModelDrafter:
         logits = self._sync(h)
         d = 0
         while True:
-            x = logits.astype(np.float64)
-            if not np.isfinite(x).all():
+            if not np.isfinite(logits).all():
                 break  # a broken draft row: propose what came before it (the target decides anyway)
-            m = x.max()
-            x -= m + np.log(np.exp(x - m).sum())  # log-softmax over the whole vocabulary
-            best = _top_k(x, width)
-            if math.exp(x[best[0]]) < self.p_min:
+            # log-softmax, but only where it is read: the normaliser (float64) once over the
+            # vocabulary, the ranking on the raw logits (the same order and ties), the subtraction
+            # for the top_k alone
+            m = np.float64(logits.max())
+            log_norm = m + np.log(np.exp(logits.astype(np.float64) - m).sum())
+            best = _top_k(logits, width)
+            row = logits[best].astype(np.float64) - log_norm
+            if math.exp(row[0]) < self.p_min:
                 break
-            tokens[d], logprobs[d] = best, x[best]
+            tokens[d], logprobs[d] = best, row
             d += 1
             if d == n_depths:
                 break
