@@ -26,27 +26,17 @@ def _positive_int(flag):
     return parse
 
 
-def _non_negative_float(flag):
+def _float_in_range(flag, low: float, high: float | None = None):
+    """A number in [low, high] (high None: no upper bound); NaN is refused either way."""
     def parse(text):
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not value >= 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be >= 0, got {text}")
-        return value
-
-    return parse
-
-
-def _probability(flag):
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not 0.0 <= value <= 1.0:
-            raise argparse.ArgumentTypeError(f"{flag} must be in [0, 1], got {text}")
+        if high is None and not value >= low:
+            raise argparse.ArgumentTypeError(f"{flag} must be >= {low:g}, got {text}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} must be in [{low:g}, {high:g}], got {text}")
         return value
 
     return parse
@@ -85,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="number of tokens to generate (default 128)")
     run.add_argument("--chat", action="store_true",
                      help="wrap the prompt as one user message with the file's chat template")
-    run.add_argument("--temp", type=_non_negative_float("--temp"), default=0.0,
+    run.add_argument("--temp", type=_float_in_range("--temp", 0.0), default=0.0,
                      help="sampling temperature; 0 = greedy (default)")
     run.add_argument("--seed", type=int, default=None, help="sampling seed (with --temp > 0)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
@@ -101,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "by a wrong one with probability 1-P")
     spec.add_argument("--draft-max", type=_positive_int("--draft-max"), default=None, metavar="N",
                       help=f"a draft language model proposes at most N tokens per step (default {DRAFT_MAX})")
-    spec.add_argument("--draft-p-min", type=_probability("--draft-p-min"), default=None, metavar="P",
+    spec.add_argument("--draft-p-min", type=_float_in_range("--draft-p-min", 0.0, 1.0), default=None, metavar="P",
                       help="a draft language model stops proposing at the first token it gives a probability "
                            f"below P (default {DRAFT_P_MIN}; 0 = always the full --draft-max)")
     spec.add_argument("--specla", action="store_true",

@@ -75,33 +75,33 @@ static void matmul_row_legacy(int32_t type, const specla_tensor *w, int64_t o, c
     }
 }
 
-/* ---- Q4_K --------------------------------------------------------------------------------------- */
+/* ---- Q4_K / Q6_K ------------------------------------------------------------------------------- */
 
-/* Lane l of sum: sum_j sc_j (elements 4l..4l+3 of sub-block j); lane l of the mins: m_l (bsum_2l +
- * bsum_2l+1). */
-ALWAYS_INLINE __m256 accumulate_q4_k(const q4_k_unpacked *u, const act_q8_k *a, __m256 acc) {
+/* Lane l: sum over the eight 32-element groups m of scale_m (int16, lane for lane) times elements
+ * 32m + 4l .. 32m + 4l + 3 (unsigned levels times activation bytes), in exact int32. */
+ALWAYS_INLINE __m256i scaled_lane_sums(const __m256i *levels, const __m256i *scale, const int8_t *qs) {
     __m256i sum = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        const __m256i pairs = _mm256_maddubs_epi16(u->nibbles[j], _mm256_loadu_si256((const __m256i *)(a->qs + 32 * j)));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, u->scale[j]));
+    for (int m = 0; m < 8; m++) {
+        const __m256i pairs = _mm256_maddubs_epi16(levels[m], _mm256_loadu_si256((const __m256i *)(qs + 32 * m)));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale[m]));
     }
+    return sum;
+}
+
+/* Q4_K. Lane l of sum: sum_j sc_j (elements 4l..4l+3 of sub-block j); lane l of the mins: m_l
+ * (bsum_2l + bsum_2l+1). */
+ALWAYS_INLINE __m256 accumulate_q4_k(const q4_k_unpacked *u, const act_q8_k *a, __m256 acc) {
+    const __m256i sum = scaled_lane_sums(u->nibbles, u->scale, a->qs);
     const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->mins);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
     return _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * u->dmin)), _mm256_cvtepi32_ps(mins), acc);
 }
 
-/* ---- Q6_K --------------------------------------------------------------------------------------- */
-
-/* Lane l of sum: sum_m sc_{2m + (l >= 4)} (elements 32m + 4l .. +3), minus 32 (sc_2l bsum_2l +
- * sc_2l+1 bsum_2l+1): the levels' -32 removed exactly, lane by lane as the oracle does. */
+/* Q6_K. Lane l of sum: sum_m sc_{2m + (l >= 4)} (elements 32m + 4l .. +3), minus 32 (sc_2l bsum_2l
+ * + sc_2l+1 bsum_2l+1): the levels' -32 removed exactly, lane by lane as the oracle does. */
 ALWAYS_INLINE __m256 accumulate_q6_k(const q6_k_unpacked *u, const act_q8_k *a, __m256 acc) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int m = 0; m < 8; m++) {
-        const __m256i pairs = _mm256_maddubs_epi16(u->levels[m], _mm256_loadu_si256((const __m256i *)(a->qs + 32 * m)));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, u->scale[m]));
-    }
     const __m256i bias = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), u->scales);
-    sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(bias, 5));
+    const __m256i sum = _mm256_sub_epi32(scaled_lane_sums(u->levels, u->scale, a->qs), _mm256_slli_epi32(bias, 5));
     return _mm256_fmadd_ps(_mm256_set1_ps(a->d * u->d), _mm256_cvtepi32_ps(sum), acc);
 }
 
