@@ -13,14 +13,14 @@ from pathlib import Path
 from .errors import SpeclaError, UsageError
 
 
-def _positive_int(flag):
+def _positive_int(flag, allow_zero: bool = False):
     def parse(text):
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} must be positive, got {value}")
+        if value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"{flag} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
         return value
 
     return parse
@@ -46,6 +46,9 @@ def _float_in_range(flag, low: float, high: float | None = None):
 # the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
 DRAFT_MAX = 8
 DRAFT_P_MIN = 0.5
+# ... and it scores only this many frequent token ids (+ control tokens + the generation's own
+# tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost
+DRAFT_VOCAB = 32768
 
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -94,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--draft-p-min", type=_float_in_range("--draft-p-min", 0.0, 1.0), default=None, metavar="P",
                       help="a draft language model stops proposing at the first token it gives a probability "
                            f"below P (default {DRAFT_P_MIN}; 0 = always the full --draft-max)")
+    spec.add_argument("--draft-vocab", type=_positive_int("--draft-vocab", allow_zero=True), default=None,
+                      metavar="N",
+                      help="a draft language model scores only the N lowest token ids (BPE merge order, roughly "
+                           "by frequency), the control tokens and the tokens of the prompt and output so far "
+                           f"(default {DRAFT_VOCAB}; 0 = the whole vocabulary); the output does not change")
     spec.add_argument("--specla", action="store_true",
                       help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
                            "commit); without it the tree is verified with dense per-node state checkpoints")
@@ -185,7 +193,8 @@ def cmd_run(args) -> int:
                            ("--no-chain-seed", args.no_chain_seed), ("--ddtree-tau", args.ddtree_tau is not None),
                            ("--specla-top-k", args.specla_top_k is not None),
                            ("--draft-max", args.draft_max is not None),
-                           ("--draft-p-min", args.draft_p_min is not None)):
+                           ("--draft-p-min", args.draft_p_min is not None),
+                           ("--draft-vocab", args.draft_vocab is not None)):
             if used:
                 raise UsageError(f"{flag} needs --draft (speculative decoding)")
     elif args.temp > 0:
@@ -220,11 +229,12 @@ def spec_config_from_args(args, max_depth: int = 15):
 
 
 def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft_max: int | None = None,
-                 draft_p_min: float | None = None):
+                 draft_p_min: float | None = None, draft_vocab: int | None = None):
     """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool);
     ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
     existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
-    one a target may have, an autoregressive draft model (draft_max / draft_p_min apply to it only)."""
+    one a target may have, an autoregressive draft model (draft_max / draft_p_min / draft_vocab
+    apply to it only)."""
     from .dflash_model import file_architecture
     from .gguf_model import ARCHS
     from .spec.drafters import DFlashDrafter, ModelDrafter, NgramDrafter, OracleDrafter
@@ -232,7 +242,8 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
     is_file = os.path.exists(spec)
     is_model = is_file and file_architecture(spec) in ARCHS
     if not is_model:
-        for flag, value in (("--draft-max", draft_max), ("--draft-p-min", draft_p_min)):
+        for flag, value in (("--draft-max", draft_max), ("--draft-p-min", draft_p_min),
+                            ("--draft-vocab", draft_vocab)):
             if value is not None:
                 raise UsageError(f"{flag} applies to a draft language model (--draft MODEL.gguf), not to --draft "
                                  f"{spec}")
@@ -248,7 +259,8 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
         # the history (prompt + generated) plus all drafted tokens but the last
         n_ctx = len(prompt_ids) + n_predict + max_depth + 1
         return ModelDrafter.load(spec, model, n_ctx=n_ctx, max_depth=max_depth,
-                                 p_min=DRAFT_P_MIN if draft_p_min is None else draft_p_min)
+                                 p_min=DRAFT_P_MIN if draft_p_min is None else draft_p_min,
+                                 vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab or None)
     from .draft import DFlashDraft
 
     return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx)
@@ -263,7 +275,7 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     out = out or sys.stdout
     n_ctx = len(prompt_ids) + args.n_predict + args.ddtree_budget + 64
     drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx, draft_max=args.draft_max,
-                           draft_p_min=args.draft_p_min) if args.draft else None
+                           draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab) if args.draft else None
     config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15))
     detok = StreamingDetokenizer(model.tokenizer)
 

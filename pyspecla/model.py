@@ -43,6 +43,8 @@ class Context:
         _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
         self._handle = handle
         self._argmax = np.zeros(self.max_batch, dtype=np.int32)  # reused by every forward
+        self.logit_tokens: np.ndarray | None = None  # token id of each logit entry; None = all, in id order
+        self._logit_rows = None  # keeps a chosen head's bytes alive while the native side reads them
 
     @property
     def n_past(self) -> int:
@@ -56,6 +58,37 @@ class Context:
         evaluated). Attention-only models (qwen2) only: a model with recurrent layers raises
         NativeError, since their state cannot be rolled back."""
         _native.check(_native.lib.specla_context_truncate(self._handle, int(n_past)))
+
+    @property
+    def n_logits(self) -> int:
+        """Entries of a logits row: n_vocab, or the rows of the head set by set_logit_head."""
+        return self.model.hparams.n_vocab if self.logit_tokens is None else len(self.logit_tokens)
+
+    def set_logit_head(self, rows: np.ndarray | None, token_ids=None) -> None:
+        """Score logits over chosen rows of the LM head only (a draft's reduced vocabulary; see
+        specla_context_set_logit_head). rows: (n, row_bytes) uint8, C-contiguous, as
+        Model.lm_head_rows returns (a leading slice of such an array is fine); token_ids: the n
+        ids they score. Afterwards eval's logits have n entries in that order, and eval_argmax,
+        verify_tree and stream give token ids. rows = None: the whole head again."""
+        if rows is None:
+            _native.check(_native.lib.specla_context_set_logit_head(self._handle, None))
+            self.logit_tokens, self._logit_rows = None, None
+            return
+        head = self.model._lm_head
+        ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
+        if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
+                and rows.flags.c_contiguous and rows.shape[1] == head.data.nbytes // head.ne[1]):
+            raise UsageError("set_logit_head: rows must be a C-contiguous (n, row_bytes) uint8 array from "
+                             "Model.lm_head_rows")
+        if ids.ndim != 1 or len(ids) != rows.shape[0]:
+            raise UsageError(f"set_logit_head: {rows.shape[0]} rows but {ids.size} token ids")
+        tensor = _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0])
+        _native.check(_native.lib.specla_context_set_logit_head(self._handle, ctypes.byref(tensor)))
+        self.logit_tokens, self._logit_rows = ids, rows
+
+    def token_of(self, index: int) -> int:
+        """The token id of logit entry `index`."""
+        return int(index) if self.logit_tokens is None else int(self.logit_tokens[index])
 
     def close(self) -> None:
         if getattr(self, "_handle", None):
@@ -80,11 +113,11 @@ class Context:
 
     def eval(self, token_ids: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append tokens (chunked by max_batch). Returns logits: (n_tokens, V) when logits_all,
-        else (V,) for the last token."""
+        else (V,) for the last token; V = n_logits (n_vocab unless set_logit_head chose rows)."""
         tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
         if tokens.ndim != 1 or len(tokens) == 0:
             raise UsageError("eval needs a non-empty 1-D list of token ids")
-        V = self.model.hparams.n_vocab
+        V = self.n_logits
         out = np.empty((len(tokens), V) if logits_all else (V,), dtype=np.float32)
         for start in range(0, len(tokens), self.max_batch):
             chunk = tokens[start : start + self.max_batch]
@@ -107,10 +140,12 @@ class Context:
         if n == 0 or len(parents) != n:
             raise UsageError("verify_tree needs as many parents as tokens (at least one)")
         argmax = np.empty(n, dtype=np.int32)
-        logits = np.empty((n, self.model.hparams.n_vocab), dtype=np.float32) if want_logits else None
+        logits = np.empty((n, self.n_logits), dtype=np.float32) if want_logits else None
         batch = _native.TreeBatch(_native.int32_ptr(tokens), _native.int32_ptr(parents), n, 0,
                                   _native.float_ptr(logits) if logits is not None else None, _native.int32_ptr(argmax))
         _native.check(_native.lib.specla_verify_tree(self._handle, ctypes.byref(batch)))
+        if self.logit_tokens is not None:
+            argmax = self.logit_tokens[argmax]
         return (argmax, logits) if want_logits else argmax
 
     def accept(self, path) -> None:
@@ -139,7 +174,7 @@ class Context:
             chunk = tokens[start : start + self.max_batch]
             last_chunk = start + self.max_batch >= len(tokens)
             self._forward(chunk, False, None, last_chunk)
-        return int(self._argmax[0])
+        return self.token_of(self._argmax[0])
 
 
 class Model:
@@ -167,6 +202,7 @@ class Model:
                 if view is not None:
                     setattr(layers[il], field, self._tensor(view))
         output = file.optional_tensor("output.weight")
+        self._lm_head = output if output is not None else file.tensor("token_embd.weight")  # tied when absent
         self._weights = _native.Weights(
             self._tensor(file.tensor("token_embd.weight")),
             self._tensor(file.tensor("output_norm.weight")),
@@ -187,6 +223,15 @@ class Model:
         ne0 = int(view.ne[0])
         ne1 = int(np.prod(view.ne[1:])) if len(view.ne) > 1 else 1
         return _native.tensor_struct(view.data, view.ggml_type, ne0, ne1)
+
+    def lm_head_rows(self, token_ids) -> np.ndarray:
+        """A copy of the LM head's rows (quantized bytes as stored) for token_ids, in that order:
+        (n, row_bytes) uint8, for Context.set_logit_head."""
+        head = self._lm_head
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.hparams.n_vocab)):
+            raise UsageError(f"lm_head_rows: token ids must be a 1-D list in [0, {self.hparams.n_vocab})")
+        return head.data.reshape(int(head.ne[1]), -1)[ids]
 
     @classmethod
     def load(cls, path, n_threads: int = 0, cpu_kernels: str = "auto") -> "Model":
@@ -252,7 +297,7 @@ class Model:
                 else:
                     logits = ctx.eval(pending).astype(np.float64) / temperature
                     p = np.exp(logits - logits.max())
-                    token = int(rng.choice(len(p), p=p / p.sum()))
+                    token = ctx.token_of(rng.choice(len(p), p=p / p.sum()))
                 yield token
                 if token in eos:
                     return

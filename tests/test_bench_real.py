@@ -421,3 +421,18 @@ def test_draft_model_settings_with_the_target_as_its_own_draft(qwen2_model, tmp_
     assert chain["acceptance_rate"] == 1.0 and chain["mean_accepted"] > 4.0
     # the draft read the prompt before the clock started (bench_real.prefill_draft)
     assert chain["draft_prompt_ms"] > 0 and rows[0]["draft_prompt_ms"] is None
+
+
+def test_a_draft_setting_carries_its_own_draft_options():
+    base = bench_real.SpecOptions(draft="d.gguf", draft_max=4)
+    kind, mode, options = bench_real.parse_setting("draft-chain:vocab=0/max=6/p=0.6", base)
+    assert (kind, mode) == ("draft", "chain")
+    assert (options.draft_vocab, options.draft_max, options.draft_p_min, options.draft) == (0, 6, 0.6, "d.gguf")
+    assert base.draft_max == 4 and base.draft_vocab is None  # the shared options are not changed
+    assert bench_real.parse_setting("ngram-ddtree", base) == ("ngram", "ddtree", base)
+    for bad, needle in (("draft-tree", "unknown setting"), ("ngram-chain:max=3", "only draft-. settings take options"),
+                        ("draft-chain:depth=3", "'depth=3' is not one of"), ("draft-chain:vocab=", "is not one of")):
+        with pytest.raises(ValueError, match=needle):
+            bench_real.parse_setting(bad, base)
+    with pytest.raises(ValueError):
+        bench_real.parse_setting("draft-chain:max=four", base)

@@ -253,6 +253,10 @@ def test_cli_the_target_as_its_own_draft(files, capsys, tmp_path):
         ("qwen2", ["--draft", "{qwen2_draft}", "--draft-p-min", "high"], ["--draft-p-min expects a number"]),
         ("qwen2", ["--draft", "ngram", "--draft-max", "4"], ["--draft-max applies to a draft language model"]),
         ("qwen2", ["--draft-p-min", "0.2"], ["--draft-p-min needs --draft"]),
+        ("qwen2", ["--draft", "{qwen2_draft}", "--draft-vocab", "-1"], ["--draft-vocab must be >= 0"]),
+        ("qwen2", ["--draft", "{qwen2_draft}", "--draft-vocab", "1k"], ["--draft-vocab expects an integer"]),
+        ("qwen2", ["--draft", "ngram", "--draft-vocab", "100"], ["--draft-vocab applies to a draft language model"]),
+        ("qwen2", ["--draft-vocab", "100"], ["--draft-vocab needs --draft"]),
     ],
 )
 def test_cli_bad_drafts_are_one_clear_line(files, capsys, target, args, needles):

@@ -23,6 +23,8 @@ Settings (--settings; one row per setting, prompt and EOS handling):
                 recorded as skipped, with the error; --draft-max / --draft-p-min reach
                 make_drafter only when given (else its defaults); the rows record what was used
   draft-ddtree  the same, DDTree
+  A draft setting may carry its own draft options, so variants run side by side in one run:
+  `draft-chain:vocab=0/max=6/p=0.6` (vocab = --draft-vocab, max = --draft-max, p = --draft-p-min).
 With --llama (--llama-settings, default ar,lookup,draft):
   llama-ar      llama.cpp greedy, one token per eval, argmax of the last logits
   llama-lookup  prompt lookup: llama_cpp.llama_speculative.LlamaPromptLookupDecoding's proposal
@@ -77,6 +79,7 @@ machine noise hits all alike. On a shared machine use --threads 1 (see docs/perf
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -302,6 +305,31 @@ class SpecOptions:
     draft: str | None = None  # draft GGUF path for the draft-* settings
     draft_max: int | None = None  # passed to make_drafter only when set (else the drafter's default)
     draft_p_min: float | None = None
+    draft_vocab: int | None = None  # 0 = the whole head
+
+
+_SETTING_OPTIONS = {"vocab": ("draft_vocab", int), "max": ("draft_max", int), "p": ("draft_p_min", float)}
+
+
+def parse_setting(setting: str, options: SpecOptions) -> tuple[str, str, SpecOptions]:
+    """'draft-chain:vocab=0/max=6' -> (drafter kind, loop mode, options with those draft options).
+    ValueError naming the setting when it is not one."""
+    name, _, extra = setting.partition(":")
+    if name not in PYSPECLA_SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}")
+    kind, mode = PYSPECLA_SETTINGS[name]
+    if not extra:
+        return kind, mode, options
+    if kind != "draft":
+        raise ValueError(f"setting {setting!r}: only draft-* settings take options")
+    changes = {}
+    for item in extra.split("/"):
+        key, _, value = item.partition("=")
+        if key not in _SETTING_OPTIONS or not value:
+            raise ValueError(f"setting {setting!r}: {item!r} is not one of {sorted(_SETTING_OPTIONS)}=VALUE")
+        field_name, convert = _SETTING_OPTIONS[key]
+        changes[field_name] = convert(value)
+    return kind, mode, dataclasses.replace(options, **changes)
 
 
 def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, options: SpecOptions) -> dict:
@@ -310,7 +338,7 @@ def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, opti
     from pyspecla.cli import make_drafter
     from pyspecla.spec.loop import SpecConfig, generate
 
-    kind, mode = PYSPECLA_SETTINGS[setting]
+    kind, mode, options = parse_setting(setting, options)
     drafter = None
     draft_prompt_ms = None
     config = SpecConfig(mode="ar")
@@ -322,8 +350,8 @@ def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, opti
                 raise ValueError("no draft model given (--draft)")
             extra = {}
             if kind == "draft":
-                extra = {k: v for k, v in (("draft_max", options.draft_max), ("draft_p_min", options.draft_p_min))
-                         if v is not None}
+                extra = {k: v for k, v in (("draft_max", options.draft_max), ("draft_p_min", options.draft_p_min),
+                                           ("draft_vocab", options.draft_vocab)) if v is not None}
             drafter = make_drafter(model, spec, list(prompt_ids), max_tokens, n_ctx, **extra)
             if kind == "draft":
                 draft_prompt_ms = prefill_draft(drafter, prompt_ids)
@@ -346,7 +374,14 @@ def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, opti
             "mean_tree_nodes": float(np.mean(stats.tree_nodes_per_step)) if stats.tree_nodes_per_step else None,
             "drafter": None if drafter is None else type(drafter).__name__,
             "draft_max_depth": config.max_depth if drafter is not None else None,
-            "draft_p_min": getattr(drafter, "p_min", None), "draft_prompt_ms": draft_prompt_ms, **figures}
+            "draft_p_min": getattr(drafter, "p_min", None), "draft_prompt_ms": draft_prompt_ms,
+            "draft_vocab": _draft_vocab_size(drafter), **figures}
+
+
+def _draft_vocab_size(drafter) -> int | None:
+    """The fixed part of a draft model's reduced vocabulary (None: whole head, or no draft model)."""
+    vocabulary = getattr(drafter, "vocabulary", None)
+    return vocabulary.n_frequent if vocabulary is not None else None
 
 
 def prefill_draft(drafter, prompt_ids) -> float | None:
@@ -584,7 +619,7 @@ def bench_pyspecla_prompt(model, prompt: Prompt, prompt_ids, settings, max_token
     order = ["ar"] + [s for s in settings if s != "ar"]
     rows, reference = [], None
     for setting in order:
-        kind, mode = PYSPECLA_SETTINGS[setting]
+        kind, mode, _ = parse_setting(setting, options)
         result = run_pyspecla(model, setting, prompt_ids, max_tokens, eos_ids, options)
         draft = None if kind is None else (options.ngram if kind == "ngram" else
                                            (Path(options.draft).name if options.draft else None))
@@ -621,6 +656,9 @@ def main(argv=None) -> int:
                     help="draft-*: most tokens the draft model proposes per step (default: make_drafter's)")
     ap.add_argument("--draft-p-min", type=float, default=None,
                     help="draft-*: the draft model stops below this top-1 probability (default: make_drafter's)")
+    ap.add_argument("--draft-vocab", type=int, default=None,
+                    help="draft-*: the draft model scores this many frequent ids + the context's (0 = all; "
+                         "default: make_drafter's)")
     ap.add_argument("--budget", type=int, default=22, help="tree nodes besides the root (default 22)")
     ap.add_argument("--tau", type=float, default=6.0, help="DDTree confidence window (default 6; negative = off)")
     ap.add_argument("--top-k", type=int, default=4, help="DDTree candidates per depth (default 4)")
@@ -640,7 +678,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     settings = _parse_list(args.settings)
-    unknown = [s for s in settings if s not in PYSPECLA_SETTINGS]
+    unknown = []
+    for s_ in settings:
+        try:
+            parse_setting(s_, SpecOptions())
+        except ValueError as exc:
+            unknown.append(str(exc))
     llama_settings = _parse_list(args.llama_settings) if args.llama else []
     llama_settings = sorted(set(llama_settings), key=lambda s: LLAMA_SETTINGS.index(s) if s in LLAMA_SETTINGS else 9)
     unknown += [f"llama:{s}" for s in llama_settings if s not in LLAMA_SETTINGS]
@@ -659,7 +702,7 @@ def main(argv=None) -> int:
     prompt_ids = {p.id: model.tokenize(prompt_text(p, model.tokenizer)) for p in prompts}
     options = SpecOptions(budget=args.budget, tau=args.tau if args.tau >= 0 else None, top_k=args.top_k,
                           ngram=args.ngram, draft=str(draft_path), draft_max=args.draft_max,
-                          draft_p_min=args.draft_p_min)
+                          draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab)
     base = {"commit": git_commit(), "dirty": git_dirty(), "device": f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)",
             "threads": args.threads, "loadavg_start": os.getloadavg()[0], "model": model_path.name,
             "max_tokens": args.tokens}

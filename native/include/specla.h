@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 4
+#define SPECLA_ABI_VERSION 5
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -207,11 +207,21 @@ SPECLA_API int32_t specla_context_n_past(const specla_context *context);
  * tree awaiting specla_accept_path is discarded: its rows sat beyond the old n_past. */
 SPECLA_API specla_status specla_context_truncate(specla_context *context, int32_t n_past);
 
+/* Score logits over chosen rows instead of the whole LM head, in this context only: head is
+ * {n_embd, n} with 1 <= n <= n_vocab, usually rows of the model's own LM head that the caller
+ * picked and maps back to token ids (a draft's reduced vocabulary: a small model's LM head is a
+ * third of its bytes, and a draft's guesses never decide the output, the target verifies them).
+ * Later logits and argmax have n entries per row, in head order (argmax: the lowest row wins
+ * ties). The caller keeps head's bytes alive while the context uses them; head = NULL goes back to
+ * the model's LM head. */
+SPECLA_API specla_status specla_context_set_logit_head(specla_context *context, const specla_tensor *head);
+
 /* One forward pass over a batch of tokens: the only call a generation step makes.
  * positions[i] must be n_past + i for now (a plain sequence continuation); tree batches, whose
  * positions repeat, arrive with the SpecLA verify call. The batch is appended to the durable state.
- * logits: if not NULL, receives [n_logit_rows][n_vocab] where n_logit_rows = n_tokens when
- * logits_all != 0, else 1 (the last token only).
+ * logits: if not NULL, receives [n_logit_rows][n_logits] where n_logit_rows = n_tokens when
+ * logits_all != 0, else 1 (the last token only); n_logits = n_vocab unless the context scores a
+ * chosen head (specla_context_set_logit_head).
  * argmax: if not NULL, receives [n_logit_rows] argmax ids (lowest index wins ties). */
 typedef struct specla_batch {
     const int32_t *tokens;    /* [n_tokens] */

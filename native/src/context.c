@@ -8,6 +8,7 @@
 #include "factor_banks.h"
 #include "hld_schedule.h"
 #include "qwen35.h"
+#include "tensor_types.h"
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
@@ -74,6 +75,7 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     ctx->params = *params;
     ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
     ctx->exec = exec;
+    ctx->logit_head = model->output;
 
     const specla_hparams *hp = &model->hp;
     const int C = model->conv_channels, S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
@@ -161,6 +163,23 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
                            params->n_ctx, params->max_batch);
     }
     *out_context = ctx;
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_context_set_logit_head(specla_context *ctx, const specla_tensor *head) {
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_set_logit_head: NULL context");
+    if (!head) {
+        ctx->logit_head = ctx->model->output;
+        return SPECLA_OK;
+    }
+    const specla_hparams *hp = &ctx->model->hp;
+    if (head->ne1 < 1 || head->ne1 > hp->n_vocab)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "specla_context_set_logit_head: %lld rows, must be in [1, n_vocab = %d]",
+                           (long long)head->ne1, hp->n_vocab);
+    specla_status st = tensor_check(head, "logit head", "rows", -1, hp->n_embd, head->ne1, 0);
+    if (st != SPECLA_OK) return st;
+    ctx->logit_head = *head;
     return SPECLA_OK;
 }
 

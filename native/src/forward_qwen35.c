@@ -168,13 +168,14 @@ static specla_status run_model(specla_context *ctx, const int32_t *tokens, const
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
     forward_scratch *s = &ctx->scratch;
-    const int T = bv->T, E = hp->n_embd, V = hp->n_vocab;
+    const int T = bv->T, E = hp->n_embd;
+    const int64_t V = ctx->logit_head.ne1; /* n_vocab, or the rows of a chosen subset */
 
     /* allocate before touching any state, so a failure leaves the context as it was */
-    if (argmax_out && !logits_out && s->logits_rows < n_logit_rows) {
+    if (argmax_out && !logits_out && s->logits_floats < n_logit_rows * V) {
         free(s->logits);
-        s->logits = (float *)malloc(sizeof(float) * (size_t)n_logit_rows * (size_t)V);
-        s->logits_rows = s->logits ? n_logit_rows : 0;
+        s->logits = (float *)malloc(sizeof(float) * (size_t)(n_logit_rows * V));
+        s->logits_floats = s->logits ? n_logit_rows * V : 0;
         if (!s->logits) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "forward: out of memory for logits");
     }
 
@@ -203,9 +204,9 @@ static specla_status run_model(specla_context *ctx, const int32_t *tokens, const
     const float *first = s->hidden + (int64_t)(T - n_logit_rows) * E;
     cpu_rms_norm(first, (const float *)m->output_norm.data, n_logit_rows, E, hp->rms_eps, s->normed);
     float *logits = logits_out ? logits_out : s->logits;
-    cpu_matmul(&ctx->exec, &m->output, s->normed, n_logit_rows, logits);
+    cpu_matmul(&ctx->exec, &ctx->logit_head, s->normed, n_logit_rows, logits);
     if (argmax_out)
-        for (int r = 0; r < n_logit_rows; r++) argmax_out[r] = argmax_row(logits + (int64_t)r * V, V);
+        for (int r = 0; r < n_logit_rows; r++) argmax_out[r] = argmax_row(logits + (int64_t)r * V, (int)V);
     return SPECLA_OK;
 }
 

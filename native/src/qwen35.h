@@ -28,8 +28,8 @@ typedef struct forward_scratch {
     float *beta, *g; /* [B][Hv] */
     float *mix;      /* [B][max(Hv*S, nh*D)] head outputs before the output projection */
     float *ffn_a, *ffn_b; /* [B][F] */
-    float *logits;   /* [B][V] only when the caller wants argmax without logits */
-    int logits_rows;
+    float *logits;   /* [rows][n_logits] only when the caller wants argmax without logits */
+    int64_t logits_floats; /* its capacity */
 } forward_scratch;
 
 /* Tree-verify bookkeeping of a context (allocated when max_tree_nodes > 0). */
@@ -60,6 +60,9 @@ struct specla_context {
     int32_t *capture_slot;      /* [n_layer]: index in capture_layers, -1 = not captured */
     float *features;
     tree_state tree;
+    /* the rows logits are scored over: the model's LM head, or a subset a draft's caller chose
+     * (specla_context_set_logit_head); logits rows have logit_head.ne1 entries */
+    specla_tensor logit_head;
 };
 
 /* Plain batch (positions n_past + i). */

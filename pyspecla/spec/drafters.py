@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from ..errors import UsageError
+from .draft_vocab import DraftVocabulary
 
 
 class OracleDrafter:
@@ -314,11 +315,16 @@ class ModelDrafter:
     zero depths, verified as the root alone), after max_depth depths, or where the draft context
     has no room. The last depth's token is not evaluated: nothing uses the distribution after it.
 
+    Reduced vocabulary (vocab = n, `--draft-vocab`): the draft scores only the first n ids, the
+    control tokens and the generation's own tokens (draft_vocab.py); ranks, log-probs and p_min
+    are then over that subset. Proposals get cheaper; the output cannot change (the target verifies).
+
     Recurrent drafts (qwen35: conv and GDN state) cannot be truncated, so they are refused."""
 
     capture_layers: tuple[int, ...] = ()  # no target features
 
-    def __init__(self, draft, target=None, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5):
+    def __init__(self, draft, target=None, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5,
+                 vocab: int | None = None):
         path = draft.file.path
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 1024:
             raise UsageError(f"--draft-max must be an integer in [1, 1024], got {max_depth!r}")
@@ -336,19 +342,26 @@ class ModelDrafter:
         self.max_depth = max_depth  # the loop's SpecConfig.max_depth (cli.spec_config_from_args)
         self.p_min = p_min
         self.context = draft.new_context(n_ctx=n_ctx)
+        # vocab: score only that many frequent ids + control tokens + the generation's own tokens
+        # (draft_vocab.py); None: the whole LM head
+        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
+            raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
+        reduced = bool(vocab) and vocab < draft.hparams.n_vocab
+        self.vocabulary = DraftVocabulary(draft, self.context, vocab) if reduced else None
         self.history: list[int] = []  # set by the loop: prompt + emitted tokens, the root last
         self._evaluated: list[int] = []  # tokens in the draft context, position by position
         self._synced: list[int] | None = None  # the history list of the last sync
         self._n_synced = 0  # its entries known to equal _evaluated (append-only: they stay equal)
 
     @classmethod
-    def load(cls, path, target, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5) -> "ModelDrafter":
+    def load(cls, path, target, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5,
+             vocab: int | None = None) -> "ModelDrafter":
         """Open an ordinary GGUF language model as the draft of `target` (a pyspecla.Model), on
         the target's threads and kernels."""
         from ..model import Model
 
         draft = Model.load(path, n_threads=target.n_threads, cpu_kernels=target.cpu_kernels)
-        return cls(draft, target, n_ctx=n_ctx, max_depth=max_depth, p_min=p_min)
+        return cls(draft, target, n_ctx=n_ctx, max_depth=max_depth, p_min=p_min, vocab=vocab)
 
     def _sync(self, history: list[int]) -> np.ndarray:
         """Bring the draft context to history (all of it) and return the last row's logits."""
@@ -371,8 +384,9 @@ class ModelDrafter:
         if not h or h[-1] != root_token:
             raise UsageError("draft model: the history must end with the root token (the speculative loop keeps "
                              "drafter.history)")
-        V = self.draft.hparams.n_vocab
-        width = min(top_k, V)
+        if self.vocabulary is not None:
+            self.vocabulary.follow(h)
+        width = min(top_k, self.context.n_logits)
         # the context holds the history plus every drafted token but the last
         n_depths = min(n_depths, self.max_depth, self.context.n_ctx - len(h) + 1)
         tokens = np.empty((max(n_depths, 0), max(width, 0)), np.int32)
@@ -393,6 +407,8 @@ class ModelDrafter:
             row = logits[best].astype(np.float64) - log_norm
             if math.exp(row[0]) < self.p_min:
                 break
+            if self.context.logit_tokens is not None:
+                best = self.context.logit_tokens[best]  # head rows -> token ids
             tokens[d], logprobs[d] = best, row
             d += 1
             if d == n_depths:
