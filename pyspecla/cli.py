@@ -44,8 +44,10 @@ def _float_in_range(flag, low: float, high: float | None = None):
 
 # An autoregressive draft model's defaults: a draft forward costs a fair share of a target one on
 # the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
-DRAFT_MAX = 8
-DRAFT_P_MIN = 0.5
+# Measured with tools/bench_real.py (Qwen2.5-Coder 1.5B + 0.5B, 2-core Xeon, 15 prompts; docs/perf.md):
+# max 4 / p 0.75, 6 / 0.6 and 8 / 0.6 were within 2 % of each other, 8 / 0.5 and 12 / 0.5 behind.
+DRAFT_MAX = 6
+DRAFT_P_MIN = 0.6
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
 # tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost
 DRAFT_VOCAB = 32768

@@ -430,7 +430,10 @@ def test_a_draft_setting_carries_its_own_draft_options():
     assert (options.draft_vocab, options.draft_max, options.draft_p_min, options.draft) == (0, 6, 0.6, "d.gguf")
     assert base.draft_max == 4 and base.draft_vocab is None  # the shared options are not changed
     assert bench_real.parse_setting("ngram-ddtree", base) == ("ngram", "ddtree", base)
-    for bad, needle in (("draft-tree", "unknown setting"), ("ngram-chain:max=3", "only draft-. settings take options"),
+    kind, mode, options = bench_real.parse_setting("ngram-ddtree:budget=6/topk=2", base)
+    assert (kind, mode, options.budget, options.top_k) == ("ngram", "ddtree", 6, 2)
+    for bad, needle in (("draft-tree", "unknown setting"), ("ngram-chain:max=3", "only draft-. and .-ddtree settings"),
+                        ("ngram-ddtree:max=3", "'max=3' is not one of"), ("draft-chain:budget=3", "is not one of"),
                         ("draft-chain:depth=3", "'depth=3' is not one of"), ("draft-chain:vocab=", "is not one of")):
         with pytest.raises(ValueError, match=needle):
             bench_real.parse_setting(bad, base)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pyspecla import Model
-from pyspecla.cli import main
+from pyspecla.cli import DRAFT_MAX, main
 from pyspecla.errors import NativeError, UsageError
 from pyspecla.spec.drafters import ModelDrafter
 from pyspecla.spec.loop import SpecConfig, generate
@@ -227,7 +227,7 @@ def test_cli_run_with_a_draft_model_prints_the_autoregressive_text(files, capsys
     assert spec == plain
     record = json.loads(stats_file.read_text())
     assert len(record["tokens"]) == 32 and record["draft"] == files[draft]
-    assert record["config"]["max_depth"] == 8  # the --draft-max default
+    assert record["config"]["max_depth"] == DRAFT_MAX  # the --draft-max default
 
 
 def test_cli_the_target_as_its_own_draft(files, capsys, tmp_path):

@@ -24,7 +24,8 @@ Settings (--settings; one row per setting, prompt and EOS handling):
                 make_drafter only when given (else its defaults); the rows record what was used
   draft-ddtree  the same, DDTree
   A draft setting may carry its own draft options, so variants run side by side in one run:
-  `draft-chain:vocab=0/max=6/p=0.6` (vocab = --draft-vocab, max = --draft-max, p = --draft-p-min).
+  `draft-chain:vocab=0/max=6/p=0.6` (vocab = --draft-vocab, max = --draft-max, p = --draft-p-min);
+  DDTree settings take budget and topk (`draft-ddtree:budget=6/topk=2`).
 With --llama (--llama-settings, default ar,lookup,draft):
   llama-ar      llama.cpp greedy, one token per eval, argmax of the last logits
   llama-lookup  prompt lookup: llama_cpp.llama_speculative.LlamaPromptLookupDecoding's proposal
@@ -309,25 +310,28 @@ class SpecOptions:
 
 
 _SETTING_OPTIONS = {"vocab": ("draft_vocab", int), "max": ("draft_max", int), "p": ("draft_p_min", float)}
+_TREE_OPTIONS = {"budget": ("budget", int), "topk": ("top_k", int)}
 
 
 def parse_setting(setting: str, options: SpecOptions) -> tuple[str, str, SpecOptions]:
     """'draft-chain:vocab=0/max=6' -> (drafter kind, loop mode, options with those draft options).
-    ValueError naming the setting when it is not one."""
+    Draft settings take vocab / max / p, DDTree settings budget / topk. ValueError naming the
+    setting when it is not one."""
     name, _, extra = setting.partition(":")
     if name not in PYSPECLA_SETTINGS:
         raise ValueError(f"unknown setting {setting!r}")
     kind, mode = PYSPECLA_SETTINGS[name]
     if not extra:
         return kind, mode, options
-    if kind != "draft":
-        raise ValueError(f"setting {setting!r}: only draft-* settings take options")
+    allowed = {**(_SETTING_OPTIONS if kind == "draft" else {}), **(_TREE_OPTIONS if mode == "ddtree" else {})}
+    if not allowed:
+        raise ValueError(f"setting {setting!r}: only draft-* and *-ddtree settings take options")
     changes = {}
     for item in extra.split("/"):
         key, _, value = item.partition("=")
-        if key not in _SETTING_OPTIONS or not value:
-            raise ValueError(f"setting {setting!r}: {item!r} is not one of {sorted(_SETTING_OPTIONS)}=VALUE")
-        field_name, convert = _SETTING_OPTIONS[key]
+        if key not in allowed or not value:
+            raise ValueError(f"setting {setting!r}: {item!r} is not one of {sorted(allowed)}=VALUE")
+        field_name, convert = allowed[key]
         changes[field_name] = convert(value)
     return kind, mode, dataclasses.replace(options, **changes)
 
@@ -619,14 +623,14 @@ def bench_pyspecla_prompt(model, prompt: Prompt, prompt_ids, settings, max_token
     order = ["ar"] + [s for s in settings if s != "ar"]
     rows, reference = [], None
     for setting in order:
-        kind, mode, _ = parse_setting(setting, options)
+        kind, mode, setting_options = parse_setting(setting, options)
         result = run_pyspecla(model, setting, prompt_ids, max_tokens, eos_ids, options)
         draft = None if kind is None else (options.ngram if kind == "ngram" else
                                            (Path(options.draft).name if options.draft else None))
         row = {**base, "runtime": "pyspecla", "setting": setting, "mode": mode, "draft": draft, "eos": eos,
                "prompt": prompt.id, "prompt_kind": prompt.kind, "n_prompt_tokens": len(prompt_ids)}
         if kind is not None:
-            row.update(budget=options.budget, tau=options.tau, top_k=options.top_k)
+            row.update(budget=setting_options.budget, tau=setting_options.tau, top_k=setting_options.top_k)
         if result.get("skipped"):
             row.update(skipped=True, error=result["error"])
         else:
