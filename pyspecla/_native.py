@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -242,6 +242,7 @@ _SIGNATURES = {
     "specla_context_n_past": (_i32, [_p]),
     "specla_context_truncate": (ctypes.c_int, [_p, _i32]),
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
+    "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),
     "specla_accept_path": (ctypes.c_int, [_p, c_int32_p, _i32]),

@@ -45,9 +45,10 @@ def _float_in_range(flag, low: float, high: float | None = None):
 # An autoregressive draft model's defaults: a draft forward costs a fair share of a target one on
 # the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
 # Measured with tools/bench_real.py (Qwen2.5-Coder 1.5B + 0.5B, 2-core Xeon, 15 prompts; docs/perf.md):
-# max 4 / p 0.75, 6 / 0.6 and 8 / 0.6 were within 2 % of each other, 8 / 0.5 and 12 / 0.5 behind.
-DRAFT_MAX = 6
-DRAFT_P_MIN = 0.6
+# max 4 / p 0.75 was ahead of 6 / 0.6 in both runs that had the two side by side (1.18x vs 1.14x
+# our plain decoding, 1.12x vs 1.11x), 8 / 0.5 and 12 / 0.5 behind.
+DRAFT_MAX = 4
+DRAFT_P_MIN = 0.75
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
 # tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost
 DRAFT_VOCAB = 32768
@@ -86,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
     spec.add_argument("--draft", default=None, metavar="DRAFT",
-                      help="a draft GGUF for this target: a DFlash draft, or an ordinary attention-only language "
-                           "model (qwen2) with the target's vocabulary, decoding greedily ahead (see --draft-max, "
+                      help="a draft GGUF for this target: a DFlash draft, or an ordinary language model (qwen2 or "
+                           "qwen35) with the target's vocabulary, decoding greedily ahead (see --draft-max, "
                            "--draft-p-min); or ngram[:n=N,max=M] — prompt lookup, no draft "
                            "model: propose the tokens that followed the latest earlier occurrence of the text's "
                            "longest suffix n-gram (N down to 1, default 3; at most M tokens, default 10; no match "

@@ -55,9 +55,14 @@ class Context:
 
     def truncate(self, n_past: int) -> None:
         """Forget the tokens at positions >= n_past, exactly (as if only the first n_past had been
-        evaluated). Attention-only models (qwen2) only: a model with recurrent layers raises
-        NativeError, since their state cannot be rolled back."""
+        evaluated). A model with recurrent layers (qwen35) can only go back to the position of its
+        last save_state() (else NativeError): their state folds every token together."""
         _native.check(_native.lib.specla_context_truncate(self._handle, int(n_past)))
+
+    def save_state(self) -> None:
+        """Remember the recurrent state at the current position (one slot), so truncate() can come
+        back to it: one copy of the conv windows and GDN states (nothing for qwen2)."""
+        _native.check(_native.lib.specla_context_save_state(self._handle))
 
     @property
     def n_logits(self) -> int:

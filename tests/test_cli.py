@@ -164,7 +164,6 @@ def test_run_with_the_oracle_drafter(draft_pair):
         (["--draft", "{draft}", "--specla-top-k", "-2"], "--specla-top-k must be positive"),
         (["--draft", "oracle:p=1.5"], "oracle"),
         (["--draft", "oracle:q"], "oracle:p=P"),
-        (["--draft", "{target}"], "recurrent drafts are not supported as autoregressive drafts yet"),
         (["--draft", "{other_draft}"], "{other_draft}"),
         (["--draft", "{draft}", "--temp", "0.5"], "greedy only"),
     ],

@@ -1,10 +1,12 @@
 """Autoregressive draft models: an ordinary small LM with the target's vocabulary drafting greedily
-in its own context, rolled back exactly (specla_context_truncate) to what the target committed.
+in its own context, rolled back exactly (specla_context_truncate; a recurrent draft to its saved
+state, specla_context_save_state) to what the target committed.
 
 Synthetic models: a qwen2 draft of a qwen2 target is the target's own weights at q8_0 (close enough
 to be accepted often, not always, so every step mixes acceptance and rollback); the draft of a
 qwen35 target is a qwen2 model written with the same seed (hence the same token embedding, which
-both LM heads are tied to) and the qwen35 vocabulary."""
+both LM heads are tied to) and the qwen35 vocabulary, or the qwen35 target's own weights at q8_0
+(a recurrent draft)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ def files(tiny_model_path, tmp_path_factory):
 
     return {
         "qwen35": tiny_model_path("f32", seed=0),
+        "qwen35_q8_0": tiny_model_path("q8_0", seed=0),  # a recurrent draft of the qwen35 target
         "qwen35_draft": write("qwen2-seed0-qwen35vocab.gguf", quant="f32", seed=0, arch="qwen2", vocab_pre="qwen35"),
         "qwen2": write("qwen2-seed4-f32.gguf", quant="f32", seed=4, arch="qwen2"),
         "qwen2_draft": write("qwen2-seed4-q8_0.gguf", quant="q8_0", seed=4, arch="qwen2"),
@@ -46,7 +49,7 @@ def files(tiny_model_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def models(files):
     return {name: Model.load(path) for name, path in files.items() if name in ("qwen35", "qwen35_draft", "qwen2",
-                                                                                 "qwen2_draft")}
+                                                                                 "qwen2_draft", "qwen35_q8_0")}
 
 
 # --- (a) truncation ---------------------------------------------------------------------------------
@@ -89,15 +92,31 @@ def test_truncate_bad_arguments_and_a_pending_tree(models):
     assert np.array_equal(after, fresh.eval([1, 2, 9]))
 
 
-def test_truncate_refuses_a_recurrent_model_and_leaves_it_usable(models):
+def test_a_recurrent_model_truncates_only_to_its_saved_state_and_stays_usable(models):
     model = models["qwen35"]
     ctx = model.new_context(n_ctx=64)
     ctx.eval([1, 2, 3])
-    with pytest.raises(NativeError, match="recurrent .*attention-only"):
+    with pytest.raises(NativeError, match=r"recurrent .*saved position .*saved: -1\), not to 1"):
         ctx.truncate(1)
     assert ctx.n_past == 3
     fresh = model.new_context(n_ctx=64)
     assert np.array_equal(ctx.eval([4]), fresh.eval([1, 2, 3, 4]))
+
+    ctx.save_state()  # at position 4
+    ctx.truncate(4)  # where it stands: nothing to undo
+    for extra in ([5, 6, 7], [8], [9, 10]):  # go past the saved point, come back, again and again
+        ctx.eval(extra)
+        with pytest.raises(NativeError, match="saved: 4"):
+            ctx.truncate(3)  # before the saved point: refused
+        ctx.truncate(4)
+        assert ctx.n_past == 4
+    back = ctx.eval([11, 12], logits_all=True)
+    fresh = model.new_context(n_ctx=64)
+    assert np.array_equal(back, fresh.eval([1, 2, 3, 4, 11, 12], logits_all=True)[4:])
+    ctx.reset()  # forgets the saved state with the sequence
+    ctx.eval([1, 2, 3, 4, 5])
+    with pytest.raises(NativeError, match="saved: -1"):
+        ctx.truncate(4)
 
 
 # --- the drafter itself -----------------------------------------------------------------------------
@@ -123,11 +142,12 @@ def expected_proposal(draft, history, n_depths, top_k):
     return np.array(tokens, np.int32), np.array(logprobs, np.float32)
 
 
-def test_proposals_after_rollbacks_equal_a_fresh_context(models):
+@pytest.mark.parametrize("target,draft", [("qwen2", "qwen2_draft"), ("qwen35", "qwen35_q8_0")])
+def test_proposals_after_rollbacks_equal_a_fresh_context(models, target, draft):
     """Histories that keep part of the last proposal, diverge from it, or restart (a new list)
-    must all give exactly what a fresh context computes: the rollback loses or keeps nothing it
-    should not."""
-    draft, target = models["qwen2_draft"], models["qwen2"]
+    must all give exactly what a fresh context computes: the rollback (dropped KV rows, or for a
+    recurrent draft its saved state) loses or keeps nothing it should not."""
+    draft, target = models[draft], models[target]
     drafter = ModelDrafter(draft, target, n_ctx=128, max_depth=6, p_min=0.0)
     rng = np.random.default_rng(1)
     history = rng.integers(0, 1024, 9).tolist()
@@ -158,9 +178,9 @@ def test_p_min_stops_drafting_at_an_unconfident_depth(models):
         assert tokens.shape == (confident, 3) and np.array_equal(tokens, full[:confident])
 
 
-def test_a_recurrent_or_foreign_draft_is_refused(models, files):
-    with pytest.raises(UsageError, match="recurrent drafts are not supported as autoregressive drafts yet"):
-        ModelDrafter(models["qwen35"], models["qwen2"])
+def test_a_foreign_draft_is_refused(models, files):
+    with pytest.raises(UsageError, match="vocabulary of the target"):
+        ModelDrafter(models["qwen35"], models["qwen2"])  # another vocabulary
     with pytest.raises(UsageError, match="vocabulary of the target"):
         ModelDrafter(models["qwen35_draft"], models["qwen2"])  # same size, other token strings
     with pytest.raises(UsageError, match="--draft-max"):
@@ -173,7 +193,8 @@ def test_a_recurrent_or_foreign_draft_is_refused(models, files):
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
 @pytest.mark.parametrize("specla", [True, False])
-@pytest.mark.parametrize("target,draft", [("qwen35", "qwen35_draft"), ("qwen2", "qwen2_draft")])
+@pytest.mark.parametrize("target,draft", [("qwen35", "qwen35_draft"), ("qwen2", "qwen2_draft"),
+                                          ("qwen35", "qwen35_q8_0")])
 def test_speculative_output_equals_autoregressive(models, target, draft, mode, specla):
     target_model = models[target]
     drafter = ModelDrafter(models[draft], target_model, n_ctx=256, max_depth=5, p_min=0.0)
@@ -215,7 +236,8 @@ def run(capsys, *args):
     return code, out, err
 
 
-@pytest.mark.parametrize("target,draft", [("qwen35", "qwen35_draft"), ("qwen2", "qwen2_draft")])
+@pytest.mark.parametrize("target,draft", [("qwen35", "qwen35_draft"), ("qwen2", "qwen2_draft"),
+                                          ("qwen35", "qwen35_q8_0")])
 def test_cli_run_with_a_draft_model_prints_the_autoregressive_text(files, capsys, tmp_path, target, draft):
     common = ["-p", PROMPTS[0], "-n", "32", "--ignore-eos"]
     code, plain, _ = run(capsys, files[target], *common)
@@ -245,8 +267,6 @@ def test_cli_the_target_as_its_own_draft(files, capsys, tmp_path):
     [
         ("qwen2", ["--draft", "{qwen2_other_size}"], ["{qwen2_other_size}", "{qwen2}", "1100 tokens"]),
         ("qwen35", ["--draft", "{qwen2_qwen2vocab}"], ["{qwen2_qwen2vocab}", "{qwen35}", "token "]),
-        ("qwen2", ["--draft", "{qwen35}"],
-         ["{qwen35}", "{qwen2}", "recurrent drafts are not supported as autoregressive drafts yet"]),
         ("qwen2", ["--draft", "{qwen2_draft}", "--draft-max", "0"], ["--draft-max must be positive"]),
         ("qwen2", ["--draft", "{qwen2_draft}", "--draft-max", "2000"], ["--draft-max must be an integer in"]),
         ("qwen2", ["--draft", "{qwen2_draft}", "--draft-p-min", "1.5"], ["--draft-p-min must be in [0, 1]"]),

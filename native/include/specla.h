@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 5
+#define SPECLA_ABI_VERSION 6
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -201,11 +201,18 @@ SPECLA_API int32_t specla_context_n_past(const specla_context *context);
 /* Forget the tokens at positions >= n_past (0 <= n_past <= the current n_past): afterwards the
  * context equals one that evaluated only the first n_past tokens, bit for bit, and the next batch
  * starts at position n_past. Exact rollback of attention layers is dropping KV (and captured
- * feature) rows; a recurrent layer's state has no history to roll back, so a model with Gated
- * DeltaNet layers is refused (SPECLA_ERR_UNSUPPORTED; specla_context_reset still works). That also
- * covers pending speculative state: only recurrent layers ever have a pending path. A verified
- * tree awaiting specla_accept_path is discarded: its rows sat beyond the old n_past. */
+ * feature) rows. A recurrent layer's state folds every earlier token together, so a model with
+ * Gated DeltaNet layers can only go back to the position of its last specla_context_save_state
+ * (restoring the state saved there) or stay where it is; anything else is refused
+ * (SPECLA_ERR_UNSUPPORTED; specla_context_reset still works). A verified tree awaiting
+ * specla_accept_path is discarded: its rows sat beyond the old n_past. */
 SPECLA_API specla_status specla_context_truncate(specla_context *context, int32_t n_past);
+/* Remember this context's recurrent state (conv windows and GDN states) at the current n_past,
+ * in one slot (a later call replaces it), so specla_context_truncate can come back here: what an
+ * autoregressive draft with recurrent layers needs to drop the guesses the target rejected. A
+ * pending accepted path is folded in first. Costs one copy of the recurrent state; for an
+ * attention-only model it only records the position. */
+SPECLA_API specla_status specla_context_save_state(specla_context *context);
 
 /* Score logits over chosen rows instead of the whole LM head, in this context only: head is
  * {n_embd, n} with 1 <= n <= n_vocab, usually rows of the model's own LM head that the caller

@@ -32,6 +32,8 @@ SPECLA_API void specla_context_free(specla_context *ctx) {
     free_array(ctx->v_cache, m->n_attention_layers);
     free_array(ctx->conv_state, m->n_recurrent_layers);
     free_array(ctx->gdn_state, m->n_recurrent_layers);
+    free_array(ctx->saved_conv_state, m->n_recurrent_layers);
+    free_array(ctx->saved_gdn_state, m->n_recurrent_layers);
     free_scratch(&ctx->scratch);
     free(ctx->capture_layers);
     free(ctx->capture_slot);
@@ -41,6 +43,14 @@ SPECLA_API void specla_context_free(specla_context *ctx) {
     free(ctx->tree.positions);
     free(ctx->tree.rows);
     free(ctx);
+}
+
+/* Bytes of one recurrent layer's conv window [K-1][C] and GDN state [Hv][S][S]. */
+static size_t conv_state_bytes(const specla_model *m) {
+    return sizeof(float) * (size_t)(m->hp.ssm_conv_kernel - 1) * (size_t)m->conv_channels;
+}
+static size_t gdn_state_bytes(const specla_model *m) {
+    return sizeof(float) * (size_t)m->hp.ssm_time_step_rank * (size_t)m->hp.ssm_state_size * (size_t)m->hp.ssm_state_size;
 }
 
 static float *alloc_floats(int64_t n) { return (float *)calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
@@ -76,6 +86,7 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
     ctx->exec = exec;
     ctx->logit_head = model->output;
+    ctx->saved_n_past = -1;
 
     const specla_hparams *hp = &model->hp;
     const int C = model->conv_channels, S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
@@ -186,14 +197,13 @@ SPECLA_API specla_status specla_context_set_logit_head(specla_context *ctx, cons
 SPECLA_API specla_status specla_context_reset(specla_context *ctx) {
     if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_reset: NULL context");
     const specla_model *m = ctx->model;
-    const specla_hparams *hp = &m->hp;
     /* KV rows beyond n_past are never read, so only the recurrent states need zeroing. */
     for (int i = 0; i < m->n_recurrent_layers; i++) {
-        memset(ctx->conv_state[i], 0, sizeof(float) * (size_t)(hp->ssm_conv_kernel - 1) * (size_t)m->conv_channels);
-        memset(ctx->gdn_state[i], 0,
-               sizeof(float) * (size_t)hp->ssm_time_step_rank * (size_t)hp->ssm_state_size * (size_t)hp->ssm_state_size);
+        memset(ctx->conv_state[i], 0, conv_state_bytes(m));
+        memset(ctx->gdn_state[i], 0, gdn_state_bytes(m));
     }
     ctx->n_past = 0;
+    ctx->saved_n_past = -1; /* the saved state belongs to the forgotten sequence */
     factor_banks_discard(ctx->tree.banks); /* pending factors belong to the forgotten sequence */
     ctx->tree.n_verified = 0;
     return SPECLA_OK;
@@ -208,16 +218,55 @@ SPECLA_API specla_status specla_context_truncate(specla_context *ctx, int32_t n_
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: n_past %d is not in [0, %d] (the tokens evaluated so far)",
                            op, n_past, ctx->n_past);
     /* A conv window or GDN state holds every earlier token folded together: there is no row to
-     * drop. Refusing here also rules out a pending accepted path, which only recurrent layers have. */
-    if (ctx->model->n_recurrent_layers > 0)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "%s: the model has %d recurrent (Gated DeltaNet) layers, whose state cannot be rolled "
-                           "back; truncation needs an attention-only model such as qwen2",
-                           op, ctx->model->n_recurrent_layers);
+     * drop, only a saved copy to go back to. (A pending accepted path, which only recurrent layers
+     * have, was folded in before that copy was taken.) */
+    const specla_model *m = ctx->model;
+    if (m->n_recurrent_layers > 0 && n_past != ctx->n_past) {
+        if (n_past != ctx->saved_n_past)
+            return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                               "%s: the model has %d recurrent (Gated DeltaNet) layers, whose state cannot be rolled "
+                               "back except to a saved position (specla_context_save_state; saved: %d), not to %d",
+                               op, m->n_recurrent_layers, ctx->saved_n_past, n_past);
+        factor_banks_discard(ctx->tree.banks); /* a pending path lies after the saved position */
+        for (int i = 0; i < m->n_recurrent_layers; i++) {
+            memcpy(ctx->conv_state[i], ctx->saved_conv_state[i], conv_state_bytes(m));
+            memcpy(ctx->gdn_state[i], ctx->saved_gdn_state[i], gdn_state_bytes(m));
+        }
+    }
     /* KV and feature rows at positions >= n_past are never read again (reads stop at n_past) and
      * the next batch overwrites them, exactly as specla_context_reset relies on. */
     ctx->n_past = n_past;
     ctx->tree.n_verified = 0; /* its rows were placed after the old n_past */
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_context_save_state(specla_context *ctx) {
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_save_state: NULL context");
+    const specla_model *m = ctx->model;
+    specla_status st = specla_context_finish_speculative_state(ctx);
+    if (st != SPECLA_OK) return st;
+    if (m->n_recurrent_layers > 0 && !ctx->saved_conv_state) {
+        const size_t n = (size_t)m->n_recurrent_layers;
+        float **conv = (float **)calloc(n, sizeof(float *)), **gdn = (float **)calloc(n, sizeof(float *));
+        int ok = conv && gdn;
+        for (size_t i = 0; ok && i < n; i++) {
+            conv[i] = (float *)malloc(conv_state_bytes(m));
+            gdn[i] = (float *)malloc(gdn_state_bytes(m));
+            ok = conv[i] && gdn[i];
+        }
+        if (!ok) {
+            free_array(conv, (int)n);
+            free_array(gdn, (int)n);
+            return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_context_save_state: out of memory");
+        }
+        ctx->saved_conv_state = conv;
+        ctx->saved_gdn_state = gdn;
+    }
+    for (int i = 0; i < m->n_recurrent_layers; i++) {
+        memcpy(ctx->saved_conv_state[i], ctx->conv_state[i], conv_state_bytes(m));
+        memcpy(ctx->saved_gdn_state[i], ctx->gdn_state[i], gdn_state_bytes(m));
+    }
+    ctx->saved_n_past = ctx->n_past;
     return SPECLA_OK;
 }
 

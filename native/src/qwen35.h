@@ -60,6 +60,9 @@ struct specla_context {
     int32_t *capture_slot;      /* [n_layer]: index in capture_layers, -1 = not captured */
     float *features;
     tree_state tree;
+    /* specla_context_save_state: the recurrent state at saved_n_past (-1: nothing saved) */
+    int32_t saved_n_past;
+    float **saved_conv_state, **saved_gdn_state; /* [n_recurrent_layers], allocated by the first save */
     /* the rows logits are scored over: the model's LM head, or a subset a draft's caller chose
      * (specla_context_set_logit_head); logits rows have logit_head.ne1 entries */
     specla_tensor logit_head;

@@ -9,9 +9,10 @@ arrays [n_depths][top_k]. The DDTree builder turns them into a tree; the target 
   speed can be measured at a chosen acceptance rate on synthetic weights.
 - NgramDrafter: prompt lookup over the token history (no model); may return zero depths (a miss),
   which the loop verifies as the root alone.
-- ModelDrafter: an ordinary small language model (attention-only, e.g. qwen2) with the target's
-  vocabulary, decoding greedily ahead of the target in its own context, rolled back exactly (KV
-  truncation) to what the target committed before each proposal."""
+- ModelDrafter: an ordinary small language model (qwen2, or qwen35 with its recurrent layers) with
+  the target's vocabulary, decoding greedily ahead of the target in its own context, rolled back
+  exactly (KV truncation, or a saved recurrent state) to what the target committed before each
+  proposal."""
 
 from __future__ import annotations
 
@@ -308,6 +309,10 @@ class ModelDrafter:
     history in one batch gives depth 1's distribution. The history is append-only within a
     generation (loop.py), so the prefix compare resumes where the last sync ended; a new history
     list (a new generation) compares from the start and keeps any shared prompt prefix.
+    A draft with recurrent layers (qwen35) has no rows to drop: its context saves its state after
+    each sync (specla_context_save_state) and goes back to that point instead, re-evaluating the
+    accepted tokens with the bonus in one batch; a new generation that leaves the saved point
+    starts from an empty context.
 
     Proposal: depth d's row is the top_k of the distribution after the root and the top-1 tokens of
     depths 1..d-1 (the DDTree convention: every depth conditioned on the top-1 spine). Drafting
@@ -317,25 +322,16 @@ class ModelDrafter:
 
     Reduced vocabulary (vocab = n, `--draft-vocab`): the draft scores only the first n ids, the
     control tokens and the generation's own tokens (draft_vocab.py); ranks, log-probs and p_min
-    are then over that subset. Proposals get cheaper; the output cannot change (the target verifies).
-
-    Recurrent drafts (qwen35: conv and GDN state) cannot be truncated, so they are refused."""
+    are then over that subset. Proposals get cheaper; the output cannot change (the target verifies)."""
 
     capture_layers: tuple[int, ...] = ()  # no target features
 
     def __init__(self, draft, target=None, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5,
                  vocab: int | None = None):
-        path = draft.file.path
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 1024:
             raise UsageError(f"--draft-max must be an integer in [1, 1024], got {max_depth!r}")
         if not 0.0 <= p_min <= 1.0:
             raise UsageError(f"--draft-p-min must be in [0, 1], got {p_min!r}")
-        n_recurrent = sum(1 for r in draft.hparams.layer_is_recurrent if r)
-        if n_recurrent:
-            target_note = f" (the draft of {target.file.path})" if target is not None else ""
-            raise UsageError(f"--draft {path}{target_note}: recurrent drafts are not supported as autoregressive "
-                             f"drafts yet (its {n_recurrent} Gated DeltaNet layers cannot be rolled back); use an "
-                             f"attention-only model (qwen2) with the target's vocabulary")
         if target is not None:
             check_same_vocabulary(target.file, draft.file)
         self.draft = draft
@@ -352,6 +348,8 @@ class ModelDrafter:
         self._evaluated: list[int] = []  # tokens in the draft context, position by position
         self._synced: list[int] | None = None  # the history list of the last sync
         self._n_synced = 0  # its entries known to equal _evaluated (append-only: they stay equal)
+        self._recurrent = any(draft.hparams.layer_is_recurrent)  # rolled back to a saved state
+        self._saved = -1  # recurrent: the position of the context's saved state
 
     @classmethod
     def load(cls, path, target, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5,
@@ -372,10 +370,20 @@ class ModelDrafter:
         while keep < n and evaluated[keep] == history[keep]:
             keep += 1
         if keep < len(evaluated):
-            self.context.truncate(keep)
+            if self._recurrent:  # no rows to drop: back to the saved state, or start over
+                keep = self._saved if 0 <= self._saved <= keep else 0
+                if keep:
+                    self.context.truncate(keep)
+                else:
+                    self.context.reset()
+            else:
+                self.context.truncate(keep)
             del evaluated[keep:]
         logits = self.context.eval(history[keep:])
         evaluated.extend(history[keep:])
+        if self._recurrent:
+            self.context.save_state()
+            self._saved = len(evaluated)
         self._synced, self._n_synced = history, len(history)
         return logits
 
