@@ -94,7 +94,7 @@ LAYER_TENSOR_FIELDS = (
     ("attn_v_bias", "attn_v.bias"),
 )
 
-ARCHS = {"qwen35": 0, "qwen2": 1}
+ARCHS = {"qwen35": 0, "qwen2": 1, "qwen3": 2}
 
 
 class LayerWeights(ctypes.Structure):

@@ -1,4 +1,4 @@
-"""Read and validate a qwen35 (or qwen2) GGUF file; hand its tensors out as zero-copy views of the mmap.
+"""Read and validate a qwen35 (or qwen2 / qwen3) GGUF file; hand its tensors out as zero-copy views of the mmap.
 
 The file is memory-mapped through `gguf.GGUFReader`; no weight byte is ever copied here. Everything
 the native model will rely on is checked at this boundary (docs: /work/shared/spec/qwen35-contract.md
@@ -37,7 +37,9 @@ __all__ = [
 
 ARCH = "qwen35"
 ARCH_QWEN2 = "qwen2"
-ARCHS = (ARCH, ARCH_QWEN2)  # general.architecture values ModelFile.open accepts
+ARCH_QWEN3 = "qwen3"
+ARCHS = (ARCH, ARCH_QWEN2, ARCH_QWEN3)  # general.architecture values ModelFile.open accepts
+ATTENTION_ONLY_ARCHS = (ARCH_QWEN2, ARCH_QWEN3)  # every layer full attention, RoPE over the whole head
 
 # (native specla_layer_weights field, GGUF name suffix after "blk.N." or None) per architecture.
 # The field order is that of pyspecla._native.LAYER_TENSOR_FIELDS (+ the qwen2 biases).
@@ -92,6 +94,15 @@ _LAYER_TENSOR_SUFFIXES: dict[str, dict[str, str | None]] = {
         "attn_k_bias": "attn_k.bias",
         "attn_v_bias": "attn_v.bias",
     },
+}
+# qwen3: the qwen2 layer with per-head q/k norms instead of the q/k/v biases
+_LAYER_TENSOR_SUFFIXES[ARCH_QWEN3] = {
+    **_LAYER_TENSOR_SUFFIXES[ARCH_QWEN2],
+    "attn_q_norm": "attn_q_norm.weight",
+    "attn_k_norm": "attn_k_norm.weight",
+    "attn_q_bias": None,
+    "attn_k_bias": None,
+    "attn_v_bias": None,
 }
 
 # Tensor types the native matmul / get_rows kernels handle (the GGML ids, as in specla.h). Only
@@ -170,8 +181,9 @@ class TensorView:
 class Qwen35HParams:
     """Hyper-parameters of the trunk, already cross-checked against each other and the tensors.
 
-    Also used for qwen2 files (arch "qwen2"): attention-only layers, rope_dims = head_dim,
-    rope_sections (0, 0, 0, 0), every ssm field and conv_channels 0, no recurrent layer."""
+    Also used for qwen2 and qwen3 files (arch "qwen2" / "qwen3"): attention-only layers,
+    rope_dims = head_dim, rope_sections (0, 0, 0, 0), every ssm field and conv_channels 0, no
+    recurrent layer."""
 
     n_layer: int  # trunk depth = block_count - nextn_predict_layers
     n_layer_file: int  # block_count (trunk + appended MTP blocks)
@@ -194,7 +206,7 @@ class Qwen35HParams:
     ssm_inner_size: int  # Hv * S
     layer_is_recurrent: tuple[bool, ...]  # [n_layer]
     conv_channels: int  # C = 2*Hk*S + Hv*S
-    arch: str = ARCH  # general.architecture: "qwen35" or "qwen2"
+    arch: str = ARCH  # general.architecture: "qwen35", "qwen2" or "qwen3"
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,9 +569,11 @@ def _check_vocab(keys: _Keys, n_vocab: int) -> None:
             )
 
 
-def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) -> Qwen35HParams:
-    """qwen2 (Qwen2 / Qwen2.5): attention-only, NEOX RoPE over the whole head."""
-    keys = _Keys(path, metadata, ARCH_QWEN2)
+def _read_hparams_attention_only(path: str, metadata: dict[str, object], n_vocab: int,
+                                 arch: str = ARCH_QWEN2) -> Qwen35HParams:
+    """qwen2 (Qwen2 / Qwen2.5) and qwen3 (Qwen3): attention-only, NEOX RoPE over the whole head
+    (same keys; the layers differ in tensors only)."""
+    keys = _Keys(path, metadata, arch)
 
     n_layer = keys.int("block_count")
     all_layers = list(range(n_layer))
@@ -571,7 +585,7 @@ def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) ->
     if n_head % n_head_kv != 0:
         raise keys.fail("attention.head_count_kv", f"= {n_head_kv} does not divide attention.head_count = {n_head}")
 
-    head_dim = read_full_rope_head_dim(keys, n_embd, n_head, "qwen2 rotates the whole head")
+    head_dim = read_full_rope_head_dim(keys, n_embd, n_head, f"{arch} rotates the whole head")
     rope_freq_base = keys.float("rope.freq_base", 10000.0)
     rms_eps = keys.float("attention.layer_norm_rms_epsilon")
 
@@ -601,7 +615,7 @@ def _read_hparams_qwen2(path: str, metadata: dict[str, object], n_vocab: int) ->
         ssm_inner_size=0,
         layer_is_recurrent=(False,) * n_layer,
         conv_channels=0,
-        arch=ARCH_QWEN2,
+        arch=arch,
     )
 
 
@@ -729,16 +743,19 @@ def _expected_tensors(hp: Qwen35HParams) -> dict[str, _Expected]:
         "output_norm.weight": _Expected((E,), _F32_ONLY),
         "output.weight": _Expected((E, V), _MATRIX, required=False),
     }
-    if hp.arch == ARCH_QWEN2:
+    if hp.arch in ATTENTION_ONLY_ARCHS:
+        if hp.arch == ARCH_QWEN2:
+            extra = {"attn_q.bias": _Expected((nh * D,), _F32_ONLY), "attn_k.bias": _Expected((nkv * D,), _F32_ONLY),
+                     "attn_v.bias": _Expected((nkv * D,), _F32_ONLY)}
+        else:
+            extra = {"attn_q_norm.weight": _Expected((D,), _F32_ONLY), "attn_k_norm.weight": _Expected((D,), _F32_ONLY)}
         for i in range(hp.n_layer):
             layer = {
                 "attn_norm.weight": _Expected((E,), _F32_ONLY),
                 "attn_q.weight": _Expected((E, nh * D), _MATRIX),
                 "attn_k.weight": _Expected((E, nkv * D), _MATRIX),
                 "attn_v.weight": _Expected((E, nkv * D), _MATRIX),
-                "attn_q.bias": _Expected((nh * D,), _F32_ONLY),
-                "attn_k.bias": _Expected((nkv * D,), _F32_ONLY),
-                "attn_v.bias": _Expected((nkv * D,), _F32_ONLY),
+                **extra,
                 "attn_output.weight": _Expected((nh * D, E), _MATRIX),
                 "ffn_norm.weight": _Expected((E,), _F32_ONLY),
                 "ffn_gate.weight": _Expected((E, F), _MATRIX),
@@ -796,7 +813,7 @@ def _same_shape(actual: tuple[int, ...], expected: tuple[int, ...]) -> bool:
 
 
 def _layer_label(hp: Qwen35HParams, i: int) -> str:
-    if hp.arch == ARCH_QWEN2:
+    if hp.arch in ATTENTION_ONLY_ARCHS:
         return f"layer {i}"
     return f"recurrent layer {i}" if hp.layer_is_recurrent[i] else f"attention layer {i}"
 
@@ -853,6 +870,11 @@ def _check_tensors(path: str, hp: Qwen35HParams, tensors: dict[str, TensorView])
                     f"{path}: unexpected tensor '{name}' in layer {i}: not part of a qwen2 layer "
                     "(only attn_q/attn_k/attn_v carry biases) and pyspecla does not support it"
                 )
+            if hp.arch == ARCH_QWEN3 and i < hp.n_layer:
+                raise GGUFError(
+                    f"{path}: unexpected tensor '{name}' in layer {i}: not part of a qwen3 layer "
+                    "(no biases; q/k norms only) and pyspecla does not support it"
+                )
             if i < hp.n_layer and name.endswith(".bias"):
                 raise GGUFError(
                     f"{path}: unexpected tensor '{name}' in {_layer_label(hp, i)}: qwen35 has no biases "
@@ -889,9 +911,9 @@ def _tensor_views(path: str, reader: GGUFReader) -> dict[str, TensorView]:
 
 
 class ModelFile:
-    """A validated qwen35 or qwen2 GGUF, memory-mapped.
+    """A validated qwen35, qwen2 or qwen3 GGUF, memory-mapped.
 
-    Attributes: path, arch ("qwen35" or "qwen2", = hparams.arch), hparams, metadata (every key -> plain python value), tensors (every
+    Attributes: path, arch ("qwen35", "qwen2" or "qwen3", = hparams.arch), hparams, metadata (every key -> plain python value), tensors (every
     tensor of the file, MTP blocks included, as zero-copy TensorViews), tied_output (no output.weight:
     the LM head is token_embd), gguf_version."""
 
@@ -917,7 +939,7 @@ class ModelFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "ModelFile":
-        """Map and validate a qwen35 or qwen2 GGUF. Raises GGUFError (message starts with the path)."""
+        """Map and validate a qwen35, qwen2 or qwen3 GGUF. Raises GGUFError (message starts with the path)."""
         return open_validated(path, cls._validate)
 
     @classmethod
@@ -950,8 +972,10 @@ class ModelFile:
             raise GGUFError(
                 f"{path}: tensor 'token_embd.weight' has shape ne={list(token_embd.ne)}, expected ne=[n_embd, n_vocab]"
             )
-        read = _read_hparams_qwen2 if arch == ARCH_QWEN2 else _read_hparams
-        hparams = read(path, metadata, n_vocab=token_embd.ne[1])
+        if arch == ARCH:
+            hparams = _read_hparams(path, metadata, n_vocab=token_embd.ne[1])
+        else:
+            hparams = _read_hparams_attention_only(path, metadata, token_embd.ne[1], arch)
         _check_tensors(path, hparams, tensors)
         return cls(path, reader, metadata, hparams, tensors)
 
@@ -959,7 +983,8 @@ class ModelFile:
         """GGUF name of trunk layer il's tensor for the native specla_layer_weights field `field`
         (the names of pyspecla._native.LAYER_TENSOR_FIELDS plus attn_q_bias / attn_k_bias /
         attn_v_bias), or None where this file's architecture has no such tensor (qwen35: the
-        biases; qwen2: the ssm tensors, attn_qkv, attn_gate, the q/k norms). The name depends only
+        biases; qwen2: the ssm tensors, attn_qkv, attn_gate, the q/k norms; qwen3: as qwen2 but
+        with the q/k norms and without the biases). The name depends only
         on the architecture, not on whether layer il is recurrent. ValueError for an unknown field
         or a layer index outside [0, n_layer)."""
         table = _LAYER_TENSOR_SUFFIXES[self.arch]

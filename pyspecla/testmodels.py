@@ -1,11 +1,13 @@
-"""Deterministic synthetic qwen35 (and qwen2) GGUF files that llama.cpp loads: test fixtures at any shape.
+"""Deterministic synthetic qwen35 (and qwen2 / qwen3) GGUF files that llama.cpp loads: test fixtures at any shape.
 
     write_test_model("tiny.gguf", preset="tiny", quant="f32", seed=0)
     write_test_model("tiny-qwen2.gguf", preset="tiny", quant="f32", seed=0, arch="qwen2")
 
 qwen2 files (QWEN2_PRESETS) follow convert_hf_to_gguf.py's Qwen2 output: attention-only layers with
 q/k/v biases (F32), ffn_norm as the pre-FFN norm, no key_length / rope.dimension_count keys unless
-the head dim differs from n_embd / n_head, tokenizer pre "qwen2".
+the head dim differs from n_embd / n_head, tokenizer pre "qwen2". qwen3 files (QWEN3_PRESETS) are
+the same with per-head attn_q_norm / attn_k_norm instead of the biases and a head dim that is not
+n_embd / n_head (so key_length / value_length are written).
 
 The file follows the qwen35 contract (docs: shared/spec/qwen35-contract.md) the way
 convert_hf_to_gguf.py + llama-quantize write a real Qwen3.5 model: every qwen35.* key, a full
@@ -33,13 +35,15 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileTy
 from . import quant as _quant
 
 __all__ = [
-    "Preset", "PRESETS", "QWEN2_PRESETS", "ARCHS", "presets_for", "QUANTS", "tensor_plan", "tensor_type", "use_more_bits", "write_test_model",
+    "Preset", "PRESETS", "QWEN2_PRESETS", "QWEN3_PRESETS", "ARCHS", "presets_for", "QUANTS", "tensor_plan", "tensor_type", "use_more_bits", "write_test_model",
     "DRAFT_ARCHS", "dflash_target_layer_ids", "write_test_draft",
 ]
 
 ARCH = "qwen35"
 ARCH_QWEN2 = "qwen2"
-ARCHS = (ARCH, ARCH_QWEN2)
+ARCH_QWEN3 = "qwen3"
+ARCHS = (ARCH, ARCH_QWEN2, ARCH_QWEN3)
+ATTENTION_ONLY_ARCHS = (ARCH_QWEN2, ARCH_QWEN3)
 QUANTS = ("f32", "f16", "q8_0", "q4_k_m")
 
 _FILE_TYPE = {
@@ -72,7 +76,7 @@ class Preset:
     context_length: int = 262144
     rope_freq_base: float = 1e7
     rms_eps: float = 1e-6
-    arch: str = ARCH  # "qwen35" or "qwen2" (then the ssm fields are unused, every layer is attention)
+    arch: str = ARCH  # "qwen35", or "qwen2" / "qwen3" (then the ssm fields are unused, every layer is attention)
 
     @property
     def conv_channels(self) -> int:
@@ -80,7 +84,7 @@ class Preset:
 
     @property
     def layer_is_recurrent(self) -> list[bool]:
-        if self.arch == ARCH_QWEN2:
+        if self.arch in ATTENTION_ONLY_ARCHS:
             return [False] * self.n_layer
         return [(i + 1) % self.full_attention_interval != 0 for i in range(self.n_layer)]
 
@@ -133,12 +137,32 @@ QWEN2_PRESETS: dict[str, Preset] = {
 }
 
 
+# qwen3 (Qwen3-style): the head dim is not E / n_head (Qwen3-0.6B: E 1024, 16 heads of 128), so the
+# file carries attention.key_length; nh*D = 512 keeps K-quant rows whole.
+QWEN3_PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("tiny", n_layer=4, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=64, rope_dims=64,
+               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=True,
+               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
+               rms_eps=1e-6, arch=ARCH_QWEN3),
+        Preset("tiny8", n_layer=8, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=64, rope_dims=64,
+               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=False,
+               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
+               rms_eps=1e-6, arch=ARCH_QWEN3),
+    )
+}
+
+
 def presets_for(arch: str) -> dict[str, Preset]:
-    """The preset table of an architecture ("qwen35" → PRESETS, "qwen2" → QWEN2_PRESETS)."""
+    """The preset table of an architecture ("qwen35" → PRESETS, "qwen2" → QWEN2_PRESETS, "qwen3" →
+    QWEN3_PRESETS)."""
     if arch == ARCH:
         return PRESETS
     if arch == ARCH_QWEN2:
         return QWEN2_PRESETS
+    if arch == ARCH_QWEN3:
+        return QWEN3_PRESETS
     raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
 
 
@@ -215,17 +239,24 @@ def tensor_plan(preset: Preset) -> list[TensorSpec]:
     ]
     if not p.tied_output:
         specs.append(TensorSpec("output.weight", (V, E), "normal", {"std": LOGIT_STD / math.sqrt(E)}))
-    if p.arch == ARCH_QWEN2:
+    if p.arch in ATTENTION_ONLY_ARCHS:
+        qwen2 = p.arch == ARCH_QWEN2
         for i in range(p.n_layer):
             b = f"blk.{i}."
+            # qwen2: q/k/v biases; qwen3: per-head q/k norms instead
+            q_extra = ([TensorSpec(b + "attn_q.bias", (nh * D,), "bias", {"std": 0.5})] if qwen2 else
+                       [TensorSpec(b + "attn_q_norm.weight", (D,), "norm")])
+            k_extra = ([TensorSpec(b + "attn_k.bias", (nkv * D,), "bias", {"std": 0.5})] if qwen2 else
+                       [TensorSpec(b + "attn_k_norm.weight", (D,), "norm")])
+            v_extra = [TensorSpec(b + "attn_v.bias", (nkv * D,), "bias", {"std": 0.1})] if qwen2 else []
             specs += [
                 TensorSpec(b + "attn_norm.weight", (E,), "norm"),
                 TensorSpec(b + "attn_q.weight", (nh * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
-                TensorSpec(b + "attn_q.bias", (nh * D,), "bias", {"std": 0.5}),
+                *q_extra,
                 TensorSpec(b + "attn_k.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
-                TensorSpec(b + "attn_k.bias", (nkv * D,), "bias", {"std": 0.5}),
+                *k_extra,
                 TensorSpec(b + "attn_v.weight", (nkv * D, E), "normal", {"std": 1.0 / math.sqrt(E)}),
-                TensorSpec(b + "attn_v.bias", (nkv * D,), "bias", {"std": 0.1}),
+                *v_extra,
                 TensorSpec(b + "attn_output.weight", (E, nh * D), "normal", {"std": branch / math.sqrt(nh * D)}),
                 TensorSpec(b + "ffn_norm.weight", (E,), "norm"),
                 TensorSpec(b + "ffn_gate.weight", (F, E), "normal", {"std": 1.0 / math.sqrt(E)}),
@@ -332,8 +363,9 @@ def _tensor_nbytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     return rows * (shape[-1] // block) * block_bytes
 
 
-def _add_metadata_qwen2(writer: GGUFWriter, p: Preset, quant: str) -> None:
-    writer.add_name(f"pyspecla-test-qwen2-{p.name}-{quant}")
+def _add_metadata_attention_only(writer: GGUFWriter, p: Preset, quant: str) -> None:
+    """qwen2 / qwen3 keys (the same set; the writer's architecture prefixes them)."""
+    writer.add_name(f"pyspecla-test-{p.arch}-{p.name}-{quant}")
     writer.add_block_count(p.n_layer)
     writer.add_context_length(p.context_length)
     writer.add_embedding_length(p.n_embd)
@@ -383,8 +415,8 @@ def _add_tokenizer(writer: GGUFWriter, n_vocab: int, pre: str = "qwen35") -> Non
 
 def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", seed: int = 0, *,
                      arch: str | None = None, vocab_pre: str | None = None, **overrides) -> Path:
-    """Write a synthetic qwen35 or qwen2 GGUF. `preset` is a preset name of `arch` (default qwen35:
-    PRESETS; qwen2: QWEN2_PRESETS) or a Preset (its own arch field decides; `arch`, if given, must
+    """Write a synthetic qwen35, qwen2 or qwen3 GGUF. `preset` is a preset name of `arch` (default
+    qwen35: PRESETS; qwen2: QWEN2_PRESETS; qwen3: QWEN3_PRESETS) or a Preset (its own arch field decides; `arch`, if given, must
     agree); keyword overrides replace Preset fields (e.g. n_layer=8). `vocab_pre` picks the synthetic
     vocabulary's pre-tokenizer (default: the architecture's own; the merges, hence the token list,
     depend on it), so a qwen2 draft can share a qwen35 target's vocabulary. Same arguments →
@@ -404,8 +436,8 @@ def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", se
         raise ValueError(f"unknown arch {p.arch!r}; choose one of {', '.join(ARCHS)}")
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
-    if p.arch == ARCH_QWEN2 and (p.rope_dims != p.head_dim or p.n_head % p.n_head_kv):
-        raise ValueError("qwen2 needs rope_dims == head_dim and n_head a multiple of n_head_kv")
+    if p.arch in ATTENTION_ONLY_ARCHS and (p.rope_dims != p.head_dim or p.n_head % p.n_head_kv):
+        raise ValueError(f"{p.arch} needs rope_dims == head_dim and n_head a multiple of n_head_kv")
     if not any(not r for r in p.layer_is_recurrent):
         raise ValueError("llama.cpp needs at least one full-attention layer (n_layer >= full_attention_interval)")
     path = Path(path)
@@ -420,11 +452,12 @@ def write_test_model(path, preset: str | Preset = "tiny", quant: str = "f32", se
 
     writer = GGUFWriter(path, p.arch)
     try:
-        if p.arch == ARCH_QWEN2:
-            _add_metadata_qwen2(writer, p, quant)
+        if p.arch in ATTENTION_ONLY_ARCHS:
+            _add_metadata_attention_only(writer, p, quant)
         else:
             _add_metadata(writer, p, quant)
-        _add_tokenizer(writer, p.n_vocab, pre=vocab_pre or ("qwen2" if p.arch == ARCH_QWEN2 else "qwen35"))
+        # Qwen3 files carry the Qwen2 pre-tokenizer, as convert_hf_to_gguf.py writes them
+        _add_tokenizer(writer, p.n_vocab, pre=vocab_pre or ("qwen35" if p.arch == ARCH else "qwen2"))
         _stream_tensors(writer, plan, types, seed)
     finally:
         writer.close()

@@ -428,3 +428,71 @@ def test_real_qwen25_05b_opens_with_the_right_hparams():
                 assert name is None or name in model.tensors
         assert model.tensor("blk.0.attn_k.bias").ne == (128,)
         assert model.tensor(model.layer_tensor_name(5, "post_attention_norm")).type_name == "F32"
+
+
+# ------------------------------------------------------------------------------------------------
+# qwen3: the qwen2 layer with per-head q/k norms instead of the biases
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen3_f32(model_dir):
+    return write_test_model(model_dir / "qwen3-tiny-f32.gguf", "tiny", "f32", seed=0, arch="qwen3")
+
+
+def test_synthetic_qwen3_loads_and_maps_its_layer_tensors(qwen3_f32):
+    with ModelFile.open(qwen3_f32) as model:
+        hp = model.hparams
+        assert model.arch == hp.arch == "qwen3"
+        # the head dim comes from key_length: 8 heads of 64 on a 256-wide model
+        assert (hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rope_dims) == (256, 8, 2, 64, 64)
+        assert hp.layer_is_recurrent == (False,) * 4 and hp.conv_channels == 0
+        assert model.metadata["tokenizer.ggml.pre"] == "qwen2"
+        expected = {"attn_norm": "attn_norm.weight", "post_attention_norm": "ffn_norm.weight",
+                    "attn_q": "attn_q.weight", "attn_k": "attn_k.weight", "attn_v": "attn_v.weight",
+                    "attn_output": "attn_output.weight", "attn_q_norm": "attn_q_norm.weight",
+                    "attn_k_norm": "attn_k_norm.weight", "ffn_gate": "ffn_gate.weight",
+                    "ffn_up": "ffn_up.weight", "ffn_down": "ffn_down.weight"}
+        for il in range(hp.n_layer):
+            names = {field: model.layer_tensor_name(il, field) for field in _all_fields()}
+            assert {f: n for f, n in names.items() if n} == {f: f"blk.{il}.{s}" for f, s in expected.items()}
+            assert set(names.values()) - {None} == {n for n in model.tensors if n.startswith(f"blk.{il}.")}
+        assert model.tensor("blk.0.attn_q.weight").ne == (256, 512)
+        assert model.tensor("blk.0.attn_q_norm.weight").ne == (64,)
+
+
+def _rewrite(src, dst, drop=(), add=None):
+    """Copy a GGUF (keys and tensors) without the tensors in `drop`, plus `add` {name: array}."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = field.contents()
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(name, value, vtype, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(name, value, vtype)
+    for t in reader.tensors:
+        if t.name not in drop:
+            writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    for name, array in (add or {}).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def test_bad_qwen3_files_are_one_clear_error(qwen3_f32, tmp_path):
+    missing = _rewrite(qwen3_f32, tmp_path / "no-norm.gguf", drop=("blk.1.attn_k_norm.weight",))
+    with pytest.raises(GGUFError, match=r"missing tensor 'blk.1.attn_k_norm.weight' \(layer 1\)"):
+        ModelFile.open(missing)
+    biased = _rewrite(qwen3_f32, tmp_path / "bias.gguf", add={"blk.0.attn_q.bias": np.zeros(512, np.float32)})
+    with pytest.raises(GGUFError, match="unexpected tensor 'blk.0.attn_q.bias' in layer 0: not part of a qwen3 layer"):
+        ModelFile.open(biased)

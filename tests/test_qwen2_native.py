@@ -1,5 +1,6 @@
-"""The qwen2 architecture (Qwen2.5: attention-only, q/k/v biases, full-head RoPE) through the same
-native forward and speculative machinery as qwen35: against the numpy reference, llama.cpp, and
+"""The attention-only architectures through the same native forward and speculative machinery as
+qwen35: qwen2 (Qwen2.5: q/k/v biases, full-head RoPE) and qwen3 (Qwen3: per-head q/k RMSNorm
+instead of the biases, head dim != n_embd / n_head), against the numpy reference, llama.cpp, and
 plain greedy decoding; on the real Qwen2.5-Coder files when they were fetched."""
 
 from __future__ import annotations
@@ -45,18 +46,22 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
 def qwen2_path(tmp_path_factory):
     from pyspecla.testmodels import write_test_model
 
-    def get(quant):
-        path = str(tmp_path_factory.mktemp("qwen2") / f"qwen2-tiny-{quant}.gguf")
-        write_test_model(path, preset="tiny", quant=quant, seed=4, arch="qwen2")
+    def get(quant, arch="qwen2"):
+        path = str(tmp_path_factory.mktemp(arch) / f"{arch}-tiny-{quant}.gguf")
+        write_test_model(path, preset="tiny", quant=quant, seed=4, arch=arch)
         return path
 
     return get
 
 
-def test_native_matches_reference_and_prefill_equals_decode(qwen2_path):
-    path = qwen2_path("f32")
+ATTENTION_ONLY = ["qwen2", "qwen3"]
+
+
+@pytest.mark.parametrize("arch", ATTENTION_ONLY)
+def test_native_matches_reference_and_prefill_equals_decode(qwen2_path, arch):
+    path = qwen2_path("f32", arch)
     model = Model.load(path)
-    assert model.hparams.arch == "qwen2"
+    assert model.hparams.arch == arch
     tokens = np.random.default_rng(0).integers(0, model.hparams.n_vocab, 33)
     ours = model.logits(tokens)
     ref = ReferenceModel.from_gguf(path)
@@ -66,9 +71,10 @@ def test_native_matches_reference_and_prefill_equals_decode(qwen2_path):
     assert np.array_equal(np.stack([ctx.eval([t]) for t in tokens]), ours)
 
 
-def test_native_matches_llama_cpp(qwen2_path):
+@pytest.mark.parametrize("arch", ATTENTION_ONLY)
+def test_native_matches_llama_cpp(qwen2_path, arch):
     llama_cpp = pytest.importorskip("llama_cpp")
-    path = qwen2_path("f32")
+    path = qwen2_path("f32", arch)
     tokens = np.random.default_rng(1).integers(0, 1024, 40).tolist()
     llm = llama_cpp.Llama(model_path=path, n_ctx=64, logits_all=True, flash_attn=False, type_k=0, type_v=0,
                           n_threads=2, verbose=False)
@@ -78,9 +84,10 @@ def test_native_matches_llama_cpp(qwen2_path):
     assert np.abs(Model.load(path).logits(tokens) - theirs).max() <= 1e-3
 
 
+@pytest.mark.parametrize("arch", ATTENTION_ONLY)
 @pytest.mark.parametrize("quant", ["f32", "q4_k_m"])
-def test_speculative_decoding_of_an_attention_only_target_is_lossless(qwen2_path, quant):
-    model = Model.load(qwen2_path(quant))
+def test_speculative_decoding_of_an_attention_only_target_is_lossless(qwen2_path, quant, arch):
+    model = Model.load(qwen2_path(quant, arch))
     for seed in range(4):
         prompt = np.random.default_rng(10 + seed).integers(0, 1024, 6).tolist()
         reference = model.generate(prompt, 80)

@@ -118,10 +118,12 @@ typedef struct specla_hparams {
 
 /* Architectures. qwen35: hybrid GDN + gated attention with q/k norms and partial RoPE. qwen2:
  * attention-only, q/k/v biases, no q/k norms, no output gate, RoPE over the whole head (the ssm
- * fields of specla_hparams are ignored). */
+ * fields of specla_hparams are ignored). qwen3: attention-only like qwen2, but per-head q/k
+ * RMSNorm before RoPE instead of the biases. */
 typedef enum specla_arch {
     SPECLA_ARCH_QWEN35 = 0,
     SPECLA_ARCH_QWEN2 = 1,
+    SPECLA_ARCH_QWEN3 = 2,
 } specla_arch;
 
 /* Weights of one trunk layer. Tensors a layer type does not use are left zeroed (data = NULL).
@@ -151,7 +153,7 @@ typedef struct specla_layer_weights {
     specla_tensor ffn_gate;            /* {E, F} */
     specla_tensor ffn_up;              /* {E, F} */
     specla_tensor ffn_down;            /* {F, E} */
-    /* qwen2 attention biases (data = NULL for qwen35) */
+    /* qwen2 attention biases (data = NULL for qwen35 and qwen3) */
     specla_tensor attn_q_bias;         /* {nh*D} */
     specla_tensor attn_k_bias;         /* {nkv*D} */
     specla_tensor attn_v_bias;         /* {nkv*D} */

@@ -106,7 +106,8 @@ static void attention_layer(specla_context *ctx, int il, const float *x, const b
     const int slot = m->state_slot[il];
     float *k_cache = ctx->k_cache[slot], *v_cache = ctx->v_cache[slot];
 
-    const int gated = m->hp.arch == SPECLA_ARCH_QWEN35; /* qwen35: per head [query | gate], q/k norms */
+    const int gated = m->hp.arch == SPECLA_ARCH_QWEN35;     /* qwen35: per head [query | gate] */
+    const int qk_norm = m->hp.arch != SPECLA_ARCH_QWEN2;     /* qwen35, qwen3: per-head q/k RMSNorm */
     cpu_matmul(ex, &w->attn_q, x, T, gated ? s->proj : s->q); /* [T][nh][2D] or [T][nh][D] */
     cpu_matmul(ex, &w->attn_k, x, T, s->k);                   /* [T][nkv][D] */
     cpu_matmul(ex, &w->attn_v, x, T, s->v);                   /* [T][nkv][D] */
@@ -123,6 +124,8 @@ static void attention_layer(specla_context *ctx, int il, const float *x, const b
                 memcpy(s->gate + ((int64_t)t * nh + h) * D, src + D, sizeof(float) * (size_t)D);
             }
         }
+    }
+    if (qk_norm) {
         cpu_rms_norm(s->q, (const float *)w->attn_q_norm.data, T * nh, D, hp->rms_eps, s->q);
         cpu_rms_norm(s->k, (const float *)w->attn_k_norm.data, T * nkv, D, hp->rms_eps, s->k);
     }

@@ -23,7 +23,7 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     } while (0)
 
 static specla_status validate_hparams(const specla_hparams *hp) {
-    if (hp->arch != SPECLA_ARCH_QWEN35 && hp->arch != SPECLA_ARCH_QWEN2)
+    if (hp->arch != SPECLA_ARCH_QWEN35 && hp->arch != SPECLA_ARCH_QWEN2 && hp->arch != SPECLA_ARCH_QWEN3)
         return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_vocab <= 0 || hp->n_head <= 0 ||
         hp->n_head_kv <= 0 || hp->head_dim <= 0)
@@ -40,8 +40,9 @@ static specla_status validate_hparams(const specla_hparams *hp) {
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: layer_is_recurrent is NULL");
     int n_recurrent = 0;
     for (int il = 0; il < hp->n_layer; il++) n_recurrent += hp->layer_is_recurrent[il] != 0;
-    if (hp->arch == SPECLA_ARCH_QWEN2 && n_recurrent > 0)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: qwen2 has no recurrent layers");
+    if (hp->arch != SPECLA_ARCH_QWEN35 && n_recurrent > 0)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: %s has no recurrent layers",
+                           hp->arch == SPECLA_ARCH_QWEN2 ? "qwen2" : "qwen3");
     if (n_recurrent == 0) return SPECLA_OK; /* the ssm sizes are not used */
     if (hp->ssm_conv_kernel < 2 || hp->ssm_state_size <= 0 || hp->ssm_group_count <= 0 || hp->ssm_time_step_rank <= 0)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "hparams: ssm sizes must be positive (conv kernel >= 2)");
@@ -76,8 +77,9 @@ static specla_status validate_layer(const specla_hparams *hp, const specla_layer
         CHECK(check_tensor(&lw->attn_k_bias, "attn_k.bias", il, nkv * D, 1, 1));
         CHECK(check_tensor(&lw->attn_v_bias, "attn_v.bias", il, nkv * D, 1, 1));
         CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
-    } else { /* qwen35 gated attention */
-        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, 2 * nh * D, 0));
+    } else { /* q/k norms: qwen35 gated attention (query | gate per head), qwen3 plain */
+        const int q_width = hp->arch == SPECLA_ARCH_QWEN35 ? 2 * nh * D : nh * D;
+        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, q_width, 0));
         CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
         CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
         CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
@@ -97,9 +99,9 @@ SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, cons
     *out_model = NULL;
     CHECK(validate_hparams(hparams));
     /* conv channels of the recurrent layers (0 for an attention-only architecture) */
-    const int C = hparams->arch == SPECLA_ARCH_QWEN2 ? 0
-                                                     : 2 * hparams->ssm_group_count * hparams->ssm_state_size +
-                                                           hparams->ssm_time_step_rank * hparams->ssm_state_size;
+    const int C = hparams->arch != SPECLA_ARCH_QWEN35 ? 0
+                                                      : 2 * hparams->ssm_group_count * hparams->ssm_state_size +
+                                                            hparams->ssm_time_step_rank * hparams->ssm_state_size;
     CHECK(check_tensor(&weights->token_embd, "token_embd.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
     CHECK(check_tensor(&weights->output_norm, "output_norm.weight", -1, hparams->n_embd, 1, 1));
     if (weights->output.data)

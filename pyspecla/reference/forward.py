@@ -1,6 +1,7 @@
 """The whole qwen35 trunk forward in numpy, written from the qwen35 contract (spec/qwen35-contract.md),
 and the qwen2 (Qwen2 / Qwen2.5) forward: attention-only layers with q/k/v biases, no q/k norms, no
-output gate, NEOX RoPE over the whole head, pre-FFN norm named ffn_norm.
+output gate, NEOX RoPE over the whole head, pre-FFN norm named ffn_norm; qwen3 (Qwen3) is that
+layer with per-head q/k RMSNorm before RoPE instead of the biases.
 
 This is the oracle of the whole model: slow and plain. Weights are held dequantized as float32
 numpy arrays under their GGUF names, in the numpy layout gguf.GGUFReader uses (GGUF ne reversed:
@@ -44,7 +45,7 @@ class HParams:
     ssm_time_step_rank: int  # Hv
     n_ctx_train: int = 0
     layer_is_recurrent: list[bool] = field(default_factory=list)
-    arch: str = "qwen35"  # "qwen35" or "qwen2" (then the ssm fields are 0 and every layer is attention)
+    arch: str = "qwen35"  # "qwen35", "qwen2" or "qwen3" (then the ssm fields are 0, every layer is attention)
 
     @property
     def conv_channels(self) -> int:
@@ -91,10 +92,10 @@ class ReferenceModel:
         hp = hparams
         if len(hp.layer_is_recurrent) != hp.n_layer:
             raise ValueError(f"layer_is_recurrent has {len(hp.layer_is_recurrent)} entries, n_layer {hp.n_layer}")
-        if hp.arch not in ("qwen35", "qwen2"):
+        if hp.arch not in ("qwen35", "qwen2", "qwen3"):
             raise ValueError(f"unknown arch {hp.arch!r}")
-        if hp.arch == "qwen2" and any(hp.layer_is_recurrent):
-            raise ValueError("qwen2 has no recurrent layers")
+        if hp.arch != "qwen35" and any(hp.layer_is_recurrent):
+            raise ValueError(f"{hp.arch} has no recurrent layers")
         if hp.arch == "qwen35" and hp.ssm_time_step_rank % hp.ssm_group_count:
             raise ValueError("Hv must be a multiple of Hk and nh a multiple of nkv")
         if hp.n_head % hp.n_head_kv:
@@ -105,13 +106,13 @@ class ReferenceModel:
 
     @classmethod
     def from_gguf(cls, path, *, dtype=np.float64) -> "ReferenceModel":
-        """Reads a qwen35 or qwen2 GGUF with gguf.GGUFReader and dequantizes every trunk tensor."""
+        """Reads a qwen35, qwen2 or qwen3 GGUF with gguf.GGUFReader and dequantizes every trunk tensor."""
         import gguf
 
         reader = gguf.GGUFReader(str(path))
         arch = _field_value(reader, "general.architecture")
-        if arch not in ("qwen35", "qwen2"):
-            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'qwen35' or 'qwen2'")
+        if arch not in ("qwen35", "qwen2", "qwen3"):
+            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'qwen35', 'qwen2' or 'qwen3'")
 
         def key(name, default=None):
             return _field_value(reader, f"{arch}.{name}", default)
@@ -121,7 +122,7 @@ class ReferenceModel:
         n_head = int(key("attention.head_count"))
         n_embd = int(key("embedding_length"))
         head_dim = int(key("attention.key_length", n_embd // n_head))
-        if arch == "qwen2":
+        if arch != "qwen35":
             layer_is_recurrent = [False] * n_layer
         else:
             recurrent = key("attention.recurrent_layers")
@@ -173,18 +174,20 @@ class ReferenceModel:
         expect = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
         if "output.weight" in self.w:
             expect["output.weight"] = (V, E)
-        if hp.arch == "qwen2":
+        if hp.arch != "qwen35":
             nh, nkv = hp.n_head, hp.n_head_kv
             for i in range(hp.n_layer):
                 p = f"blk.{i}."
+                if hp.arch == "qwen2":
+                    extra = {p + "attn_q.bias": (nh * D,), p + "attn_k.bias": (nkv * D,), p + "attn_v.bias": (nkv * D,)}
+                else:
+                    extra = {p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,)}
                 expect.update({
                     p + "attn_norm.weight": (E,),
                     p + "attn_q.weight": (nh * D, E),
                     p + "attn_k.weight": (nkv * D, E),
                     p + "attn_v.weight": (nkv * D, E),
-                    p + "attn_q.bias": (nh * D,),
-                    p + "attn_k.bias": (nkv * D,),
-                    p + "attn_v.bias": (nkv * D,),
+                    **extra,
                     p + "attn_output.weight": (E, nh * D),
                     p + "ffn_norm.weight": (E,),
                     p + "ffn_gate.weight": (F, E),
@@ -265,13 +268,13 @@ class ReferenceModel:
             raise ValueError("token id out of range")
 
         h = self.w["token_embd.weight"][tokens].astype(np.float32)  # (T, E)
-        qwen2 = self.hp.arch == "qwen2"
-        ffn_norm = "ffn_norm.weight" if qwen2 else "post_attention_norm.weight"
+        attention_only = self.hp.arch != "qwen35"  # qwen2, qwen3
+        ffn_norm = "ffn_norm.weight" if attention_only else "post_attention_norm.weight"
         for i, rec in enumerate(self.hp.layer_is_recurrent):
             p = f"blk.{i}."
             x = self._rms(h, p + "attn_norm.weight")
-            if qwen2:
-                h = h + self._attention_qwen2(state, i, x, positions)
+            if attention_only:
+                h = h + self._attention_plain(state, i, x, positions)
             elif rec:
                 h = h + self._gated_delta_net(state, i, x)
             else:
@@ -331,15 +334,22 @@ class ReferenceModel:
         o = attn * ops.sigmoid(gate, dtype=self.dtype)
         return self._linear(o.reshape(T, nh * D), p + "attn_output.weight")
 
-    def _attention_qwen2(self, state: ReferenceState, i: int, x, positions) -> np.ndarray:
-        """qwen2 attention: biased q/k/v projections, NEOX RoPE on all D dims, causal GQA, no gate."""
+    def _attention_plain(self, state: ReferenceState, i: int, x, positions) -> np.ndarray:
+        """qwen2 / qwen3 attention, no gate: qwen2 adds q/k/v biases, qwen3 RMS-normalises each q
+        and k head (before RoPE); NEOX RoPE on all D dims, causal GQA."""
         hp = self.hp
         p = f"blk.{i}."
         T = x.shape[0]
         nh, nkv, D = hp.n_head, hp.n_head_kv, hp.head_dim
-        q = (self._linear(x, p + "attn_q.weight") + self.w[p + "attn_q.bias"]).reshape(T, nh, D)
-        k = (self._linear(x, p + "attn_k.weight") + self.w[p + "attn_k.bias"]).reshape(T, nkv, D)
-        v = (self._linear(x, p + "attn_v.weight") + self.w[p + "attn_v.bias"]).reshape(T, nkv, D)
+        q = self._linear(x, p + "attn_q.weight")
+        k = self._linear(x, p + "attn_k.weight")
+        v = self._linear(x, p + "attn_v.weight")
+        if hp.arch == "qwen2":
+            q, k, v = q + self.w[p + "attn_q.bias"], k + self.w[p + "attn_k.bias"], v + self.w[p + "attn_v.bias"]
+        q, k, v = q.reshape(T, nh, D), k.reshape(T, nkv, D), v.reshape(T, nkv, D)
+        if hp.arch == "qwen3":
+            q = self._rms(q, p + "attn_q_norm.weight")
+            k = self._rms(k, p + "attn_k_norm.weight")
 
         q = ops.rope_neox(q, positions, hp.rope_dims, hp.rope_freq_base, dtype=self.dtype)
         k = ops.rope_neox(k, positions, hp.rope_dims, hp.rope_freq_base, dtype=self.dtype)
