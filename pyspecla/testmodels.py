@@ -137,20 +137,10 @@ QWEN2_PRESETS: dict[str, Preset] = {
 }
 
 
-# qwen3 (Qwen3-style): the head dim is not E / n_head (Qwen3-0.6B: E 1024, 16 heads of 128), so the
-# file carries attention.key_length; nh*D = 512 keeps K-quant rows whole.
+# qwen3 (Qwen3-style): the qwen2 shapes with a head dim that is not E / n_head (Qwen3-0.6B: E 1024,
+# 16 heads of 128), so the file carries attention.key_length; nh*D = 512 keeps K-quant rows whole.
 QWEN3_PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset("tiny", n_layer=4, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=64, rope_dims=64,
-               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=True,
-               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
-               rms_eps=1e-6, arch=ARCH_QWEN3),
-        Preset("tiny8", n_layer=8, n_embd=256, n_ff=512, n_head=8, n_head_kv=2, head_dim=64, rope_dims=64,
-               ssm_state_size=0, ssm_group_count=0, ssm_time_step_rank=0, n_vocab=1024, tied_output=False,
-               ssm_conv_kernel=0, full_attention_interval=1, context_length=4096, rope_freq_base=1e6,
-               rms_eps=1e-6, arch=ARCH_QWEN3),
-    )
+    name: replace(p, head_dim=64, rope_dims=64, arch=ARCH_QWEN3) for name, p in QWEN2_PRESETS.items()
 }
 
 
