@@ -52,6 +52,10 @@ DRAFT_P_MIN = 0.75
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
 # tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost
 DRAFT_VOCAB = 32768
+# DDTree size; a draft language model speculates its top-1 chain unless a budget is given: every
+# extra verify row costs ~0.28 of a decode step on the CPU, and its 22-node trees lost to the chain
+# (docs/perf.md, issue 5)
+DDTREE_BUDGET = 22
 
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -108,9 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--specla", action="store_true",
                       help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
                            "commit); without it the tree is verified with dense per-node state checkpoints")
-    spec.add_argument("--no-ddtree", action="store_true", help="speculate the draft's top-1 chain only, no tree")
-    spec.add_argument("--ddtree-budget", type=_positive_int("--ddtree-budget"), default=22,
-                      help="tree nodes per step besides the root (default 22)")
+    spec.add_argument("--no-ddtree", action="store_true",
+                      help="speculate the draft's top-1 chain only, no tree (the default for a draft language "
+                           "model: on the CPU its chain measured fastest; give --ddtree-budget for a tree)")
+    spec.add_argument("--ddtree-budget", type=_positive_int("--ddtree-budget"), default=None,
+                      help=f"tree nodes per step besides the root (default {DDTREE_BUDGET})")
     spec.add_argument("--ddtree-tau", type=float, default=None,
                       help="keep tree nodes whose log-probability is within TAU of the best (default 6 with "
                            "--specla, off otherwise; negative counts as 0)")
@@ -215,15 +221,16 @@ def cmd_run(args) -> int:
     return 0
 
 
-def spec_config_from_args(args, max_depth: int = 15):
+def spec_config_from_args(args, max_depth: int = 15, drafter=None):
     from .spec.loop import SpecConfig
 
     if args.draft is None:
         return SpecConfig(mode="ar")
+    chain = args.no_ddtree or (getattr(drafter, "prefers_chain", False) and args.ddtree_budget is None)
     return SpecConfig(
-        mode="chain" if args.no_ddtree else "ddtree",
+        mode="chain" if chain else "ddtree",
         specla=args.specla,
-        budget=args.ddtree_budget,
+        budget=args.ddtree_budget or DDTREE_BUDGET,
         tau=args.ddtree_tau if args.ddtree_tau is not None else (6.0 if args.specla else None),
         top_k=args.specla_top_k or (4 if args.specla else 8),
         chain_seed=not args.no_chain_seed,
@@ -276,10 +283,10 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     from .tokenizer import StreamingDetokenizer
 
     out = out or sys.stdout
-    n_ctx = len(prompt_ids) + args.n_predict + args.ddtree_budget + 64
+    n_ctx = len(prompt_ids) + args.n_predict + (args.ddtree_budget or DDTREE_BUDGET) + 64
     drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx, draft_max=args.draft_max,
                            draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab) if args.draft else None
-    config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15))
+    config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15), drafter=drafter)
     detok = StreamingDetokenizer(model.tokenizer)
 
     eos = set() if args.ignore_eos else model.tokenizer.eos_ids

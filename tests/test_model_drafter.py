@@ -250,6 +250,13 @@ def test_cli_run_with_a_draft_model_prints_the_autoregressive_text(files, capsys
     record = json.loads(stats_file.read_text())
     assert len(record["tokens"]) == 32 and record["draft"] == files[draft]
     assert record["config"]["max_depth"] == DRAFT_MAX  # the --draft-max default
+    assert record["config"]["mode"] == "chain"  # a draft LM's default: its top-1 chain
+    code, tree_text, err = run(capsys, files[target], *common, "--draft", files[draft], "--specla",
+                               "--ddtree-budget", "6", "--stats-json", str(stats_file))
+    assert code == 0, err
+    assert tree_text == plain
+    record = json.loads(stats_file.read_text())
+    assert record["config"]["mode"] == "ddtree" and record["config"]["budget"] == 6  # asked for a tree
 
 
 def test_cli_the_target_as_its_own_draft(files, capsys, tmp_path):

@@ -325,6 +325,7 @@ class ModelDrafter:
     are then over that subset. Proposals get cheaper; the output cannot change (the target verifies)."""
 
     capture_layers: tuple[int, ...] = ()  # no target features
+    prefers_chain = True  # the CLI speculates its top-1 chain unless a DDTree budget is given
 
     def __init__(self, draft, target=None, n_ctx: int = 4096, max_depth: int = 8, p_min: float = 0.5,
                  vocab: int | None = None):
