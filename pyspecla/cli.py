@@ -13,17 +13,22 @@ from pathlib import Path
 from .errors import SpeclaError, UsageError
 
 
-def _positive_int(flag, allow_zero: bool = False):
+def _int_at_least(flag, low: int):
+    """An integer >= low (0 or 1; the message says "positive" for 1)."""
     def parse(text):
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} expects an integer, got {text!r}") from None
-        if value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(f"{flag} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{flag} must be {'positive' if low == 1 else f'>= {low}'}, got {value}")
         return value
 
     return parse
+
+
+def _positive_int(flag):
+    return _int_at_least(flag, 1)
 
 
 def _float_in_range(flag, low: float, high: float | None = None):
@@ -104,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--draft-p-min", type=_float_in_range("--draft-p-min", 0.0, 1.0), default=None, metavar="P",
                       help="a draft language model stops proposing at the first token it gives a probability "
                            f"below P (default {DRAFT_P_MIN}; 0 = always the full --draft-max)")
-    spec.add_argument("--draft-vocab", type=_positive_int("--draft-vocab", allow_zero=True), default=None,
+    spec.add_argument("--draft-vocab", type=_int_at_least("--draft-vocab", 0), default=None,
                       metavar="N",
                       help="a draft language model scores only the N lowest token ids (BPE merge order, roughly "
                            "by frequency), the control tokens and the tokens of the prompt and output so far "
@@ -270,7 +275,7 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
         n_ctx = len(prompt_ids) + n_predict + max_depth + 1
         return ModelDrafter.load(spec, model, n_ctx=n_ctx, max_depth=max_depth,
                                  p_min=DRAFT_P_MIN if draft_p_min is None else draft_p_min,
-                                 vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab or None)
+                                 vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
     from .draft import DFlashDraft
 
     return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx)

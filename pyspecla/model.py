@@ -82,7 +82,7 @@ class Context:
         head = self.model._lm_head
         ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
         if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
-                and rows.flags.c_contiguous and rows.shape[1] == head.data.nbytes // head.ne[1]):
+                and rows.flags.c_contiguous and rows.shape[1] == self.model.lm_head_row_bytes):
             raise UsageError("set_logit_head: rows must be a C-contiguous (n, row_bytes) uint8 array from "
                              "Model.lm_head_rows")
         if ids.ndim != 1 or len(ids) != rows.shape[0]:
@@ -229,14 +229,18 @@ class Model:
         ne1 = int(np.prod(view.ne[1:])) if len(view.ne) > 1 else 1
         return _native.tensor_struct(view.data, view.ggml_type, ne0, ne1)
 
+    @property
+    def lm_head_row_bytes(self) -> int:
+        """Bytes of one LM head row as stored (quantized)."""
+        return self._lm_head.data.nbytes // int(self._lm_head.ne[1])
+
     def lm_head_rows(self, token_ids) -> np.ndarray:
         """A copy of the LM head's rows (quantized bytes as stored) for token_ids, in that order:
-        (n, row_bytes) uint8, for Context.set_logit_head."""
-        head = self._lm_head
+        (n, lm_head_row_bytes) uint8, for Context.set_logit_head."""
         ids = np.asarray(token_ids, dtype=np.int64)
         if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.hparams.n_vocab)):
             raise UsageError(f"lm_head_rows: token ids must be a 1-D list in [0, {self.hparams.n_vocab})")
-        return head.data.reshape(int(head.ne[1]), -1)[ids]
+        return self._lm_head.data.reshape(-1, self.lm_head_row_bytes)[ids]
 
     @classmethod
     def load(cls, path, n_threads: int = 0, cpu_kernels: str = "auto") -> "Model":

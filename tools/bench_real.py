@@ -309,7 +309,7 @@ class SpecOptions:
     draft_vocab: int | None = None  # 0 = the whole head
 
 
-_SETTING_OPTIONS = {"vocab": ("draft_vocab", int), "max": ("draft_max", int), "p": ("draft_p_min", float)}
+_DRAFT_OPTIONS = {"vocab": ("draft_vocab", int), "max": ("draft_max", int), "p": ("draft_p_min", float)}
 _TREE_OPTIONS = {"budget": ("budget", int), "topk": ("top_k", int)}
 
 
@@ -323,7 +323,7 @@ def parse_setting(setting: str, options: SpecOptions) -> tuple[str, str, SpecOpt
     kind, mode = PYSPECLA_SETTINGS[name]
     if not extra:
         return kind, mode, options
-    allowed = {**(_SETTING_OPTIONS if kind == "draft" else {}), **(_TREE_OPTIONS if mode == "ddtree" else {})}
+    allowed = {**(_DRAFT_OPTIONS if kind == "draft" else {}), **(_TREE_OPTIONS if mode == "ddtree" else {})}
     if not allowed:
         raise ValueError(f"setting {setting!r}: only draft-* and *-ddtree settings take options")
     changes = {}

@@ -41,29 +41,24 @@ class DraftVocabulary:
             types = np.asarray(types)
             if len(types) == V:
                 self._member |= (types == TOKEN_TYPE_CONTROL) | (types == TOKEN_TYPE_USER_DEFINED)
-        self._fixed = np.flatnonzero(self._member).astype(np.int32)
-        self._spare_rows = spare_rows
-        self._ids = np.empty(0, dtype=np.int32)
-        self._rows = np.empty((0, 0), dtype=np.uint8)
-        self._n = 0
+        self._n_fixed = n = int(self._member.sum())
+        # rows [0, n) are the fixed part, in id order; the generation's own tokens follow
+        self._ids = np.empty(n + spare_rows, dtype=np.int32)
+        self._rows = np.empty((n + spare_rows, model.lm_head_row_bytes), dtype=np.uint8)
+        self._ids[:n] = np.flatnonzero(self._member)
+        self._rows[:n] = model.lm_head_rows(self._ids[:n])
+        self._n = n
         self._history: list[int] | None = None
         self._n_followed = 0
-        self._restart()
+        self._publish()
 
     def __len__(self) -> int:
         return self._n
 
     def _restart(self) -> None:
         """Back to the fixed part (a new generation)."""
-        n = len(self._fixed)
-        if self._rows.shape[0] < n:
-            self._rows = np.empty((n + self._spare_rows, self.model.lm_head_rows([0]).shape[1]), dtype=np.uint8)
-            self._ids = np.empty(n + self._spare_rows, dtype=np.int32)
-            self._rows[:n] = self.model.lm_head_rows(self._fixed)
-            self._ids[:n] = self._fixed
-        elif self._n > n:
-            self._member[self._ids[n : self._n]] = False
-        self._n = n
+        self._member[self._ids[self._n_fixed : self._n]] = False
+        self._n = self._n_fixed
         self._publish()
 
     def _publish(self) -> None:
@@ -73,14 +68,13 @@ class DraftVocabulary:
         """Make sure every token of history is scored (history: prompt + emitted tokens, append-only
         within a generation; a different list object is a new generation)."""
         if history is not self._history or len(history) < self._n_followed:
-            if self._n > len(self._fixed):
+            if self._n > self._n_fixed:
                 self._restart()
             self._history, self._n_followed = history, 0
         fresh = np.asarray(history[self._n_followed :], dtype=np.int64)
         self._n_followed = len(history)
         if fresh.size == 0:
             return
-        fresh = fresh[(fresh >= 0) & (fresh < len(self._member))]
         fresh = np.unique(fresh[~self._member[fresh]])  # (order within one call does not matter)
         if fresh.size == 0:
             return

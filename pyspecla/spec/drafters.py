@@ -333,6 +333,8 @@ class ModelDrafter:
             raise UsageError(f"--draft-max must be an integer in [1, 1024], got {max_depth!r}")
         if not 0.0 <= p_min <= 1.0:
             raise UsageError(f"--draft-p-min must be in [0, 1], got {p_min!r}")
+        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
+            raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
         if target is not None:
             check_same_vocabulary(target.file, draft.file)
         self.draft = draft
@@ -340,9 +342,7 @@ class ModelDrafter:
         self.p_min = p_min
         self.context = draft.new_context(n_ctx=n_ctx)
         # vocab: score only that many frequent ids + control tokens + the generation's own tokens
-        # (draft_vocab.py); None: the whole LM head
-        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
-            raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
+        # (draft_vocab.py); None, 0 or the whole vocabulary: the whole LM head
         reduced = bool(vocab) and vocab < draft.hparams.n_vocab
         self.vocabulary = DraftVocabulary(draft, self.context, vocab) if reduced else None
         self.history: list[int] = []  # set by the loop: prompt + emitted tokens, the root last
