@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1

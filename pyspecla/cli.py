@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="N",
                       help="a draft language model scores only the N lowest token ids (BPE merge order, roughly "
                            "by frequency), the control tokens and the tokens of the prompt and output so far "
-                           f"(default {DRAFT_VOCAB}; 0 = the whole vocabulary); the output does not change")
+                           f"(default {DRAFT_VOCAB}; 0 = the whole vocabulary); a DFlash draft likewise over the "
+                           "target's LM head, when given (default: the whole head); the output does not change")
     spec.add_argument("--specla", action="store_true",
                       help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
                            "commit); without it the tree is verified with dense per-node state checkpoints")
@@ -249,16 +250,18 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
     ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
     existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
     one a target may have, an autoregressive draft model (draft_max / draft_p_min / draft_vocab
-    apply to it only)."""
+    apply to it; draft_vocab also to a DFlash draft, whose default is the whole head: its benefit
+    is unmeasured on real DFlash weights)."""
     from .dflash_model import file_architecture
     from .gguf_model import ARCHS
     from .spec.drafters import DFlashDrafter, ModelDrafter, NgramDrafter, OracleDrafter
 
     is_file = os.path.exists(spec)
     is_model = is_file and file_architecture(spec) in ARCHS
+    is_dflash = is_file and not is_model and not spec.startswith("oracle")
     if not is_model:
         for flag, value in (("--draft-max", draft_max), ("--draft-p-min", draft_p_min),
-                            ("--draft-vocab", draft_vocab)):
+                            ("--draft-vocab", None if is_dflash else draft_vocab)):
             if value is not None:
                 raise UsageError(f"{flag} applies to a draft language model (--draft MODEL.gguf), not to --draft "
                                  f"{spec}")
@@ -278,7 +281,7 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
                                  vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
     from .draft import DFlashDraft
 
-    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx)
+    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx, vocab=draft_vocab)
 
 
 def _generate_speculative(model, prompt_ids, args, out=None):

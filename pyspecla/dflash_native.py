@@ -73,6 +73,7 @@ _SIGNATURES = {
     "specla_draft_context_create": (ctypes.c_int, [_p, ctypes.POINTER(ContextParams), ctypes.POINTER(_p)]),
     "specla_draft_context_free": (None, [_p]),
     "specla_draft_context_reset": (ctypes.c_int, [_p]),
+    "specla_draft_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
     "specla_draft_propose": (ctypes.c_int, [_p, _p, _i32, _i32, _i32, c_int32_p, c_float_p]),
 }
 

@@ -15,6 +15,7 @@ import numpy as np
 from . import _native, dflash_native
 from .dflash_model import DraftFile, check_against_target
 from .errors import UsageError
+from .model import logit_head_tensor
 
 
 class DraftContext:
@@ -33,15 +34,31 @@ class DraftContext:
         _native.check(dflash_native.lib.specla_draft_context_create(draft._handle, ctypes.byref(params),
                                                                     ctypes.byref(handle)))
         self._handle = handle
+        self.logit_tokens: np.ndarray | None = None  # token ids of a chosen head's rows (None: all)
+        self._logit_rows = None  # keeps a chosen head's bytes alive while the native side reads them
 
     def reset(self) -> None:
         _native.check(dflash_native.lib.specla_draft_context_reset(self._handle))
+
+    def set_logit_head(self, rows: np.ndarray | None, token_ids=None) -> None:
+        """Score the block over chosen rows of the target's LM head only (a reduced draft
+        vocabulary, spec/draft_vocab.py): rows as the target Model.lm_head_rows returns them,
+        token_ids the ids they score; propose then returns token ids among those, log-softmax
+        over them. rows = None: the whole head again."""
+        if rows is None:
+            _native.check(dflash_native.lib.specla_draft_context_set_logit_head(self._handle, None))
+            self.logit_tokens, self._logit_rows = None, None
+            return
+        tensor, ids = logit_head_tensor(self.draft.target_model, rows, token_ids)
+        _native.check(dflash_native.lib.specla_draft_context_set_logit_head(self._handle, ctypes.byref(tensor)))
+        self.logit_tokens, self._logit_rows = ids, rows
 
     def propose(self, target_ctx, root_token: int, n_depths: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """One draft block after target_ctx's committed tokens with `root_token` (the last committed
         token, not yet in target_ctx) at position target_ctx.n_past. Returns tokens int32
         (n_depths, top_k) and log-probs float32 (n_depths, top_k) of depths 1..n_depths, best first
-        (log-softmax over the full vocabulary; ties to the lower id). target_ctx is not changed."""
+        (log-softmax over the full vocabulary, or over a chosen head's rows; ties to the lower id,
+        or the earlier row). target_ctx is not changed."""
         handle = getattr(target_ctx, "_handle", None)
         if not handle:
             raise UsageError("propose needs an open pyspecla.model.Context of the target model")
@@ -57,6 +74,8 @@ class DraftContext:
         _native.check(dflash_native.lib.specla_draft_propose(
             self._handle, handle, int(root_token), n_depths, top_k, _native.int32_ptr(tokens),
             _native.float_ptr(logprobs)))
+        if self.logit_tokens is not None:  # head rows -> token ids (-1: no finite logit, stays)
+            tokens = np.where(tokens >= 0, self.logit_tokens[np.maximum(tokens, 0)], tokens).astype(np.int32)
         return tokens, logprobs
 
     # the free function is bound at definition time: __del__ may run at interpreter shutdown,

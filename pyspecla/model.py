@@ -13,6 +13,21 @@ from .errors import UsageError
 from .gguf_model import ModelFile
 
 
+def logit_head_tensor(model, rows: np.ndarray, token_ids) -> tuple:
+    """The native view of chosen LM head rows (see Context.set_logit_head) and their token ids as
+    int32; UsageError unless rows is a C-contiguous (n, row_bytes) uint8 array of model's head rows
+    with one id per row."""
+    head = model._lm_head
+    ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
+    if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
+            and rows.flags.c_contiguous and rows.shape[1] == model.lm_head_row_bytes):
+        raise UsageError("set_logit_head: rows must be a C-contiguous (n, row_bytes) uint8 array from "
+                         "Model.lm_head_rows")
+    if ids.ndim != 1 or len(ids) != rows.shape[0]:
+        raise UsageError(f"set_logit_head: {rows.shape[0]} rows but {ids.size} token ids")
+    return _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0]), ids
+
+
 class Context:
     """One sequence's native state (KV cache, conv windows, GDN states). Create with
     `Model.new_context()`. One native call per forward chunk of at most `max_batch` tokens."""
@@ -79,15 +94,7 @@ class Context:
             _native.check(_native.lib.specla_context_set_logit_head(self._handle, None))
             self.logit_tokens, self._logit_rows = None, None
             return
-        head = self.model._lm_head
-        ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
-        if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
-                and rows.flags.c_contiguous and rows.shape[1] == self.model.lm_head_row_bytes):
-            raise UsageError("set_logit_head: rows must be a C-contiguous (n, row_bytes) uint8 array from "
-                             "Model.lm_head_rows")
-        if ids.ndim != 1 or len(ids) != rows.shape[0]:
-            raise UsageError(f"set_logit_head: {rows.shape[0]} rows but {ids.size} token ids")
-        tensor = _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0])
+        tensor, ids = logit_head_tensor(self.model, rows, token_ids)
         _native.check(_native.lib.specla_context_set_logit_head(self._handle, ctypes.byref(tensor)))
         self.logit_tokens, self._logit_rows = ids, rows
 

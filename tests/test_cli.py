@@ -128,7 +128,8 @@ def draft_pair(tiny_model_path, tmp_path_factory):
 
 
 @pytest.mark.parametrize("extra", [[], ["--specla"], ["--no-ddtree", "--specla"], ["--specla", "--ddtree-budget", "5",
-                                                                                   "--ddtree-tau", "0"]])
+                                                                                   "--ddtree-tau", "0"],
+                                   ["--specla", "--draft-vocab", "64"]])  # a DFlash draft over part of the head
 def test_run_with_a_draft_equals_plain_run_and_writes_stats(draft_pair, tmp_path, extra):
     import json
 
@@ -166,6 +167,8 @@ def test_run_with_the_oracle_drafter(draft_pair):
         (["--draft", "oracle:q"], "oracle:p=P"),
         (["--draft", "{other_draft}"], "{other_draft}"),
         (["--draft", "{draft}", "--temp", "0.5"], "greedy only"),
+        (["--draft", "{draft}", "--draft-max", "3"], "--draft-max applies to a draft language model"),
+        (["--draft", "oracle:p=0.5", "--draft-vocab", "64"], "--draft-vocab applies to a draft language model"),
     ],
 )
 def test_speculative_bad_input_is_one_clear_line(draft_pair, tiny_model_path, tmp_path, args, needle):

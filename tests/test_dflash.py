@@ -473,3 +473,36 @@ def test_native_model_create_validates_against_the_target(target_path, draft_pat
 
     with pytest.raises(GGUFError, match="hidden size mismatch"):
         DFlashDraft.load(draft_path(), narrow)
+
+
+def test_propose_over_chosen_head_rows(target_path, draft_path):
+    """specla_draft_context_set_logit_head: the block scored over chosen rows of the target's LM
+    head ranks and normalises over those rows only, exactly as the reference restricted to them;
+    top_k is bounded by their number; None gives the whole head back."""
+    model, draft, reference = loaded(target_path(), draft_path())
+    rng = np.random.default_rng(3)
+    V = model.hparams.n_vocab
+    ctx = model.new_context(n_ctx=64, capture_layers=draft.target_layer_ids)
+    ctx.eval(rng.integers(0, V, 17))
+    root = int(rng.integers(V))
+    full = draft.new_context(n_ctx=64)
+    full_tokens, full_logprobs = full.propose(ctx, root, 6, 4)
+    block = reference.block_logits(ctx.read_features(0, ctx.n_past), root)
+    for n in (5, V // 3):
+        ids = np.sort(rng.permutation(V)[:n]).astype(np.int32)
+        dctx = draft.new_context(n_ctx=64)
+        dctx.set_logit_head(model.lm_head_rows(ids), ids)
+        tokens, logprobs = dctx.propose(ctx, root, 6, 4)
+        want_index, want_logprobs = topk(block[:, ids], 6, 4)
+        assert np.abs(logprobs - want_logprobs).max() <= 1e-4
+        close = np.abs(np.diff(want_logprobs, axis=1)) <= 1e-4
+        for r, c in zip(*np.nonzero(tokens != ids[want_index])):
+            assert (c > 0 and close[r, c - 1]) or (c < 3 and close[r, c]), (r, c)
+        assert np.isin(tokens, ids).all()
+        with pytest.raises(NativeError, match=f"top_k {n + 1} not in \\[1, rows of the chosen logit head = {n}\\]"):
+            dctx.propose(ctx, root, 6, n + 1)
+        dctx.set_logit_head(None)
+        again_tokens, again_logprobs = dctx.propose(ctx, root, 6, 4)
+        assert np.array_equal(again_tokens, full_tokens) and np.array_equal(again_logprobs, full_logprobs)
+    with pytest.raises(UsageError, match="3 rows but 2 token ids"):
+        full.set_logit_head(model.lm_head_rows([1, 2, 3]), [1, 2])

@@ -160,3 +160,33 @@ def test_dflash_draft_modes_are_lossless(model, dflash, mode, specla):
         stats, ctx = generate(model, prompt, N_TOKENS, config, drafter=drafter)
         assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
         assert ctx.pending == 0
+
+
+@pytest.mark.parametrize("mode,specla", [("chain", False), ("ddtree", True)], ids=lambda x: str(x))
+def test_dflash_draft_with_a_reduced_vocabulary_is_lossless(model, dflash, mode, specla):
+    """--draft-vocab for a DFlash draft: the block is scored over a subset of the target's head
+    (the first ids + control tokens + the generation's own tokens); the output stays AR's, and
+    every proposed token lies in the subset."""
+    from pyspecla.spec.drafters import DFlashDrafter
+    from pyspecla.tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
+
+    n_frequent = model.hparams.n_vocab // 8
+    for prompt in prompts(2, model.hparams.n_vocab, seed=12):
+        drafter = DFlashDrafter(dflash, n_ctx=len(prompt) + N_TOKENS + 64, vocab=n_frequent)
+        proposed = []
+        propose = drafter.propose
+
+        def recording(*args, **kwargs):
+            tokens, logprobs = propose(*args, **kwargs)
+            proposed.append(tokens.copy())
+            return tokens, logprobs
+
+        drafter.propose = recording
+        config = SpecConfig(mode=mode, specla=specla, max_depth=drafter.max_depth)
+        stats, _ = generate(model, prompt, N_TOKENS, config, drafter=drafter)
+        assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+        types = np.asarray(model.file.metadata["tokenizer.ggml.token_type"])
+        special = set(np.flatnonzero((types == TOKEN_TYPE_CONTROL) | (types == TOKEN_TYPE_USER_DEFINED)).tolist())
+        allowed = set(range(n_frequent)) | special | set(prompt) | set(stats.tokens)
+        seen = set(np.concatenate([t.ravel() for t in proposed]).tolist())
+        assert seen <= allowed and len(drafter.vocabulary) < model.hparams.n_vocab

@@ -404,8 +404,8 @@ def prefill_draft(drafter, prompt_ids) -> float | None:
     `history` to the prompt and propose one depth after its last token; a drafter that keeps the
     longest prefix its context shares with the next history (ModelDrafter) then evaluates just the
     new tokens at the first real step. Returns the ms, or None when the drafter has no history hook."""
-    if not hasattr(drafter, "history") or len(prompt_ids) == 0:
-        return None
+    if not hasattr(drafter, "history") or getattr(drafter, "capture_layers", None) or len(prompt_ids) == 0:
+        return None  # (a drafter reading the target's feature rows cannot run ahead of the target)
     t0 = time.perf_counter()
     drafter.history = [int(t) for t in prompt_ids]
     drafter.propose(None, int(prompt_ids[-1]), 1, 1)

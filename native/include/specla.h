@@ -35,7 +35,7 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 6
+#define SPECLA_ABI_VERSION 7
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -504,10 +504,20 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
 SPECLA_API void specla_draft_context_free(specla_draft_context *context);
 SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *context);
 
+/* Score the draft's block rows over chosen rows of the target's LM head instead of all of it, in
+ * this draft context only (as specla_context_set_logit_head does for a context: the DFlash draft
+ * reads the target's head, the largest matrix it multiplies, and its guesses are verified anyway).
+ * head is {n_embd of the target, n}, 1 <= n <= n_vocab, usually rows of the target's head; the
+ * caller keeps its bytes alive and maps the returned indices back to token ids. NULL: the
+ * target's whole head again. */
+SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_context *context, const specla_tensor *head);
+
 /* One draft block after the target context's committed tokens: takes in the feature rows the
  * target committed since the last call, runs [root_token, MASK x (block_size-1)] and returns, for
  * depths 1..n_depths (block rows 1..n_depths), the top_k tokens and their log-probabilities
- * (log-softmax over the full vocabulary), best first: tokens/logprobs [n_depths][top_k]. */
+ * (log-softmax over the full vocabulary), best first: tokens/logprobs [n_depths][top_k]. With a
+ * chosen head (specla_draft_context_set_logit_head) the tokens are indices into its rows, the
+ * log-softmax runs over those rows, and top_k may not exceed their number. */
 SPECLA_API specla_status specla_draft_propose(specla_draft_context *draft, const specla_context *target,
                                               int32_t root_token, int32_t n_depths, int32_t top_k, int32_t *tokens,
                                               float *logprobs);

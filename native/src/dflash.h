@@ -45,6 +45,7 @@ struct specla_draft_context {
     float *branch;      /* [B][E] */
     float *ffn_a, *ffn_b; /* [B][F] */
     float *logits;      /* [B - 1][V] */
+    specla_tensor logit_head; /* rows of the target's LM head the block is scored over (all by default) */
     int32_t *positions; /* [max(chunk, B)] rope positions */
     int32_t *attn_rows; /* [B] last visible cache row per block row, relative to the window start */
 };

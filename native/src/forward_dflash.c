@@ -20,6 +20,7 @@
 
 #include "dflash.h"
 #include "error.h"
+#include "tensor_types.h"
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static float *alloc_floats(int64_t n) { return (float *)calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
@@ -69,6 +70,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     dc->n_ctx = params->n_ctx;
     dc->n_rows = params->n_ctx + B;
     dc->chunk = params->max_batch > 0 ? params->max_batch : 64;
+    dc->logit_head = model->target->output;
     if (dc->chunk > params->n_ctx) dc->chunk = params->n_ctx;
 
     const int L = hp->n_layer, E = hp->n_embd, D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
@@ -113,6 +115,23 @@ SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *dc) {
     if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_reset: NULL context");
     dc->ingested = 0; /* cache rows beyond `ingested` are never read */
     dc->source = NULL;
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_context *dc, const specla_tensor *head) {
+    static const char op[] = "specla_draft_context_set_logit_head";
+    if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL context", op);
+    const specla_model *target = dc->model->target;
+    if (!head) {
+        dc->logit_head = target->output;
+        return SPECLA_OK;
+    }
+    if (head->ne1 < 1 || head->ne1 > target->hp.n_vocab)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %lld rows, must be in [1, n_vocab = %d]", op,
+                           (long long)head->ne1, target->hp.n_vocab);
+    specla_status st = tensor_check(head, "logit head", "rows", -1, target->hp.n_embd, head->ne1, 0);
+    if (st != SPECLA_OK) return st;
+    dc->logit_head = *head;
     return SPECLA_OK;
 }
 
@@ -306,9 +325,10 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     if (n_depths < 1 || n_depths > B - 1)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_propose: n_depths %d not in [1, block_size - 1 = %d]",
                            n_depths, B - 1);
-    if (top_k < 1 || top_k > V)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_propose: top_k %d not in [1, n_vocab = %d]",
-                           top_k, V);
+    const int n_scored = (int)dc->logit_head.ne1; /* V, or the rows of a chosen head */
+    if (top_k < 1 || top_k > n_scored)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_propose: top_k %d not in [1, %s = %d]", top_k,
+                           n_scored == V ? "n_vocab" : "rows of the chosen logit head", n_scored);
     const int n_past = target->n_past;
     if (n_past > dc->n_ctx)
         return specla_fail(SPECLA_ERR_STATE,
@@ -322,12 +342,13 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     ingest(dc, target);
     run_block(dc, n_past, root_token);
 
-    /* rows 1..n_depths: the draft's output_norm, then the target's LM head matrix (not the target's
-     * output_norm: the draft's final norm replaces it) */
+    /* rows 1..n_depths: the draft's output_norm, then the target's LM head matrix, or the rows of it
+     * this context scores (not the target's output_norm: the draft's final norm replaces it) */
     cpu_rms_norm(dc->hidden + E, (const float *)m->output_norm.data, n_depths, E, hp->rms_eps, dc->normed);
-    cpu_matmul(&dc->exec, &m->target->output, dc->normed, n_depths, dc->logits);
+    cpu_matmul(&dc->exec, &dc->logit_head, dc->normed, n_depths, dc->logits);
 #pragma omp parallel for num_threads(dc->exec.n_threads) schedule(static) if (n_depths > 1)
     for (int r = 0; r < n_depths; r++)
-        topk_row(dc->logits + (int64_t)r * V, V, top_k, tokens + (int64_t)r * top_k, logprobs + (int64_t)r * top_k);
+        topk_row(dc->logits + (int64_t)r * n_scored, n_scored, top_k, tokens + (int64_t)r * top_k,
+                 logprobs + (int64_t)r * top_k);
     return SPECLA_OK;
 }

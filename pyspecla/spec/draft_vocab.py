@@ -4,7 +4,8 @@ Why: a small draft's LM head is a large share of what a drafted token costs (Qwe
 the Q8_0 head is 145 MB of the 397 MB read per token), yet a draft only has to guess the target's
 next token, and the target verifies every guess: a token the draft cannot propose costs a shorter
 accepted run, never a wrong output. So the draft's context scores a subset of the head's rows
-(specla_context_set_logit_head):
+(specla_context_set_logit_head; a DFlash draft context, which scores the target's head,
+specla_draft_context_set_logit_head):
 - the first `n_frequent` ids: Qwen-family vocabularies are in BPE merge order, which roughly
   follows how often a token occurs (FR-Spec, Zhao et al. 2025, restricts the draft head to
   frequent tokens in the same way);
