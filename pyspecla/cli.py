@@ -55,7 +55,9 @@ def _float_in_range(flag, low: float, high: float | None = None):
 DRAFT_MAX = 4
 DRAFT_P_MIN = 0.75
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
-# tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost
+# tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost. A DFlash
+# draft too: it scores its whole block with the target's head (Qwen3.5-0.8B shape, 15 depths:
+# 115.7 ms with the 248k-row head, 23.7 ms with 32k rows, against a 40.7 ms target step; docs/perf.md)
 DRAFT_VOCAB = 32768
 # DDTree size; a draft language model speculates its top-1 chain unless a budget is given: every
 # extra verify row costs ~0.28 of a decode step on the CPU, and its 22-node trees lost to the chain
@@ -114,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a draft language model scores only the N lowest token ids (BPE merge order, roughly "
                            "by frequency), the control tokens and the tokens of the prompt and output so far "
                            f"(default {DRAFT_VOCAB}; 0 = the whole vocabulary); a DFlash draft likewise over the "
-                           "target's LM head, when given (default: the whole head); the output does not change")
+                           "target's LM head; the output does not change")
     spec.add_argument("--specla", action="store_true",
                       help="verify through the recurrent layers with SpecLA (HLD chains, factor banks, deferred "
                            "commit); without it the tree is verified with dense per-node state checkpoints")
@@ -250,8 +252,7 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
     ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
     existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
     one a target may have, an autoregressive draft model (draft_max / draft_p_min / draft_vocab
-    apply to it; draft_vocab also to a DFlash draft, whose default is the whole head: its benefit
-    is unmeasured on real DFlash weights)."""
+    apply to it; draft_vocab also to a DFlash draft)."""
     from .dflash_model import file_architecture
     from .gguf_model import ARCHS
     from .spec.drafters import DFlashDrafter, ModelDrafter, NgramDrafter, OracleDrafter
@@ -281,7 +282,8 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
                                  vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
     from .draft import DFlashDraft
 
-    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx, vocab=draft_vocab)
+    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx,
+                         vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
 
 
 def _generate_speculative(model, prompt_ids, args, out=None):

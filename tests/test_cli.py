@@ -197,3 +197,16 @@ def test_inspect_describes_a_draft(draft_pair):
     result = run_cli("inspect", draft)
     assert result.returncode == 0, result.stderr
     assert "DFlash draft:" in result.stdout and "dflash.fc.weight" in result.stdout
+
+
+def test_make_drafter_gives_a_dflash_draft_its_reduced_vocabulary(draft_pair):
+    from pyspecla import Model
+    from pyspecla.cli import DRAFT_VOCAB, make_drafter
+
+    target, draft = draft_pair
+    model = Model.load(target)
+    assert model.hparams.n_vocab <= DRAFT_VOCAB  # so the default keeps this tiny target's whole head
+    assert make_drafter(model, draft, [1, 2], 8, 64).vocabulary is None
+    drafter = make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=100)
+    assert drafter.vocabulary.n_frequent == 100 and drafter.history == []
+    assert make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=0).vocabulary is None

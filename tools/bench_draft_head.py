@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""What a draft's LM head and a recurrent draft's state copy cost at real model shapes (synthetic
+weights: timings do not depend on the values). Never run in CI.
+
+    python tools/bench_draft_head.py --target q08b.gguf --out rows.jsonl
+
+--target: a qwen35 GGUF; absent, the synthetic Qwen3.5-0.8B shape (preset 0.8b, Q4_K_M) is
+written there first (several minutes). A synthetic DFlash draft for it is written next to it.
+Rows (JSON lines: commit, device, model, mode, figures):
+  dflash-propose  one DFlash block (block_size - 1 depths, top-4) after a --context-token prompt,
+                  with the target's whole LM head and with a reduced vocabulary (DraftVocabulary,
+                  --draft-vocab rows), interleaved, median of --repeats
+  save-state      specla_context_save_state on the target context against one decode step of it
+                  (what a qwen35 model pays per step as an autoregressive draft), interleaved"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cpu import cpu_name, git_commit  # noqa: E402
+
+
+def _ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True, help="qwen35 GGUF (written with preset 0.8b when absent)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-vocab", type=int, default=32768)
+    ap.add_argument("--context-tokens", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=8)
+    ap.add_argument("--out", default=None, help="append JSON rows here")
+    args = ap.parse_args(argv)
+
+    from pyspecla import Model
+    from pyspecla.draft import DFlashDraft
+    from pyspecla.spec.draft_vocab import DraftVocabulary
+    from pyspecla.testmodels import write_test_draft, write_test_model
+
+    target_path = Path(args.target)
+    if not target_path.exists():
+        write_test_model(target_path, preset="0.8b", quant="q4_k_m", seed=0)
+    draft_path = target_path.with_name(target_path.stem + "-dflash-draft.gguf")
+    if not draft_path.exists():
+        write_test_draft(draft_path, target_path, seed=1, quant="q8_0")
+
+    model = Model.load(str(target_path), n_threads=args.threads)
+    draft = DFlashDraft.load(str(draft_path), model)
+    prompt = np.random.default_rng(0).integers(0, min(30000, model.hparams.n_vocab), args.context_tokens).tolist()
+    ctx = model.new_context(n_ctx=args.context_tokens + 4 * args.repeats + 64, capture_layers=draft.target_layer_ids)
+    ctx.eval(prompt)
+    whole = draft.new_context(n_ctx=ctx.n_ctx)
+    reduced = draft.new_context(n_ctx=ctx.n_ctx)
+    vocabulary = DraftVocabulary(model, reduced, args.draft_vocab)
+    vocabulary.follow(prompt)
+    n_depths = draft.hparams.block_size - 1
+    for dctx in (whole, reduced):  # ingest the prompt's feature rows once, outside the clock
+        dctx.propose(ctx, prompt[-1], n_depths, 4)
+    times: dict[str, list[float]] = {"whole": [], "reduced": [], "step": [], "save": []}
+    for _ in range(args.repeats):
+        times["whole"].append(_ms(lambda: whole.propose(ctx, prompt[-1], n_depths, 4)))
+        times["reduced"].append(_ms(lambda: reduced.propose(ctx, prompt[-1], n_depths, 4)))
+    token = prompt[-1]
+    for _ in range(args.repeats):
+        times["step"].append(_ms(lambda: ctx.eval_argmax([token])))
+        times["save"].append(_ms(ctx.save_state))
+
+    base = {"commit": git_commit(), "device": f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)",
+            "model": target_path.name, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
+            "repeats": args.repeats}
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rows = [
+        {**base, "mode": "dflash-propose", "n_depths": n_depths, "top_k": 4, "context_tokens": args.context_tokens,
+         "whole_head_ms": med["whole"], "reduced_head_ms": med["reduced"], "reduced_rows": len(vocabulary),
+         "ratio": med["whole"] / med["reduced"], "decode_step_ms": med["step"]},
+        {**base, "mode": "save-state", "save_state_ms": med["save"], "decode_step_ms": med["step"],
+         "fraction_of_step": med["save"] / med["step"]},
+    ]
+    for row in rows:
+        print(json.dumps(row))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
