@@ -91,3 +91,19 @@ class DraftVocabulary:
         self._member[fresh] = True
         self._n = need
         self._publish()
+
+
+def check_draft_vocab(vocab) -> None:
+    """--draft-vocab: None or 0 (the whole head), or how many frequent ids to score."""
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
+        raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
+
+
+def reduced_vocabulary(model, context, vocab) -> DraftVocabulary | None:
+    """The DraftVocabulary that makes `context` score `vocab` frequent ids of model's head (+ control
+    and the generation's tokens), or None where it keeps the whole head (vocab None, 0, or not
+    below the vocabulary size)."""
+    check_draft_vocab(vocab)
+    if not vocab or vocab >= model.hparams.n_vocab:
+        return None
+    return DraftVocabulary(model, context, vocab)

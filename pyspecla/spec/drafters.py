@@ -22,7 +22,7 @@ import re
 import numpy as np
 
 from ..errors import UsageError
-from .draft_vocab import DraftVocabulary
+from .draft_vocab import check_draft_vocab, reduced_vocabulary
 
 
 class OracleDrafter:
@@ -88,16 +88,13 @@ class DFlashDrafter:
     keeps `history`); log-probs are then over that set. None or 0: the whole head."""
 
     def __init__(self, draft, n_ctx: int = 4096, vocab: int | None = None):
-        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
-            raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
+        check_draft_vocab(vocab)
         self.draft = draft
         self.capture_layers = list(draft.target_layer_ids)
         self.max_depth = int(draft.hparams.block_size) - 1
         self.context = draft.new_context(n_ctx=n_ctx)
-        target = draft.target_model
-        reduced = bool(vocab) and vocab < target.hparams.n_vocab
-        self.vocabulary = DraftVocabulary(target, self.context, vocab) if reduced else None
-        if reduced:
+        self.vocabulary = reduced_vocabulary(draft.target_model, self.context, vocab)
+        if self.vocabulary is not None:
             self.history: list[int] = []  # set by the loop: prompt + emitted tokens
 
     def propose(self, target_ctx, root_token: int, n_depths: int, top_k: int):
@@ -347,8 +344,7 @@ class ModelDrafter:
             raise UsageError(f"--draft-max must be an integer in [1, 1024], got {max_depth!r}")
         if not 0.0 <= p_min <= 1.0:
             raise UsageError(f"--draft-p-min must be in [0, 1], got {p_min!r}")
-        if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0):
-            raise UsageError(f"--draft-vocab must be an integer >= 0, got {vocab!r}")
+        check_draft_vocab(vocab)
         if target is not None:
             check_same_vocabulary(target.file, draft.file)
         self.draft = draft
@@ -357,8 +353,7 @@ class ModelDrafter:
         self.context = draft.new_context(n_ctx=n_ctx)
         # vocab: score only that many frequent ids + control tokens + the generation's own tokens
         # (draft_vocab.py); None, 0 or the whole vocabulary: the whole LM head
-        reduced = bool(vocab) and vocab < draft.hparams.n_vocab
-        self.vocabulary = DraftVocabulary(draft, self.context, vocab) if reduced else None
+        self.vocabulary = reduced_vocabulary(draft, self.context, vocab)
         self.history: list[int] = []  # set by the loop: prompt + emitted tokens, the root last
         self._evaluated: list[int] = []  # tokens in the draft context, position by position
         self._synced: list[int] | None = None  # the history list of the last sync
