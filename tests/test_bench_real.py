@@ -3,7 +3,8 @@ from tiny archives of the real packages' layouts (final newlines kept), prompt s
 and summary arithmetic on hand-made rows, the markdown writer, the llama.cpp speculative loop on a
 fake Llama (it must emit exactly the fake's greedy tokens whatever the drafts), the pyspecla part
 end to end on a tiny synthetic qwen2 model, llama.cpp's speculative program driven through a fake
-executable, and tools/top1_agreement.py's agreement arithmetic."""
+executable, tools/top1_agreement.py's agreement arithmetic, and tools/bench_draft_head.py end to
+end on a tiny qwen35 target."""
 
 from __future__ import annotations
 
@@ -573,3 +574,23 @@ def test_agreement_rows_with_margins_and_the_llama_consensus():
     consensus = rows[("pyspecla", "llama.cpp consensus (llama.cpp#0, llama.cpp#1)")]
     assert consensus["positions"] == 4 and consensus["all_positions"] == 6
     assert consensus["mismatches"] == 1 and consensus["top1_agreement"] == 0.75  # position 3
+
+
+def test_draft_head_benchmark_writes_its_rows(tmp_path):
+    """tools/bench_draft_head.py end to end on a tiny qwen35 target (its DFlash draft written next
+    to it): one dflash-propose and one save-state row with positive timings."""
+    import bench_draft_head
+    from pyspecla.testmodels import write_test_model
+
+    target = tmp_path / "tiny.gguf"
+    write_test_model(target, preset="tiny", quant="f32", seed=0)
+    out = tmp_path / "rows.jsonl"
+    assert bench_draft_head.main(["--target", str(target), "--threads", "1", "--draft-vocab", "100",
+                                  "--context-tokens", "12", "--repeats", "2", "--out", str(out)]) == 0
+    assert (tmp_path / "tiny-dflash-draft.gguf").exists()
+    rows = {r["mode"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"dflash-propose", "save-state"}
+    propose = rows["dflash-propose"]
+    assert propose["reduced_rows"] >= 100 and propose["n_vocab"] == 1024 and propose["n_depths"] == 15
+    assert propose["whole_head_ms"] > 0 and propose["reduced_head_ms"] > 0 and propose["decode_step_ms"] > 0
+    assert rows["save-state"]["save_state_ms"] > 0

@@ -34,6 +34,15 @@ def git_commit() -> str:
         return "unknown"
 
 
+def emit_rows(rows: list[dict], out: str | None) -> None:
+    """Print JSON rows, one per line, and append them to `out` when given."""
+    for row in rows:
+        print(json.dumps(row))
+    if out:
+        with open(out, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

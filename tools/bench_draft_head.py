@@ -16,7 +16,6 @@ Rows (JSON lines: commit, device, model, mode, figures):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu import cpu_name, git_commit  # noqa: E402
+from bench_cpu import cpu_name, emit_rows, git_commit  # noqa: E402
 
 
 def _ms(fn) -> float:
@@ -91,11 +90,7 @@ def main(argv=None) -> int:
         {**base, "mode": "save-state", "save_state_ms": med["save"], "decode_step_ms": med["step"],
          "fraction_of_step": med["save"] / med["step"]},
     ]
-    for row in rows:
-        print(json.dumps(row))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+    emit_rows(rows, args.out)
     return 0
 
 

@@ -30,6 +30,8 @@ TOOLS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS.parent))
 sys.path.insert(0, str(TOOLS))
 
+from bench_cpu import emit_rows  # noqa: E402
+
 
 def real_texts() -> list[str]:
     import prompts_real
@@ -139,11 +141,7 @@ def main(argv=None) -> int:
     for index, site in enumerate([None] + args.llama_site):
         runs[f"llama.cpp#{index}"] = llama_top1(site, args.model, args.threads, token_lists)
     rows = agreement_rows(Path(args.model).name, runs)
-    for row in rows:
-        print(json.dumps(row))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+    emit_rows(rows, args.out)
     return 0
 
 
