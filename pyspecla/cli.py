@@ -57,7 +57,8 @@ DRAFT_P_MIN = 0.75
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
 # tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost. A DFlash
 # draft too: it scores its whole block with the target's head (Qwen3.5-0.8B shape, 15 depths:
-# 115.7 ms with the 248k-row head, 23.7 ms with 32k rows, against a 40.7 ms target step; docs/perf.md)
+# 147.9 ms with the 248k-row head, 27.6 ms with 32k rows, against a 55.1 ms target step;
+# docs/bench-draft-head-ebe4b73.jsonl)
 DRAFT_VOCAB = 32768
 # DDTree size; a draft language model speculates its top-1 chain unless a budget is given: every
 # extra verify row costs ~0.28 of a decode step on the CPU, and its 22-node trees lost to the chain

@@ -15,7 +15,7 @@ import numpy as np
 from . import _native, dflash_native
 from .dflash_model import DraftFile, check_against_target
 from .errors import UsageError
-from .model import logit_head_tensor
+from .model import apply_logit_head
 
 
 class DraftContext:
@@ -45,13 +45,9 @@ class DraftContext:
         vocabulary, spec/draft_vocab.py): rows as the target Model.lm_head_rows returns them,
         token_ids the ids they score; propose then returns token ids among those, log-softmax
         over them. rows = None: the whole head again."""
-        if rows is None:
-            _native.check(dflash_native.lib.specla_draft_context_set_logit_head(self._handle, None))
-            self.logit_tokens, self._logit_rows = None, None
-            return
-        tensor, ids = logit_head_tensor(self.draft.target_model, rows, token_ids)
-        _native.check(dflash_native.lib.specla_draft_context_set_logit_head(self._handle, ctypes.byref(tensor)))
-        self.logit_tokens, self._logit_rows = ids, rows
+        native_set = dflash_native.lib.specla_draft_context_set_logit_head
+        self.logit_tokens, self._logit_rows = apply_logit_head(native_set, self._handle, self.draft.target_model,
+                                                               rows, token_ids)
 
     def propose(self, target_ctx, root_token: int, n_depths: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """One draft block after target_ctx's committed tokens with `root_token` (the last committed

@@ -13,10 +13,15 @@ from .errors import UsageError
 from .gguf_model import ModelFile
 
 
-def logit_head_tensor(model, rows: np.ndarray, token_ids) -> tuple:
-    """The native view of chosen LM head rows (see Context.set_logit_head) and their token ids as
-    int32; UsageError unless rows is a C-contiguous (n, row_bytes) uint8 array of model's head rows
-    with one id per row."""
+def apply_logit_head(native_set, handle, model, rows: np.ndarray | None, token_ids=None):
+    """Hand chosen rows of model's LM head to a context's native set_logit_head call (`native_set`:
+    specla_context_set_logit_head or specla_draft_context_set_logit_head) and return what the
+    context must keep: (token ids of the rows as int32, the rows themselves, whose bytes the native
+    side reads), or (None, None) for rows = None, the whole head. UsageError unless rows is a
+    C-contiguous (n, row_bytes) uint8 array of model's head rows with one id per row."""
+    if rows is None:
+        _native.check(native_set(handle, None))
+        return None, None
     head = model._lm_head
     ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
     if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
@@ -25,7 +30,9 @@ def logit_head_tensor(model, rows: np.ndarray, token_ids) -> tuple:
                          "Model.lm_head_rows")
     if ids.ndim != 1 or len(ids) != rows.shape[0]:
         raise UsageError(f"set_logit_head: {rows.shape[0]} rows but {ids.size} token ids")
-    return _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0]), ids
+    tensor = _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0])
+    _native.check(native_set(handle, ctypes.byref(tensor)))
+    return ids, rows
 
 
 class Context:
@@ -90,13 +97,8 @@ class Context:
         Model.lm_head_rows returns (a leading slice of such an array is fine); token_ids: the n
         ids they score. Afterwards eval's logits have n entries in that order, and eval_argmax,
         verify_tree and stream give token ids. rows = None: the whole head again."""
-        if rows is None:
-            _native.check(_native.lib.specla_context_set_logit_head(self._handle, None))
-            self.logit_tokens, self._logit_rows = None, None
-            return
-        tensor, ids = logit_head_tensor(self.model, rows, token_ids)
-        _native.check(_native.lib.specla_context_set_logit_head(self._handle, ctypes.byref(tensor)))
-        self.logit_tokens, self._logit_rows = ids, rows
+        self.logit_tokens, self._logit_rows = apply_logit_head(_native.lib.specla_context_set_logit_head,
+                                                               self._handle, self.model, rows, token_ids)
 
     def token_of(self, index: int) -> int:
         """The token id of logit entry `index`."""

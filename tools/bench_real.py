@@ -92,7 +92,9 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -119,8 +121,6 @@ DRAFT_P_TOP_K = 10  # llama.cpp's draft sampler: top-k 10, so its p is a softmax
 
 def git_dirty() -> bool | None:
     """Whether tracked files differ from the commit (the rows' `commit` then does not name the code)."""
-    import subprocess
-
     try:
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                 text=True, cwd=Path(__file__).parent)
@@ -626,9 +626,9 @@ def llama_binary_command(binary, model_path, draft_path, prompt: str, n_predict:
 def parse_llama_binary_run(stdout: bytes, stderr: str, prompt_bytes: bytes) -> dict:
     """Figures and generated text of one llama-speculative-simple run. stdout is two newlines, the
     prompt's pieces, the generated pieces up to (not including) an end-of-generation token, then
-    two newlines after the loop and two more at exit; stderr ends with its counters. Every step commits its accepted drafts + one target token, so
-    steps = decoded tokens − accepted drafts. ValueError when a figure or the prompt echo is missing."""
-    import re
+    two newlines after the loop and two more at exit; stderr ends with its counters. Every step
+    commits its accepted drafts + one target token, so steps = decoded tokens − accepted drafts.
+    ValueError when a figure or the prompt echo is missing."""
 
     found = {}
     for key, pattern in _BINARY_FIGURES.items():
@@ -659,8 +659,6 @@ def text_agrees(generated: bytes, reference: bytes, reference_hit_eos: bool) -> 
 
 
 def run_llama_binary(command: list[str], prompt_bytes: bytes) -> dict:
-    import subprocess
-
     done = subprocess.run(command, capture_output=True, timeout=1800)
     stderr = done.stderr.decode("utf-8", "replace")
     if done.returncode != 0:
@@ -746,7 +744,9 @@ def bench_llama_binary_prompt(prompt: Prompt, prompt_ids, tokenizer, binary_comm
                    "mode": "llama-spec", "draft": draft_name, "n_max": n_max, "p_min": p_min, "eos": "stop",
                    "prompt": prompt.id, "prompt_kind": prompt.kind, "n_prompt_tokens": len(prompt_ids),
                    "llama_tokens_match": n_prompt_llama == len(prompt_ids), **result,
-                   "hit_eos": result["n_generated"] <= max_tokens,
+                   # it stops past --tokens or at EOS, counting whole steps: at most --tokens means EOS;
+                   # more leaves it open (EOS may have come in the last step)
+                   "hit_eos": True if result["n_generated"] <= max_tokens else None,
                    "exact": None if llama_ar is None else text_agrees(text, *_reference_text(tokenizer, llama_ar, eos_ids)),
                    "exact_vs_pyspecla_ar": text_agrees(text, *_reference_text(tokenizer, py_ar, eos_ids)),
                    "text": text.decode("utf-8", "replace")}

@@ -184,11 +184,7 @@ SPECLA_API specla_status specla_context_set_logit_head(specla_context *ctx, cons
         return SPECLA_OK;
     }
     const specla_hparams *hp = &ctx->model->hp;
-    if (head->ne1 < 1 || head->ne1 > hp->n_vocab)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                           "specla_context_set_logit_head: %lld rows, must be in [1, n_vocab = %d]",
-                           (long long)head->ne1, hp->n_vocab);
-    specla_status st = tensor_check(head, "logit head", "rows", -1, hp->n_embd, head->ne1, 0);
+    specla_status st = logit_head_check(head, hp->n_embd, hp->n_vocab, "specla_context_set_logit_head");
     if (st != SPECLA_OK) return st;
     ctx->logit_head = *head;
     return SPECLA_OK;

@@ -119,17 +119,14 @@ SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *dc) {
 }
 
 SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_context *dc, const specla_tensor *head) {
-    static const char op[] = "specla_draft_context_set_logit_head";
-    if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL context", op);
+    if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_set_logit_head: NULL context");
     const specla_model *target = dc->model->target;
     if (!head) {
         dc->logit_head = target->output;
         return SPECLA_OK;
     }
-    if (head->ne1 < 1 || head->ne1 > target->hp.n_vocab)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %lld rows, must be in [1, n_vocab = %d]", op,
-                           (long long)head->ne1, target->hp.n_vocab);
-    specla_status st = tensor_check(head, "logit head", "rows", -1, target->hp.n_embd, head->ne1, 0);
+    specla_status st =
+        logit_head_check(head, target->hp.n_embd, target->hp.n_vocab, "specla_draft_context_set_logit_head");
     if (st != SPECLA_OK) return st;
     dc->logit_head = *head;
     return SPECLA_OK;

@@ -146,3 +146,10 @@ specla_status tensor_check(const specla_tensor *t, const char *kind, const char 
                            (long long)(row * t->ne1));
     return SPECLA_OK;
 }
+
+specla_status logit_head_check(const specla_tensor *head, int32_t n_embd, int32_t n_vocab, const char *op) {
+    if (head->ne1 < 1 || head->ne1 > n_vocab)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %lld rows, must be in [1, n_vocab = %d]", op,
+                           (long long)head->ne1, n_vocab);
+    return tensor_check(head, "logit head", "rows", -1, n_embd, head->ne1, 0);
+}

@@ -107,6 +107,9 @@ int64_t type_row_bytes(int32_t type, int64_t n);
  * named "<kind> blk.<layer>.<what>" (layer < 0: "<kind> <what>") in the message. */
 specla_status tensor_check(const specla_tensor *t, const char *kind, const char *what, int layer, int64_t ne0,
                            int64_t ne1, int must_be_f32);
+/* A chosen LM head handed to a set_logit_head call ({n_embd, n} rows, 1 <= n <= n_vocab); op names
+ * the call in the message. */
+specla_status logit_head_check(const specla_tensor *head, int32_t n_embd, int32_t n_vocab, const char *op);
 
 float half_to_float(specla_half h);
 specla_half float_to_half(float f);
