@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 
 int act_kind_for_weight(int32_t weight_type) {
     switch (weight_type) {

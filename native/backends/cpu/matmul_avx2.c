@@ -33,7 +33,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 #include "weight_unpack_avx2.h"
 
 #define MATMUL_CHUNK 256

@@ -26,7 +26,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 #include "weight_unpack_avx2.h"
 
 /* Output rows multiplied together: their accumulators are independent chains a decode step can

@@ -38,7 +38,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 
 #define MATMUL_CHUNK 256
 

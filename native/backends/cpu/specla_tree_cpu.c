@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "hld_schedule.h"
+#include "hld_layout.h"
 #include "recurrent_step.h"
 
 #define NODE_HEAD(arr, node, heads, h, S) ((arr) + (((int64_t)(node) * (heads) + (h)) * (S)))
