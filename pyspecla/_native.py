@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -121,6 +121,8 @@ class ContextParams(ctypes.Structure):
         ("commit_method", ctypes.c_int32),
         ("n_capture_layers", ctypes.c_int32),
         ("capture_layers", c_int32_p),
+        ("backend", ctypes.c_int32),
+        ("device", ctypes.c_int32),
     ]
 
 
@@ -147,7 +149,12 @@ class Batch(ctypes.Structure):
 
 
 class OpOptions(ctypes.Structure):
-    _fields_ = [("n_threads", ctypes.c_int32), ("cpu_kernels", ctypes.c_int32)]
+    _fields_ = [
+        ("n_threads", ctypes.c_int32),
+        ("cpu_kernels", ctypes.c_int32),
+        ("backend", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+    ]
 
 
 HLD_MAGIC = 0x534C4844

@@ -1,33 +1,54 @@
 /* The single-op entry points of the C ABI (specla.h, "Single ops"). Each one validates every argument
  * at the boundary — a bad one becomes a status code plus a message naming the op and the values —
- * resolves the kernel options against this CPU, then calls the CPU kernel with plain, checked
- * arguments. */
+ * opens the backend the options name, sized for this call, and runs the backend's op on the checked
+ * arguments. Single ops take host pointers, so they run on backends whose memory is host memory. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "activation_q8.h"
-#include "cpu_ops.h"
+#include "activation_blocks.h"
+#include "backend_registry.h"
 #include "error.h"
 #include "tensor_types.h"
 
 #define FAIL_INVALID(...) specla_fail(SPECLA_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* NULL options mean defaults: all cores, AUTO kernels. */
-static specla_status resolve_options(const char *op, const specla_op_options *opt, cpu_exec *ex) {
-    const int n_threads = opt ? opt->n_threads : 0;
-    const int kernels = opt ? opt->cpu_kernels : SPECLA_CPU_AUTO;
-    const specla_status status = cpu_exec_resolve(n_threads, kernels, ex);
+/* The backend of a single-op call (NULL options: AUTO, all cores, AUTO kernels), ready for `limits`;
+ * the caller destroys it. Messages are prefixed with the op's name. */
+static specla_status open_backend(const char *op, const specla_op_options *opt, backend_limits limits, backend **be) {
+    specla_status status = backend_open(opt ? opt->backend : SPECLA_BACKEND_AUTO, opt ? opt->device : 0,
+                                        opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, &limits,
+                                        be);
+    if (status == SPECLA_OK && !(*be)->ops->host_memory) {
+        (*be)->ops->destroy(*be);
+        *be = NULL;
+        status = specla_fail(SPECLA_ERR_UNSUPPORTED, "single ops take host pointers; this backend's memory is not");
+    }
     if (status != SPECLA_OK) {
-        /* prefix the op name to the resolver's message */
         char message[512];
         snprintf(message, sizeof message, "%s", specla_last_error());
         return specla_fail(status, "%s: %s", op, message);
     }
     return SPECLA_OK;
 }
+
+static backend_limits rows_limits(int rows, int width, int kv_rows) {
+    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0};
+    return limits;
+}
+
+/* Run one backend op: open, call, close. */
+#define RUN_ON_BACKEND(op, opt, limits, call)                                                           \
+    do {                                                                                                \
+        backend *be_;                                                                                   \
+        const specla_status st_ = open_backend(op, opt, limits, &be_);                                  \
+        if (st_ != SPECLA_OK) return st_;                                                               \
+        be_->ops->call;                                                                                 \
+        be_->ops->destroy(be_);                                                                         \
+        return SPECLA_OK;                                                                               \
+    } while (0)
 
 #define CHECK_NOT_NULL(op, ptr)                                                                         \
     do {                                                                                                \
@@ -64,13 +85,7 @@ SPECLA_API specla_status specla_op_dequantize(const specla_op_options *opt, int3
     if (n_elements % block != 0)
         return FAIL_INVALID("%s: n_elements = %lld is not a multiple of the %s block (%d)", op,
                             (long long)n_elements, type_name(type), block);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    if (cpu_uses_avx2(&ex))
-        cpu_dequantize_row_avx2(type, src, n_elements, dst);
-    else
-        cpu_dequantize_row_scalar(type, src, n_elements, dst);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(1, 1, 1), dequantize(be_, type, src, n_elements, dst));
 }
 
 SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const specla_tensor *w, const float *x,
@@ -93,10 +108,7 @@ SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const sp
     if (w->nbytes != expected)
         return FAIL_INVALID("%s: w->nbytes = %lld but a %s tensor of %d x %d needs %lld bytes", op,
                             (long long)w->nbytes, type_name(w->type), w->ne1, w->ne0, (long long)expected);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_matmul(&ex, w, x, n_batch, y);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(n_batch, w->ne0, 1), matmul(be_, w, x, n_batch, y));
 }
 
 SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options *opt, int32_t weight_type,
@@ -115,17 +127,7 @@ SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options 
     CHECK_POSITIVE(op, n);
     const int block = kind == ACT_Q8_K ? 256 : 32;
     if (n % block != 0) return FAIL_INVALID("%s: n = %d is not a multiple of %d", op, n, block);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    void *acts = cpu_quantize_activations(kind, x, n, n_rows);
-    if (!acts) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", op);
-    for (int64_t k = 0; k < (int64_t)n_rows * (n / block); k++) {
-        const int8_t *qs = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].qs : ((const act_q8_0 *)acts)[k].qs;
-        scales[k] = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].d : ((const act_q8_0 *)acts)[k].d;
-        memcpy(codes + k * block, qs, (size_t)block);
-    }
-    free(acts);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(n_rows, n, 1), quantize_activations(be_, weight_type, x, n_rows, n, codes, scales));
 }
 
 SPECLA_API specla_status specla_op_rms_norm(const specla_op_options *opt, const float *x, const float *weight,
@@ -137,10 +139,7 @@ SPECLA_API specla_status specla_op_rms_norm(const specla_op_options *opt, const 
     CHECK_POSITIVE(op, n);
     specla_status status = check_eps(op, eps);
     if (status != SPECLA_OK) return status;
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_rms_norm(x, weight, n_rows, n, eps, y);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(1, 1, 1), rms_norm(be_, x, weight, n_rows, n, eps, y));
 }
 
 SPECLA_API specla_status specla_op_l2_norm(const specla_op_options *opt, const float *x, int32_t n_rows, int32_t n,
@@ -152,10 +151,7 @@ SPECLA_API specla_status specla_op_l2_norm(const specla_op_options *opt, const f
     CHECK_POSITIVE(op, n);
     specla_status status = check_eps(op, eps);
     if (status != SPECLA_OK) return status;
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_l2_norm(x, n_rows, n, eps, y);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(1, 1, 1), l2_norm(be_, x, n_rows, n, eps, y));
 }
 
 SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, const float *x, const float *weight,
@@ -169,11 +165,7 @@ SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, con
     CHECK_POSITIVE(op, K);
     if (K > 1 && conv_state == NULL) return FAIL_INVALID("%s: conv_state is NULL but K = %d needs %d rows", op, K, K - 1);
     if (K > 64) return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: conv kernel K = %d > 64", op, K);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_causal_conv(&ex, x, weight, T, C, K, conv_state, y);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(T, 1, 1), causal_conv(be_, x, weight, T, C, K, conv_state, y));
 }
 
 SPECLA_API specla_status specla_op_gated_delta_rule(const specla_op_options *opt, const float *q, const float *k,
@@ -192,11 +184,7 @@ SPECLA_API specla_status specla_op_gated_delta_rule(const specla_op_options *opt
     CHECK_POSITIVE(op, Hv);
     CHECK_POSITIVE(op, S);
     if (Hv % Hk != 0) return FAIL_INVALID("%s: Hv = %d is not a multiple of Hk = %d", op, Hv, Hk);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_gated_delta_rule(&ex, q, k, v, g, beta, T, Hk, Hv, S, state, out);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(T, 1, 1), gated_delta_rule(be_, q, k, v, g, beta, T, Hk, Hv, S, state, out));
 }
 
 SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float *x, const int32_t *positions,
@@ -215,11 +203,7 @@ SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float
         return FAIL_INVALID("%s: freq_base = %g must be finite and > 0", op, (double)freq_base);
     for (int32_t t = 0; t < T; t++)
         if (positions[t] < 0) return FAIL_INVALID("%s: positions[%d] = %d is negative", op, t, positions[t]);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_rope_neox(x, positions, T, n_heads, head_dim, n_rot, freq_base);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(T, 1, 1), rope_neox(be_, x, positions, T, n_heads, head_dim, n_rot, freq_base));
 }
 
 SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const float *q, const float *k_cache,
@@ -240,9 +224,5 @@ SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const
     for (int32_t t = 0; t < T; t++)
         if (positions[t] < 0 || positions[t] >= n_kv)
             return FAIL_INVALID("%s: positions[%d] = %d is outside the cache rows [0, %d)", op, t, positions[t], n_kv);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_attention(&ex, q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out);
-    return SPECLA_OK;
+    RUN_ON_BACKEND(op, opt, rows_limits(T, 1, n_kv), attention(be_, q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out));
 }

@@ -7,6 +7,12 @@
 #include "hld_layout.h"
 #include "specla.h"
 
+/* specla_hld_build with the caller's scratch of HLD_SCRATCH_INTS_PER_NODE * n_nodes ints, so a
+ * context's verify allocates nothing. */
+#define HLD_SCRATCH_INTS_PER_NODE 8
+specla_status hld_build_into(const int32_t *parents, int32_t n_nodes, int32_t capacity, int32_t *schedule,
+                             int32_t schedule_ints, int32_t *scratch);
+
 /* Validates a schedule handed in through the ABI in full (header, every index, the chain / wave /
  * boundary structure against the parent array), so kernels may trust it. O(n), no allocation.
  * `what` names the caller in the message. */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "qwen35.h"
+#include "context.h"
 #include "tensor_types.h"
 
 /* One weight view against its expected shape (tensor_check in tensor_types.c); messages name the

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cpu_ops.h"
 #include "hld_layout.h"
 #include "recurrent_step.h"
@@ -41,7 +43,7 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
     {
         /* per thread: the live state of the chain being walked ("registers") and the boundary
          * slots, the only states ever materialised */
-        float *live = (float *)malloc(sizeof(float) * (size_t)head_size * (size_t)(1 + n_boundaries));
+        float *live = cpu_thread_floats(ex, omp_get_thread_num()); /* room for 1 + max_nodes heads */
         float *boundaries = live + head_size;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
@@ -66,8 +68,8 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
                 }
             }
         }
-        free(live);
     }
+    (void)n_boundaries;
 }
 
 void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
@@ -78,13 +80,13 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
     const int N = hld_n_nodes(schedule);
     const int32_t *parents = hld_parents(schedule);
     const int64_t head_size = (int64_t)S * S;
-    /* leaves = nodes nobody names as parent */
-    char *is_parent = (char *)calloc((size_t)N, 1);
-    for (int t = 1; t < N; t++) is_parent[parents[t]] = 1;
 #pragma omp parallel num_threads(ex->n_threads)
     {
-        float *live = (float *)malloc(sizeof(float) * (size_t)head_size);
-        int *local_path = (int *)malloc(sizeof(int) * (size_t)N);
+        float *live = cpu_thread_floats(ex, omp_get_thread_num());
+        int32_t *local_path = cpu_thread_ints(ex, omp_get_thread_num());
+        int32_t *is_parent = local_path + N; /* leaves = nodes nobody names as parent */
+        for (int t = 0; t < N; t++) is_parent[t] = 0;
+        for (int t = 1; t < N; t++) is_parent[parents[t]] = 1;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
             for (int leaf = 0; leaf < N; leaf++) {
@@ -96,10 +98,7 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
                     tree_node_step(&kern, live, local_path[i], h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
             }
         }
-        free(local_path);
-        free(live);
     }
-    free(is_parent);
 }
 
 void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
