@@ -32,6 +32,9 @@ typedef struct backend_limits {
     int32_t max_nodes;     /* largest tree (0: no tree ops) */
     int32_t gdn_head_size; /* S * S of one recurrent head (0: no recurrent layers) */
     int32_t conv_window;   /* (K - 1) * C of one recurrent layer */
+    int32_t gdn_heads;     /* Hv, value heads of a recurrent layer (0: none) */
+    int32_t attn_heads;    /* query heads of an attention op (0: none) */
+    int32_t attn_head_dim; /* their head dim */
 } backend_limits;
 
 /* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
@@ -39,6 +42,10 @@ typedef struct gdn_pending {
     const float *k, *delta, *g;
     int n;
 } gdn_pending;
+
+/* What an uploaded weight is read by: a matmul (a backend may lay it out for its kernels) or
+ * anything else (the bytes as stored: vectors, conv weights, embedding rows). */
+enum weight_use { WEIGHT_PLAIN = 0, WEIGHT_MATMUL = 1 };
 
 typedef struct backend_ops {
     const char *name;
@@ -53,6 +60,13 @@ typedef struct backend_ops {
     void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
+
+    /* --- weights (backends whose memory is not host memory; a host backend reads the views) ---- */
+    /* bytes a host weight takes in backend memory once uploaded for `use` (weight_use); 0 when this
+     * backend cannot hold it */
+    size_t (*weight_bytes)(const backend *be, const specla_tensor *host, int use);
+    /* copy a host weight into dst (weight_bytes of backend memory), laid out for `use` */
+    specla_status (*upload_weight)(const backend *be, const specla_tensor *host, void *dst, int use);
 
     /* --- the matmul family ------------------------------------------------------------------- */
     /* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T (each row batch-invariant) */

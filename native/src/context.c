@@ -88,21 +88,10 @@ static backend_limits context_limits(const specla_model *m, const specla_context
     limits.max_nodes = p->max_tree_nodes;
     limits.gdn_head_size = m->n_recurrent_layers > 0 ? S * S : 0;
     limits.conv_window = m->n_recurrent_layers > 0 ? (hp->ssm_conv_kernel - 1) * m->conv_channels : 0;
+    limits.gdn_heads = m->n_recurrent_layers > 0 ? Hv : 0;
+    limits.attn_heads = hp->n_head;
+    limits.attn_head_dim = hp->head_dim;
     return limits;
-}
-
-/* The weights as this backend reads them: the host views when its memory is host memory. */
-static specla_status bind_weights(specla_context *ctx) {
-    const specla_model *m = ctx->model;
-    if (!ctx->be->ops->host_memory)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "context: backend %s cannot hold this model's weights yet",
-                           ctx->be->ops->name);
-    ctx->weights.token_embd = m->token_embd;
-    ctx->weights.output_norm = m->output_norm;
-    ctx->weights.output = m->output;
-    ctx->weights.layers = m->layers;
-    ctx->weights.device_memory = NULL;
-    return SPECLA_OK;
 }
 
 SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
@@ -141,7 +130,7 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
     ctx->be = be;
     ctx->saved_n_past = -1;
-    if ((st = bind_weights(ctx)) != SPECLA_OK) {
+    if ((st = model_weights_for(model, be, &ctx->weights)) != SPECLA_OK) {
         specla_context_free(ctx);
         return st;
     }

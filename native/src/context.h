@@ -6,6 +6,22 @@
 #include "backend.h"
 #include "specla.h"
 
+/* Weights as a context's backend sees them: the host views on the CPU (backend memory is host
+ * memory), an upload on a GPU (weights.c). */
+typedef struct weight_set {
+    specla_tensor token_embd, output_norm, output;
+    const specla_layer_weights *layers; /* [n_layer] */
+    void *device_memory;                /* the upload (NULL on a host-memory backend) */
+} weight_set;
+
+/* One upload of a model's weights to a device, with the backend instance that owns the memory. */
+typedef struct model_upload {
+    backend *be;
+    specla_layer_weights *layers;
+    weight_set set;
+} model_upload;
+#define MODEL_MAX_UPLOADS 8
+
 struct specla_model {
     specla_hparams hp;           /* hp.layer_is_recurrent points at layer_is_recurrent below */
     uint8_t *layer_is_recurrent; /* [n_layer] */
@@ -14,7 +30,13 @@ struct specla_model {
     int conv_channels;           /* C = 2*Hk*S + Hv*S (0 without recurrent layers) */
     int n_attention_layers, n_recurrent_layers;
     int *state_slot;             /* [n_layer]: index among layers of the same kind */
+    model_upload uploads[MODEL_MAX_UPLOADS]; /* device copies made by contexts (weights.c) */
 };
+
+/* The weights `be` reads: the host views, or this model's upload to be's device (made now if it is
+ * the first context there). */
+specla_status model_weights_for(const specla_model *model, const backend *be, weight_set *out);
+void model_release_device_weights(specla_model *model);
 
 /* How an attention layer of this architecture is built (the only place the architectures differ
  * outside the recurrent layers). */
@@ -24,14 +46,6 @@ typedef struct attention_variant {
     int bias;    /* qwen2: q/k/v biases */
 } attention_variant;
 attention_variant attention_variant_of(int32_t arch);
-
-/* Weights as the context's backend sees them: the host views on the CPU (backend memory is host
- * memory), an upload on a GPU. */
-typedef struct weight_set {
-    specla_tensor token_embd, output_norm, output;
-    const specla_layer_weights *layers; /* [n_layer] */
-    void *device_memory;                /* the upload (NULL on a host-memory backend) */
-} weight_set;
 
 /* A reduced LM head named by row ids (set_logit_rows): the rows gathered into backend memory once,
  * only the rows after the unchanged prefix of ids on later calls (a draft vocabulary only grows). */

@@ -23,6 +23,10 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
         return SPECLA_OK;
     }
     if (!ids) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: ids is NULL", op);
+    if (!be->ops->host_memory)
+        /* a device LM head is laid out for the backend's matmul (rows interleaved), so rows are not
+         * byte ranges there; gathering them needs the backend's own gather op (not written yet) */
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: not available on backend %s yet", op, be->ops->name);
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: ids[%d] = %d is outside [0, %d)", op, i, ids[i],

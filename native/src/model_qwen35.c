@@ -141,6 +141,7 @@ SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, cons
 
 SPECLA_API void specla_model_free(specla_model *model) {
     if (!model) return;
+    model_release_device_weights(model);
     free(model->layer_is_recurrent);
     free(model->layers);
     free(model->state_slot);
