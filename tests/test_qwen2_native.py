@@ -14,8 +14,8 @@ from conftest import assert_close_up_to_code_flips
 
 from pyspecla import Model
 from pyspecla.reference.forward import ReferenceModel
-from pyspecla.spec.drafters import OracleDrafter
-from pyspecla.spec.loop import SpecConfig, generate
+from pyspecla.speculative.drafters import OracleDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
 
 CACHE = Path(os.environ.get("PYSPECLA_MODELS", Path.home() / ".cache" / "pyspecla" / "models"))
 REAL = {"0.5b": CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "1.5b": CACHE / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
@@ -44,7 +44,7 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
 
 @pytest.fixture(scope="module")
 def qwen2_path(tmp_path_factory):
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     def get(quant, arch="qwen2"):
         path = str(tmp_path_factory.mktemp(arch) / f"{arch}-tiny-{quant}.gguf")
