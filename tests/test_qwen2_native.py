@@ -123,7 +123,7 @@ def test_real_qwen25_top1_matches_llama_cpp(which):
     products, but sum in different orders (and llama.cpp repacks some weights), so near-ties can
     flip: measured (llama-cpp-python 0.3.36 built with AVX2, F32 KV cache, 160 positions of this
     text) 0.981 for the 0.5B and 0.994 for the 1.5B. Over 3162 positions of HumanEval + MT-Bench
-    text (tools/top1_agreement.py, docs/top1-agreement-a270c40.jsonl) we agree with llama.cpp at
+    text (tools/top1_agreement.py, results/top1-agreement-a270c40.jsonl) we agree with llama.cpp at
     0.985 / 0.983 (0.5B / 1.5B), and llama.cpp's AVX2 and AVX-512 builds agree with EACH OTHER at
     only 0.988 / 0.982: 0.98 is the floor this noise allows, not a loosened bar."""
     path = _real(which)
