@@ -30,6 +30,22 @@ CPU_AVX2 = 2
 CPU_AVX512 = 3
 CPU_KERNELS = {"auto": CPU_AUTO, "scalar": CPU_SCALAR, "avx2": CPU_AVX2, "avx512": CPU_AVX512}
 
+# specla_backend_kind: where a context's state lives and its ops run
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+BACKENDS = {"auto": BACKEND_AUTO, "cpu": BACKEND_CPU, "cuda": BACKEND_CUDA}
+BACKEND_NAMES = {BACKEND_CPU: "cpu", BACKEND_CUDA: "cuda"}
+
+
+def parse_device(device: str) -> tuple[int, int]:
+    """'auto', 'cpu', 'cuda' or 'cuda:N' -> (specla_backend_kind, device index). ValueError with the
+    accepted spellings otherwise."""
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string ('auto', 'cpu', 'cuda' or 'cuda:N'), got {device!r}")
+    name, _, index = device.partition(":")
+    if name not in BACKENDS or (index and (name != "cuda" or not index.isdigit())):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return BACKENDS[name], int(index) if index else 0
+
 c_float_p = ctypes.POINTER(ctypes.c_float)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
@@ -299,6 +315,8 @@ _SIGNATURES = {
     "specla_context_n_past": (_i32, [_p]),
     "specla_context_truncate": (ctypes.c_int, [_p, _i32]),
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
+    "specla_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
+    "specla_context_backend": (ctypes.c_int32, [_p]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),
@@ -355,6 +373,7 @@ _SIGNATURES = {
     "specla_draft_context_free": (None, [_p]),
     "specla_draft_context_reset": (ctypes.c_int, [_p]),
     "specla_draft_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
+    "specla_draft_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
     "specla_draft_propose": (ctypes.c_int, [_p, _p, _i32, _i32, _i32, c_int32_p, c_float_p]),
 }
 
@@ -388,9 +407,10 @@ def check(status: int) -> None:
         raise NativeError(status, last_error() or f"libspecla call failed with status {status}")
 
 
-def op_options(n_threads: int = 0, cpu_kernels: str | int = "auto") -> OpOptions:
+def op_options(n_threads: int = 0, cpu_kernels: str | int = "auto", device: str = "cpu") -> OpOptions:
     kernels = CPU_KERNELS[cpu_kernels] if isinstance(cpu_kernels, str) else int(cpu_kernels)
-    return OpOptions(n_threads, kernels)
+    backend, index = parse_device(device)
+    return OpOptions(n_threads, kernels, backend, index)
 
 
 def float_ptr(a: np.ndarray):

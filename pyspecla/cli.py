@@ -54,6 +54,16 @@ def _float_in_range(flag, low: float, high: float | None = None):
     return parse
 
 
+def _device(text: str) -> str:
+    from . import _native  # (the library loads only for commands that run a model)
+
+    try:
+        _native.parse_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument(
@@ -65,6 +75,9 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-c", "--ctx-size", type=_positive_int("--ctx-size"), default=None,
                    help="context length in tokens (default: prompt + new tokens)")
+    p.add_argument("--device", type=_device, default="auto",
+                   help="where the model runs: auto (a GPU when this build and machine have a working one, else "
+                        "the CPU), cpu, cuda or cuda:N")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,7 +218,7 @@ def cmd_run(args) -> int:
                 raise UsageError(f"{flag} needs --draft (speculative decoding)")
     elif args.temp > 0:
         raise UsageError("--draft: speculative decoding is greedy only for now; drop --temp")
-    model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels)
+    model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     if args.chat:
         prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     ids = model.tokenize(prompt)

@@ -42,7 +42,7 @@ def cmd_demo(args) -> int:
     from .speculative.loop import SpecConfig, generate
 
     target_path, draft_path = demo_models(args.cache_dir)
-    model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels)
+    model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     prompt = "def fibonacci(n):\n"
     ids = model.tokenize(prompt)
     n = args.n_predict

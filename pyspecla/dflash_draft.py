@@ -16,7 +16,7 @@ from . import _native
 from .arch.dflash import LAYER_TENSORS
 from .loader.dflash import DraftFile, check_against_target
 from .errors import UsageError
-from .model import apply_logit_head
+from .model import apply_logit_rows
 
 
 class DraftContext:
@@ -29,26 +29,25 @@ class DraftContext:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         self.draft = draft
         self.n_ctx = n_ctx
+        backend, index = _native.parse_device(getattr(draft.target_model, "device", "auto"))
         params = _native.ContextParams(n_ctx=n_ctx, max_batch=max_batch, n_threads=draft.n_threads,
-                                             cpu_kernels=_native.CPU_KERNELS[draft.cpu_kernels])
+                                       cpu_kernels=_native.CPU_KERNELS[draft.cpu_kernels], backend=backend,
+                                       device=index)
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_draft_context_create(draft._handle, ctypes.byref(params),
                                                                     ctypes.byref(handle)))
         self._handle = handle
         self.logit_tokens: np.ndarray | None = None  # token ids of a chosen head's rows (None: all)
-        self._logit_rows = None  # keeps a chosen head's bytes alive while the native side reads them
 
     def reset(self) -> None:
         _native.check(_native.lib.specla_draft_context_reset(self._handle))
 
-    def set_logit_head(self, rows: np.ndarray | None, token_ids=None) -> None:
-        """Score the block over chosen rows of the target's LM head only (a reduced draft
-        vocabulary, speculative/drafters/vocabulary.py): rows as the target Model.lm_head_rows returns them,
-        token_ids the ids they score; propose then returns token ids among those, log-softmax
-        over them. rows = None: the whole head again."""
-        native_set = _native.lib.specla_draft_context_set_logit_head
-        self.logit_tokens, self._logit_rows = apply_logit_head(native_set, self._handle, self.draft.target_model,
-                                                               rows, token_ids)
+    def set_logit_rows(self, token_ids) -> None:
+        """Score the block over the target LM head's rows of token_ids only (a reduced draft
+        vocabulary, speculative/drafters/vocabulary.py); propose then returns token ids among those,
+        log-softmax over them. None: the whole head again."""
+        self.logit_tokens = apply_logit_rows(_native.lib.specla_draft_context_set_logit_rows, self._handle,
+                                             self.draft.target_model.hparams.n_vocab, token_ids)
 
     def propose(self, target_ctx, root_token: int, n_depths: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """One draft block after target_ctx's committed tokens with `root_token` (the last committed

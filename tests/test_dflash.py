@@ -477,7 +477,7 @@ def test_native_model_create_validates_against_the_target(target_path, draft_pat
 
 
 def test_propose_over_chosen_head_rows(target_path, draft_path):
-    """specla_draft_context_set_logit_head: the block scored over chosen rows of the target's LM
+    """specla_draft_context_set_logit_rows: the block scored over chosen rows of the target's LM
     head ranks and normalises over those rows only, exactly as the reference restricted to them;
     top_k is bounded by their number; None gives the whole head back."""
     model, draft, reference = loaded(target_path(), draft_path())
@@ -492,7 +492,7 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
     for n in (5, V // 3):
         ids = np.sort(rng.permutation(V)[:n]).astype(np.int32)
         dctx = draft.new_context(n_ctx=64)
-        dctx.set_logit_head(model.lm_head_rows(ids), ids)
+        dctx.set_logit_rows(ids)
         tokens, logprobs = dctx.propose(ctx, root, 6, 4)
         want_index, want_logprobs = topk(block[:, ids], 6, 4)
         assert np.abs(logprobs - want_logprobs).max() <= 1e-4
@@ -502,8 +502,8 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
         assert np.isin(tokens, ids).all()
         with pytest.raises(NativeError, match=f"top_k {n + 1} not in \\[1, rows of the chosen logit head = {n}\\]"):
             dctx.propose(ctx, root, 6, n + 1)
-        dctx.set_logit_head(None)
+        dctx.set_logit_rows(None)
         again_tokens, again_logprobs = dctx.propose(ctx, root, 6, 4)
         assert np.array_equal(again_tokens, full_tokens) and np.array_equal(again_logprobs, full_logprobs)
-    with pytest.raises(UsageError, match="3 rows but 2 token ids"):
-        full.set_logit_head(model.lm_head_rows([1, 2, 3]), [1, 2])
+    with pytest.raises(UsageError, match=r"token ids must be in \[0, "):
+        full.set_logit_rows([1, 2, V])

@@ -107,7 +107,8 @@ class ModelDrafter:
         the target's threads and kernels."""
         from ...model import Model
 
-        draft = Model.load(path, n_threads=target.n_threads, cpu_kernels=target.cpu_kernels)
+        draft = Model.load(path, n_threads=target.n_threads, cpu_kernels=target.cpu_kernels,
+                           device=getattr(target, "device", "auto"))
         return cls(draft, target, n_ctx=n_ctx, max_depth=max_depth, p_min=p_min, vocab=vocab)
 
     def _sync(self, history: list[int]) -> np.ndarray:

@@ -4,16 +4,16 @@ Why: a small draft's LM head is a large share of what a drafted token costs (Qwe
 the Q8_0 head is 145 MB of the 397 MB read per token), yet a draft only has to guess the target's
 next token, and the target verifies every guess: a token the draft cannot propose costs a shorter
 accepted run, never a wrong output. So the draft's context scores a subset of the head's rows
-(specla_context_set_logit_head; a DFlash draft context, which scores the target's head,
-specla_draft_context_set_logit_head):
+(specla_context_set_logit_rows; a DFlash draft context, which scores the target's head,
+specla_draft_context_set_logit_rows), named by token id:
 - the first `n_frequent` ids: Qwen-family vocabularies are in BPE merge order, which roughly
   follows how often a token occurs (FR-Spec, Zhao et al. 2025, restricts the draft head to
   frequent tokens in the same way);
 - every control and user-defined token (end of turn, end of text, the chat markers);
 - every token of the current generation's prompt and output, added as they appear: identifiers a
   prompt introduces are rare in general and frequent right here.
-Rows are kept in one buffer with room to grow, so adding a token is one row copy; a new
-generation (a new history list, see loop.py) starts again from the fixed part."""
+The ids only grow within a generation, so the native side gathers only the rows added since the
+last call; a new generation (a new history list, see loop.py) starts again from the fixed part."""
 
 from __future__ import annotations
 
@@ -43,11 +43,9 @@ class DraftVocabulary:
             if len(types) == V:
                 self._member |= (types == TOKEN_TYPE_CONTROL) | (types == TOKEN_TYPE_USER_DEFINED)
         self._n_fixed = n = int(self._member.sum())
-        # rows [0, n) are the fixed part, in id order; the generation's own tokens follow
+        # ids [0, n) are the fixed part, in id order; the generation's own tokens follow
         self._ids = np.empty(n + spare_rows, dtype=np.int32)
-        self._rows = np.empty((n + spare_rows, model.lm_head_row_bytes), dtype=np.uint8)
         self._ids[:n] = np.flatnonzero(self._member)
-        self._rows[:n] = model.lm_head_rows(self._ids[:n])
         self._n = n
         self._history: list[int] | None = None
         self._n_followed = 0
@@ -63,7 +61,7 @@ class DraftVocabulary:
         self._publish()
 
     def _publish(self) -> None:
-        self.context.set_logit_head(self._rows[: self._n], self._ids[: self._n])
+        self.context.set_logit_rows(self._ids[: self._n])
 
     def follow(self, history: list[int]) -> None:
         """Make sure every token of history is scored (history: prompt + emitted tokens, append-only
@@ -80,13 +78,10 @@ class DraftVocabulary:
         if fresh.size == 0:
             return
         need = self._n + fresh.size
-        if need > self._rows.shape[0]:  # grow: the old buffer stays alive until _publish swaps it
-            grown = max(need, 2 * self._rows.shape[0])
-            rows = np.empty((grown, self._rows.shape[1]), dtype=np.uint8)
-            ids = np.empty(grown, dtype=np.int32)
-            rows[: self._n], ids[: self._n] = self._rows[: self._n], self._ids[: self._n]
-            self._rows, self._ids = rows, ids
-        self._rows[self._n : need] = self.model.lm_head_rows(fresh)
+        if need > self._ids.shape[0]:
+            ids = np.empty(max(need, 2 * self._ids.shape[0]), dtype=np.int32)
+            ids[: self._n] = self._ids[: self._n]
+            self._ids = ids
         self._ids[self._n : need] = fresh
         self._member[fresh] = True
         self._n = need
