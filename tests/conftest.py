@@ -1,6 +1,8 @@
 """Shared fixtures: the CPU kernel sets this machine can run (the cross-backend harness runs each op
 on every one of them against the numpy oracle), and seeded synthetic test models, written once per
-session into a temporary directory (never downloaded)."""
+session into a temporary directory (never downloaded). Before collection, the llama.cpp oracle is
+probed in a child process (llama_oracle.py): a build that would crash the run fails it with an
+explanation instead."""
 
 from __future__ import annotations
 
@@ -8,6 +10,35 @@ import os
 
 import numpy as np
 import pytest
+
+
+_LLAMA_ORACLE_PROBLEM: str | None = None
+
+
+def _write_probe_model(path: str) -> None:
+    from pyspecla.testmodels import write_test_model
+
+    write_test_model(path, preset="tiny", quant="q8_0", seed=0)
+
+
+def pytest_configure(config):
+    global _LLAMA_ORACLE_PROBLEM
+    import llama_oracle
+
+    _LLAMA_ORACLE_PROBLEM = llama_oracle.check_oracle(_write_probe_model)
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        llama_oracle.refuse_import("llama_cpp", _LLAMA_ORACLE_PROBLEM)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _LLAMA_ORACLE_PROBLEM is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        terminalreporter.section("llama.cpp oracle", red=True, bold=True)
+        terminalreporter.line(_LLAMA_ORACLE_PROBLEM)
 
 
 def available_cpu_kernels() -> list[str]:
