@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _native
 from .errors import UsageError
-from .gguf_model import ModelFile
+from .loader.target import ModelFile
 
 
 def apply_logit_head(native_set, handle, model, rows: np.ndarray | None, token_ids=None):

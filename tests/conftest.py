@@ -125,7 +125,7 @@ _MODEL_CACHE: dict = {}
 @pytest.fixture(scope="session")
 def tiny_model_path(test_model_dir):
     """tiny_model_path(quant, seed=0) -> path of a tiny synthetic qwen35 GGUF (written once)."""
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     def get(quant: str = "f32", seed: int = 0, preset: str = "tiny") -> str:
         key = (preset, quant, seed)

@@ -12,10 +12,10 @@ import pytest
 
 from pyspecla import Model
 from pyspecla.errors import NativeError, UsageError
-from pyspecla.spec.draft_vocab import DraftVocabulary
-from pyspecla.spec.drafters import ModelDrafter
-from pyspecla.spec.loop import SpecConfig, generate
-from pyspecla.testmodels import write_test_model
+from pyspecla.speculative.drafters.vocabulary import DraftVocabulary
+from pyspecla.speculative.drafters import ModelDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
+from pyspecla.testing.models import write_test_model
 from pyspecla.tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
 
 

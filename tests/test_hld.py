@@ -1,7 +1,7 @@
-"""The heavy-light (HLD) schedule: the native builder (pyspecla.spec.hld -> specla_hld_build)
+"""The heavy-light (HLD) schedule: the native builder (pyspecla.speculative.hld -> specla_hld_build)
 against the Python oracle (pyspecla.reference.hld), int for int, and both against the rules of
 docs/specla.md §3 item 3 checked directly (check_schedule below derives nothing from either
-builder). Covers the worked example of the spec (whose packed array docs/hld-layout.md prints), the
+builder). Covers the worked example of docs/specla.md §3 (whose packed array docs/hld-layout.md prints), the
 shapes that break assumptions (one node, a pure chain, a star, a deep chain, 1000-node trees),
 hypothesis-generated trees, padding to a larger capacity, and every invalid input."""
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pyspecla import _native
 from pyspecla.errors import UsageError
 from pyspecla.reference import hld as reference
-from pyspecla.spec import hld
-from pyspecla.spec.hld import ScheduleView
+from pyspecla.speculative import hld
+from pyspecla.speculative.hld import ScheduleView
 
 WORKED_EXAMPLE = [-1, 0, 1, 1, 3, 0, 5, 5]
 POISON = 0x7EADBEEF

@@ -1,7 +1,7 @@
 """Native dequantization and quantized matmul against independent oracles, on every CPU kernel set.
 
 - dequantization == gguf.quants.dequantize BIT FOR BIT (both kernel sets), on random blocks and on
-  blocks written by the project's encoder (pyspecla.quant);
+  blocks written by the project's encoder (pyspecla.testing.quant);
 - 8-bit activation blocks (Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K weights) == the numpy quantizer in
   pyspecla.reference.ops BIT FOR BIT (codes and scales), zero, NaN and infinite blocks included;
 - matmul == float64 numpy (gguf-dequantized W times the activations the kernel sees: x itself, or
@@ -123,7 +123,7 @@ def test_dequantize_every_16_bit_pattern(cpu_kernels, qtype):
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_dequantize_encoder_blocks_bit_exact(cpu_kernels, qtype):
     skip_unless_available(cpu_kernels)
-    quant = pytest.importorskip("pyspecla.quant")
+    quant = pytest.importorskip("pyspecla.testing.quant")
     r, seed = fresh_rng()
     block = GGML_QUANT_SIZES[qtype][0]
     n = 16 * max(block, 32)

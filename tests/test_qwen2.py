@@ -17,9 +17,9 @@ import pytest
 from gguf import GGUFWriter
 
 from pyspecla.errors import GGUFError
-from pyspecla.gguf_model import ModelFile
+from pyspecla.loader.target import ModelFile
 from pyspecla.reference.forward import ReferenceModel
-from pyspecla.testmodels import QWEN2_PRESETS, tensor_type, use_more_bits, write_test_model
+from pyspecla.testing.models import QWEN2_PRESETS, tensor_type, use_more_bits, write_test_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_05B = Path.home() / ".cache/pyspecla/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"

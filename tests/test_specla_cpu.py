@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspecla import ops
 from pyspecla.errors import NativeError, UsageError
 from pyspecla.reference import specla as ut
-from pyspecla.spec.hld import build_schedule
-from pyspecla.spec.recurrent import COMMIT_METHODS, VERIFY_METHODS, FactorBanks, RecurrentShape
+from pyspecla.speculative.hld import build_schedule
+from pyspecla.speculative.recurrent import COMMIT_METHODS, VERIFY_METHODS, FactorBanks, RecurrentShape
 
 
 # --- trees and inputs ------------------------------------------------------------------------

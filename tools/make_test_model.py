@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a deterministic synthetic qwen35 (or qwen2) GGUF, or a DFlash draft for one (see pyspecla/testmodels.py).
+"""Write a deterministic synthetic qwen35 (or qwen2) GGUF, or a DFlash draft for one (see pyspecla/testing/models.py).
 
     python tools/make_test_model.py --preset tiny --quant q4_k_m --seed 0 --out tiny.gguf
     python tools/make_test_model.py --arch qwen2 --preset tiny --quant q4_k_m --out tiny-qwen2.gguf
@@ -16,14 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspecla.errors import SpeclaError  # noqa: E402
-from pyspecla.testmodels import (  # noqa: E402
-    ARCHS,
-    DRAFT_ARCHS,
-    QUANTS,
-    presets_for,
-    write_test_draft,
-    write_test_model,
-)
+from pyspecla.testing.drafts import DRAFT_ARCHS, write_test_draft  # noqa: E402
+from pyspecla.testing.models import ARCHS, QUANTS, presets_for, write_test_model  # noqa: E402
 
 
 def main(argv=None) -> int:

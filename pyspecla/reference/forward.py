@@ -1,4 +1,4 @@
-"""The whole qwen35 trunk forward in numpy, written from the qwen35 contract (spec/qwen35-contract.md),
+"""The whole qwen35 trunk forward in numpy, written from the qwen35 contract (docs/qwen35.md),
 and the qwen2 (Qwen2 / Qwen2.5) forward: attention-only layers with q/k/v biases, no q/k norms, no
 output gate, NEOX RoPE over the whole head, pre-FFN norm named ffn_norm; qwen3 (Qwen3) is that
 layer with per-head q/k RMSNorm before RoPE instead of the biases.

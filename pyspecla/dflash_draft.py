@@ -12,8 +12,8 @@ import ctypes
 
 import numpy as np
 
-from . import _native, dflash_native
-from .dflash_model import DraftFile, check_against_target
+from . import _native
+from .loader.dflash import DraftFile, check_against_target
 from .errors import UsageError
 from .model import apply_logit_head
 
@@ -28,24 +28,24 @@ class DraftContext:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         self.draft = draft
         self.n_ctx = n_ctx
-        params = dflash_native.ContextParams(n_ctx=n_ctx, max_batch=max_batch, n_threads=draft.n_threads,
+        params = _native.ContextParams(n_ctx=n_ctx, max_batch=max_batch, n_threads=draft.n_threads,
                                              cpu_kernels=_native.CPU_KERNELS[draft.cpu_kernels])
         handle = ctypes.c_void_p()
-        _native.check(dflash_native.lib.specla_draft_context_create(draft._handle, ctypes.byref(params),
+        _native.check(_native.lib.specla_draft_context_create(draft._handle, ctypes.byref(params),
                                                                     ctypes.byref(handle)))
         self._handle = handle
         self.logit_tokens: np.ndarray | None = None  # token ids of a chosen head's rows (None: all)
         self._logit_rows = None  # keeps a chosen head's bytes alive while the native side reads them
 
     def reset(self) -> None:
-        _native.check(dflash_native.lib.specla_draft_context_reset(self._handle))
+        _native.check(_native.lib.specla_draft_context_reset(self._handle))
 
     def set_logit_head(self, rows: np.ndarray | None, token_ids=None) -> None:
         """Score the block over chosen rows of the target's LM head only (a reduced draft
-        vocabulary, spec/draft_vocab.py): rows as the target Model.lm_head_rows returns them,
+        vocabulary, speculative/drafters/vocabulary.py): rows as the target Model.lm_head_rows returns them,
         token_ids the ids they score; propose then returns token ids among those, log-softmax
         over them. rows = None: the whole head again."""
-        native_set = dflash_native.lib.specla_draft_context_set_logit_head
+        native_set = _native.lib.specla_draft_context_set_logit_head
         self.logit_tokens, self._logit_rows = apply_logit_head(native_set, self._handle, self.draft.target_model,
                                                                rows, token_ids)
 
@@ -67,7 +67,7 @@ class DraftContext:
         # the native call validates the ranges (n_depths in [1, block_size - 1], top_k in [1, V])
         tokens = np.empty((max(n_depths, 1), max(top_k, 1)), dtype=np.int32)
         logprobs = np.empty((max(n_depths, 1), max(top_k, 1)), dtype=np.float32)
-        _native.check(dflash_native.lib.specla_draft_propose(
+        _native.check(_native.lib.specla_draft_propose(
             self._handle, handle, int(root_token), n_depths, top_k, _native.int32_ptr(tokens),
             _native.float_ptr(logprobs)))
         if self.logit_tokens is not None:  # head rows -> token ids (-1: no finite logit, stays)
@@ -76,7 +76,7 @@ class DraftContext:
 
     # the free function is bound at definition time: __del__ may run at interpreter shutdown,
     # after the module globals are gone
-    def close(self, _free=dflash_native.lib.specla_draft_context_free) -> None:
+    def close(self, _free=_native.lib.specla_draft_context_free) -> None:
         if getattr(self, "_handle", None):
             _free(self._handle)
             self._handle = None
@@ -99,21 +99,21 @@ class DFlashDraft:
             raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {self.cpu_kernels!r}")
         hp = file.hparams
         self._swa = (ctypes.c_uint8 * hp.n_layer)(*[1 if s else 0 for s in hp.layer_is_swa])
-        self._hparams_struct = dflash_native.DraftHParams(
+        self._hparams_struct = _native.DraftHParams(
             hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv, hp.head_dim, hp.rms_eps, hp.rope_freq_base,
             hp.block_size, hp.mask_token_id, hp.n_target_layers, hp.sliding_window, self._swa,
             1 if hp.context_kv_layer_norm else 0, 0,
         )
-        layers = (dflash_native.DraftLayerWeights * hp.n_layer)()
+        layers = (_native.DraftLayerWeights * hp.n_layer)()
         for il in range(hp.n_layer):
-            for field, suffix in dflash_native.DRAFT_LAYER_TENSOR_FIELDS:
+            for field, suffix in _native.DRAFT_LAYER_TENSOR_FIELDS:
                 setattr(layers[il], field, _tensor(file.tensor(f"blk.{il}.{suffix}")))
         self._layers = layers
         self._aux = None
         if hp.context_kv_layer_norm:
             self._aux = (_native.Tensor * hp.n_target_layers)(
                 *[_tensor(file.tensor(f"dflash.aux_hidden_norm.{i}.weight")) for i in range(hp.n_target_layers)])
-        self._weights = dflash_native.DraftWeights(
+        self._weights = _native.DraftWeights(
             _tensor(file.tensor("dflash.fc.weight")),
             _tensor(file.tensor("dflash.hidden_norm.weight")),
             _tensor(file.tensor("output_norm.weight")),
@@ -121,7 +121,7 @@ class DFlashDraft:
             layers,
         )
         handle = ctypes.c_void_p()
-        _native.check(dflash_native.lib.specla_draft_model_create(
+        _native.check(_native.lib.specla_draft_model_create(
             ctypes.byref(self._hparams_struct), ctypes.byref(self._weights), target_model._handle,
             ctypes.byref(handle)))
         self._handle = handle
@@ -142,7 +142,7 @@ class DFlashDraft:
         """n_ctx: the most target positions the draft follows (as the target context's n_ctx)."""
         return DraftContext(self, n_ctx, max_batch)
 
-    def close(self, _free=dflash_native.lib.specla_draft_model_free) -> None:
+    def close(self, _free=_native.lib.specla_draft_model_free) -> None:
         if getattr(self, "_handle", None):
             _free(self._handle)
             self._handle = None

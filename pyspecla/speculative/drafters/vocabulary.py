@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UsageError
-from ..tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
+from ...errors import UsageError
+from ...tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
 
 _KEY_TOKEN_TYPE = "tokenizer.ggml.token_type"
 

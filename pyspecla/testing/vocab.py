@@ -22,7 +22,7 @@ import heapq
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .tokenizer import (
+from ..tokenizer import (
     PRE_TOKENIZER_PATTERNS,
     TOKEN_TYPE_CONTROL,
     TOKEN_TYPE_NORMAL,

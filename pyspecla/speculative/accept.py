@@ -1,4 +1,4 @@
-"""Greedy verify/accept over a draft tree (shared spec ddtree-dflash.md §3).
+"""Greedy verify/accept over a draft tree (docs/ddtree-dflash.md §3).
 
 The target runs once over [root, node 1..n]; `posterior[i]` is its argmax token after node i (the
 token the target itself would emit next if node i's path were committed). Starting at the root,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
-from .ddtree import DraftTree
+from .tree import DraftTree
 
 __all__ = ["emitted_tokens", "greedy_accept"]
 

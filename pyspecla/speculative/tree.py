@@ -1,8 +1,8 @@
-"""DDTree: the draft tree built from one DFlash block (docs: shared spec ddtree-dflash.md §2).
+"""DDTree: the draft tree built from one DFlash block (docs/ddtree-dflash.md §2).
 
 Input: the block's per-depth top-K, `top_tokens` / `top_logprobs` of shape (depths, K), row d-1 for
 depth d, columns sorted by descending log-prob (rank 0 best), log-probs normalised over the whole
-vocabulary (so <= 0). Every depth uses the same row whatever the parent (the spec's approximation:
+vocabulary (so <= 0). Every depth uses the same row whatever the parent (the method's approximation:
 all depths are conditioned on the top-1 spine), so a node is identified by its path of ranks
 (r1, ..., rd) and its score is the sum lp[0][r1] + ... + lp[d-1][rd], accumulated left to right in
 float64 (parent score + own log-prob, so equal paths give bit-identical scores).

@@ -4,7 +4,7 @@ Q5_K, Q6_K (+ F32/F16/BF16).
     quantize(data, qtype) -> uint8 (..., n // block * block_bytes), byte-exact GGML block layout
     dequantize(raw, qtype) -> float32 (..., n)                    (gguf.quants.dequantize)
 
-The layouts are the ones in shared/spec/qwen35-contract.md §4; `gguf.quants.dequantize` is the
+The layouts are the ones in docs/qwen35.md §4; `gguf.quants.dequantize` is the
 independent decoder the tests hold this encoder to. The algorithms follow llama.cpp's reference
 quantizers (quantize_row_q8_0_ref, q4_K_ref / q5_K_ref with make_qkx2_quants, q6_K_ref with
 make_qx_quants, which is what llama-quantize runs without an imatrix), computed in float32 like
@@ -35,7 +35,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["quantize", "dequantize", "SUPPORTED_TYPES", "block_size", "type_size"]
 

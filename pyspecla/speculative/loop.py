@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .accept import greedy_accept
-from .ddtree import DraftTree, build_chain, build_ddtree
+from .tree import DraftTree, build_chain, build_ddtree
 from .guard import LossGuard
 
 
