@@ -18,7 +18,7 @@ _LLAMA_ORACLE_PROBLEM: str | None = None
 
 
 def _write_probe_model(path: str) -> None:
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     write_test_model(path, preset="tiny", quant="q8_0", seed=0)
 
