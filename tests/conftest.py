@@ -1,13 +1,88 @@
 """Shared fixtures: the CPU kernel sets this machine can run (the cross-backend harness runs each op
 on every one of them against the numpy oracle), and seeded synthetic test models, written once per
-session into a temporary directory (never downloaded)."""
+session into a temporary directory (never downloaded), and the seed of each test's random inputs.
+Before collection, the llama.cpp oracle is
+probed in a child process (llama_oracle.py): a build that would crash the run fails it with an
+explanation instead."""
 
 from __future__ import annotations
 
 import os
+import zlib
 
 import numpy as np
 import pytest
+
+
+_LLAMA_ORACLE_PROBLEM: str | None = None
+
+
+def _write_probe_model(path: str) -> None:
+    from pyspecla.testing.models import write_test_model
+
+    write_test_model(path, preset="tiny", quant="q8_0", seed=0)
+
+
+# Random inputs are fresh in every session and reproducible: the session seed is SPECLA_TEST_SEED
+# when set, else drawn from entropy; the pytest header and every failing test's report show it, and
+# each test draws from its own seed, derived from the session seed and the test's id (the same
+# inputs whether the test runs alone or in the whole suite).
+SESSION_SEED: int = 0
+
+
+def _session_seed() -> int:
+    text = os.environ.get("SPECLA_TEST_SEED", "").strip()
+    if not text:
+        return int(np.random.SeedSequence().entropy % 2**32)
+    try:
+        return int(text) % 2**32
+    except ValueError:
+        raise pytest.UsageError(f"SPECLA_TEST_SEED must be an integer, got {text!r}") from None
+
+
+def seed_for(test_id: str) -> int:
+    """The seed of one test's random inputs in this session."""
+    return zlib.crc32(f"{SESSION_SEED}:{test_id}".encode())
+
+
+@pytest.fixture
+def seed(request) -> int:
+    return seed_for(request.node.nodeid)
+
+
+def pytest_report_header(config):
+    return f"random inputs: SPECLA_TEST_SEED={SESSION_SEED} (set it to rerun with the same inputs)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.sections.append(("random inputs", f"rerun with the same inputs: SPECLA_TEST_SEED={SESSION_SEED} "
+                                                 f"python -m pytest '{item.nodeid}'"))
+    return report
+
+
+def pytest_configure(config):
+    global _LLAMA_ORACLE_PROBLEM, SESSION_SEED
+    import llama_oracle
+
+    SESSION_SEED = _session_seed()
+
+    _LLAMA_ORACLE_PROBLEM = llama_oracle.check_oracle(_write_probe_model)
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        llama_oracle.refuse_import("llama_cpp", _LLAMA_ORACLE_PROBLEM)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _LLAMA_ORACLE_PROBLEM is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        terminalreporter.section("llama.cpp oracle", red=True, bold=True)
+        terminalreporter.line(_LLAMA_ORACLE_PROBLEM)
 
 
 def available_cpu_kernels() -> list[str]:
