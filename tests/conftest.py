@@ -8,6 +8,7 @@ explanation instead."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 import zlib
 
 import numpy as np
@@ -97,9 +98,32 @@ def available_cpu_kernels() -> list[str]:
     return kernels
 
 
+@dataclass(frozen=True)
+class Backend:
+    """One value of the cross-backend axis: where an op or a model runs. `kw` goes to pyspecla.ops
+    calls and Model.load as keyword arguments."""
+
+    name: str
+    device: str
+    cpu_kernels: str = "auto"
+
+    @property
+    def kw(self) -> dict:
+        return {"device": self.device, "cpu_kernels": self.cpu_kernels}
+
+
+def available_backends() -> list:
+    """Every CPU kernel set of this machine, then the GPU (marked `gpu`: skipped with a reason where
+    this build or machine has none)."""
+    cpus = [pytest.param(Backend(f"cpu-{k}", "cpu", k), id=f"cpu-{k}") for k in available_cpu_kernels()]
+    return cpus + [pytest.param(Backend("cuda", "cuda"), id="cuda", marks=pytest.mark.gpu)]
+
+
 def pytest_generate_tests(metafunc):
     if "cpu_kernels" in metafunc.fixturenames:
         metafunc.parametrize("cpu_kernels", available_cpu_kernels())
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", available_backends())
 
 
 def pytest_collection_modifyitems(config, items):
@@ -109,7 +133,7 @@ def pytest_collection_modifyitems(config, items):
     from pyspecla import _native
 
     if _native.cuda_device_count() == 0:
-        skip = pytest.mark.skip(reason="no CUDA device on this machine")
+        skip = pytest.mark.skip(reason="no CUDA device visible to this build (GPU tests run where one is)")
         for item in gpu_items:
             item.add_marker(skip)
 
