@@ -345,3 +345,28 @@ def test_bank_memory_is_factors_not_states():
     dense = FactorBanks(RecurrentShape(1, Hk, Hv, S, C, K, N), "dense_checkpoints", "checkpoint_restore").nbytes
     assert dense == 2 * N * (Hk * S + Hv * S + Hv + C) * 4 + N * (Hv * S * S + (K - 1) * C) * 4
     assert dense * L > 10 * specla
+
+
+def test_two_chains_sharing_one_boundary_slot_are_refused():
+    """A schedule whose node 1 stores its state in node 0's boundary slot (and whose chain from node
+    0 reads that slot) would verify the chain [2] from node 1's state: silently wrong. The validator
+    behind the public tree ops must refuse it (slots are numbered 0, 1, ... in node order)."""
+    # header ints 13 and 15 hold the offsets of chain_parent_boundary and node_boundary (specla.h)
+    parents = [-1, 0, 0, 1, 1]
+    good = build_schedule(parents)
+    chain_parent_boundary_at, node_boundary_at = int(good[13]), int(good[15])
+    assert good[node_boundary_at:][:5].tolist() == [0, 1, -1, -1, -1]  # node 0 -> slot 0, node 1 -> slot 1
+    bad = good.copy()
+    bad[node_boundary_at + 1] = 0  # node 1 writes slot 0 too
+    chains_from_slot_1 = np.flatnonzero(bad[chain_parent_boundary_at:][:3] == 1)
+    assert len(chains_from_slot_1) == 1
+    bad[chain_parent_boundary_at + chains_from_slot_1] = 0  # its chain now reads slot 0
+    rng = np.random.default_rng(0)
+    banks = FactorBanks(RecurrentShape(1, 1, 3, 16, 96, 4, 8))
+    L = Layer(rng, 5, 1, 3, 16, 96, 4)
+    gdn, conv = fresh_states(rng, 1, 3, 16, 96, 4)
+    with pytest.raises(NativeError, match="boundary slot"):
+        banks.conv_tree(bad, 0, L.x, np.ones((96, 4), np.float32), conv[0])
+    with pytest.raises(NativeError, match="boundary slot"):
+        banks.verify_gdn(bad, 0, L.q, L.k, L.v, L.g, L.beta, gdn[0])
+    banks.conv_tree(good, 0, L.x, np.ones((96, 4), np.float32), conv[0])  # the builder's schedule passes

@@ -255,6 +255,21 @@ specla_status hld_check(const int32_t *schedule, int32_t max_nodes, const char *
 
     if (parents[0] != -1 || node_depth[0] != 0)
         return HLD_BAD("%s: schedule: node 0 is not the root", what);
+    /* Each boundary slot belongs to one node: the builder numbers them 0, 1, ... in node order, so a
+     * slot two nodes write (one chain would then start from another node's state) is refused. */
+    int32_t next_slot = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (node_boundary[t] >= 0) {
+            if (node_boundary[t] != next_slot)
+                return HLD_BAD("%s: schedule: node %d has boundary slot %d, expected %d (slots are numbered 0, 1, "
+                               "... in node order, one per node)",
+                               what, (int)t, (int)node_boundary[t], (int)next_slot);
+            next_slot++;
+        }
+    }
+    if (next_slot != n_boundaries)
+        return HLD_BAD("%s: schedule: %d nodes have a boundary slot, the header says %d", what, (int)next_slot,
+                       (int)n_boundaries);
     for (int32_t t = 0; t < n; t++) {
         if (t > 0 && (parents[t] < 0 || parents[t] >= t || node_depth[t] != node_depth[parents[t]] + 1))
             return HLD_BAD("%s: schedule: parent or depth of node %d is invalid", what, (int)t);
