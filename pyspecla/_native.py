@@ -165,6 +165,21 @@ class Batch(ctypes.Structure):
     ]
 
 
+class TreeStats(ctypes.Structure):
+    """specla_tree_stats: what the last verify did in the recurrent layers (value head 0, summed
+    over the layers); -1 where the backend does not count."""
+
+    _fields_ = [
+        ("n_nodes", ctypes.c_int32),
+        ("n_layers", ctypes.c_int32),
+        ("node_steps", ctypes.c_int64),
+        ("state_copies", ctypes.c_int64),
+    ]
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+
 class OpOptions(ctypes.Structure):
     _fields_ = [
         ("n_threads", ctypes.c_int32),
@@ -323,6 +338,7 @@ _SIGNATURES = {
     "specla_accept_path": (ctypes.c_int, [_p, c_int32_p, _i32]),
     "specla_context_finish_speculative_state": (ctypes.c_int, [_p]),
     "specla_context_pending": (_i32, [_p]),
+    "specla_context_tree_stats": (ctypes.c_int, [_p, ctypes.POINTER(TreeStats)]),
     "specla_context_read_features": (ctypes.c_int, [_p, _i32, _i32, c_float_p]),
     "specla_op_dequantize": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, _p, _i64, c_float_p]),
     "specla_op_matmul": (ctypes.c_int, [ctypes.POINTER(OpOptions), ctypes.POINTER(Tensor), c_float_p, _i32, c_float_p]),
@@ -353,6 +369,7 @@ _SIGNATURES = {
     "specla_factor_banks_free": (None, [_p]),
     "specla_factor_banks_pending": (_i32, [_p]),
     "specla_factor_banks_bytes": (_i64, [_p]),
+    "specla_factor_banks_stats": (ctypes.c_int, [_p, ctypes.POINTER(TreeStats)]),
     "specla_factor_banks_read": (ctypes.c_int, [_p, _i32, _i32, _i32, _i32, c_float_p]),
     "specla_op_conv_tree": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(ConvTreeArgs)]),
     "specla_op_gdn_tree_verify": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(GdnTreeArgs)]),

@@ -178,6 +178,14 @@ class Context:
     def pending(self) -> int:
         return _native.lib.specla_context_pending(self._handle)
 
+    def tree_stats(self) -> dict:
+        """What the last verify_tree did in the recurrent layers (specla_tree_stats): n_nodes,
+        n_layers, and node_steps / state_copies of value head 0 summed over them. SpecLA steps each
+        node once per layer; all zeros for a model without recurrent layers."""
+        out = _native.TreeStats()
+        _native.check(_native.lib.specla_context_tree_stats(self._handle, ctypes.byref(out)))
+        return out.as_dict()
+
     def read_features(self, first: int, n: int) -> np.ndarray:
         """Captured feature rows of committed positions [first, first + n): (n, n_capture, n_embd)."""
         out = np.empty((n, len(self.capture_layers), self.model.hparams.n_embd), dtype=np.float32)

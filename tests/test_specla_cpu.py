@@ -136,6 +136,28 @@ def test_every_node_equals_sequential_decoding_bit_for_bit(tree, dims, verify_me
         assert same_bits(r["y"][t], y[-1]), f"conv output of node {t} differs from sequential decoding"
 
 
+@pytest.mark.parametrize("tree", list(TREES))
+@pytest.mark.parametrize("verify_method", VERIFY_METHODS)
+def test_work_counters_show_which_method_ran(tree, verify_method):
+    """The kernels count their work (value head 0): SpecLA's chains step every node once and copy
+    the state only into boundary slots; replay steps every root-to-leaf path and reloads per leaf;
+    dense checkpoints copy a state per node. A verify that silently fell back would show here."""
+    parents = TREES[tree]
+    r = verify_one_step(parents, SHAPES["small-odd"], seed=7, verify_method=verify_method)
+    stats = r["banks"].stats()
+    n = len(parents)
+    leaves = [t for t in range(n) if t not in set(parents[1:])]
+    assert stats["n_nodes"] == n and stats["n_layers"] == 1
+    if verify_method == "hld_chains":
+        assert stats["node_steps"] == n
+        assert stats["state_copies"] == int(r["sched"][5])  # the schedule's boundary count
+    elif verify_method == "root_to_leaf":
+        assert stats["node_steps"] == sum(len(root_path(parents, t)) for t in leaves)
+        assert stats["state_copies"] == len(leaves)
+    else:
+        assert stats["node_steps"] == n and stats["state_copies"] == n
+
+
 @pytest.mark.parametrize("tree", ["chain16", "random24"])
 def test_recorded_factors_are_the_inputs_and_the_sequential_deltas(tree):
     """k, g and the raw conv inputs are captured bit-identical to the inputs; every delta equals

@@ -144,6 +144,11 @@ typedef struct backend_ops {
     void (*conv_tree)(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
                       const float *conv_state, float *y, float *window_out);
     void (*conv_fold)(const backend *be, float *conv_state, const float *x, int P, int C, int K);
+    /* What the three gdn_tree ops did for value head 0 since the last call (which resets them):
+     * out[0] = node steps (recurrent token updates), out[1] = whole-state copies (boundary slots,
+     * per-leaf reloads, checkpoints); -1 each where the backend does not count. Lets a test see a
+     * verify that silently fell back to replay or checkpoints. */
+    void (*tree_counters)(const backend *be, int64_t out[2]);
 
     /* --- logits ------------------------------------------------------------------------------------ */
     /* out[r] = argmax of row r (lowest index wins ties); out in backend memory */

@@ -429,6 +429,19 @@ SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *banks)
  * [n][Hv][S], 2 = g [n][Hv], 3 = raw conv input x [n][C]. */
 SPECLA_API specla_status specla_factor_banks_read(const specla_factor_banks *banks, int32_t bank, int32_t layer,
                                                   int32_t field, int32_t n, float *out);
+/* What the last verify did in the recurrent layers, summed over them, for value head 0 (the other
+ * heads do the same): SpecLA's state-resident chains step every node exactly once and copy the
+ * state only into boundary slots; root-to-leaf replay steps shared prefixes again and reloads per
+ * leaf; dense checkpoints copy a state per node. -1 where the backend does not count. */
+typedef struct specla_tree_stats {
+    int32_t n_nodes;      /* nodes of the last verified tree */
+    int32_t n_layers;     /* recurrent layers verified */
+    int64_t node_steps;   /* recurrent token updates, all layers */
+    int64_t state_copies; /* whole-state copies, all layers */
+} specla_tree_stats;
+SPECLA_API specla_status specla_factor_banks_stats(const specla_factor_banks *banks, specla_tree_stats *out);
+SPECLA_API specla_status specla_context_tree_stats(const specla_context *context, specla_tree_stats *out);
+
 /* Bytes the banks hold, and bytes of state kept per verified node by the chosen methods. */
 SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *banks);
 

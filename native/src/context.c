@@ -388,6 +388,15 @@ SPECLA_API specla_status specla_context_finish_speculative_state(specla_context 
     return SPECLA_OK;
 }
 
+SPECLA_API specla_status specla_context_tree_stats(const specla_context *ctx, specla_tree_stats *out) {
+    if (!ctx || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_tree_stats: NULL argument");
+    if (!ctx->tree.banks) {
+        *out = (specla_tree_stats){0, 0, 0, 0}; /* no recurrent layers (or no tree verify): nothing to count */
+        return SPECLA_OK;
+    }
+    return specla_factor_banks_stats(ctx->tree.banks, out);
+}
+
 SPECLA_API int32_t specla_context_pending(const specla_context *ctx) {
     if (!ctx) return -1;
     return ctx->tree.banks ? specla_factor_banks_pending(ctx->tree.banks) : 0;

@@ -28,6 +28,7 @@ struct specla_factor_banks {
     int32_t n_pending;
     int32_t n_verified;
     uint8_t *gdn_folded, *conv_folded, *gdn_verified, *conv_verified; /* [n_layers] */
+    specla_tree_stats stats; /* of the verify running now / last run (counted by the backend) */
     float *checkpoints;  /* DENSE_CHECKPOINTS: [n_layers][max_nodes][Hv][S][S] */
     float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
 };
@@ -251,8 +252,30 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const in
         copy_rows(be, bank + b->off_v, a->v, (int64_t)N * s->Hv * s->S);
         copy_rows(be, bank + b->off_beta, a->beta, (int64_t)N * s->Hv);
     }
+    /* A verify starts when no layer is verified yet, or when this layer already was (the tree is
+     * verified again before any accept): its statistics and "verified" marks start afresh. */
+    int new_verify = b->gdn_verified[l];
+    if (!new_verify) {
+        new_verify = 1;
+        for (int i = 0; i < s->n_layers; i++) new_verify &= !b->gdn_verified[i];
+    }
+    if (new_verify) {
+        memset(b->gdn_verified, 0, (size_t)s->n_layers);
+        b->stats = (specla_tree_stats){N, 0, 0, 0};
+    }
+    int64_t counts[2];
+    ops->tree_counters(be, counts);
+    b->stats.n_layers++;
+    b->stats.node_steps = counts[0] < 0 || b->stats.node_steps < 0 ? -1 : b->stats.node_steps + counts[0];
+    b->stats.state_copies = counts[1] < 0 || b->stats.state_copies < 0 ? -1 : b->stats.state_copies + counts[1];
     b->gdn_verified[l] = 1;
     b->n_verified = N;
+}
+
+SPECLA_API specla_status specla_factor_banks_stats(const specla_factor_banks *b, specla_tree_stats *out) {
+    if (!b || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_factor_banks_stats: NULL argument");
+    *out = b->stats;
+    return SPECLA_OK;
 }
 
 SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specla_factor_banks *b,

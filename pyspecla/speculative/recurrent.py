@@ -84,6 +84,13 @@ class FactorBanks:
     def nbytes(self) -> int:
         return lib.specla_factor_banks_bytes(self._handle)
 
+    def stats(self) -> dict:
+        """What the last verify did (specla_tree_stats): n_nodes, n_layers, node_steps and
+        state_copies of value head 0, summed over the layers verified."""
+        out = _native.TreeStats()
+        check(lib.specla_factor_banks_stats(self._handle, ctypes.byref(out)))
+        return out.as_dict()
+
     def read(self, bank: str, layer: int, field: str, n: int) -> np.ndarray:
         """Recorded factors: bank "pending" (path order) or "verify" (node order, before accept);
         field "k" (n, Hk, S), "delta" (n, Hv, S), "g" (n, Hv) or "x" (n, C)."""

@@ -12,6 +12,7 @@ typedef struct cpu_backend {
     backend base;
     cpu_exec exec;
     cpu_workspace ws;
+    int64_t tree_counts[2];
 } cpu_backend;
 
 static const cpu_exec *ex_of(const backend *be) { return &((const cpu_backend *)be)->exec; }
@@ -144,6 +145,11 @@ static void conv_tree(const backend *be, const int32_t *schedule, const float *x
 static void conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K) {
     cpu_conv_fold(conv_state, x, P, C, K);
 }
+static void tree_counters(const backend *be, int64_t out[2]) {
+    cpu_backend *cb = (cpu_backend *)be;
+    out[0] = cb->tree_counts[0], out[1] = cb->tree_counts[1];
+    cb->tree_counts[0] = cb->tree_counts[1] = 0;
+}
 static void argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out) {
     cpu_argmax_rows(logits, n_rows, V, out);
 }
@@ -191,6 +197,7 @@ static const backend_ops cpu_ops_table = {
     .gdn_fold = gdn_fold,
     .conv_tree = conv_tree,
     .conv_fold = conv_fold,
+    .tree_counters = tree_counters,
     .argmax_rows = argmax_rows,
     .topk_log_softmax = topk_log_softmax,
 };
@@ -215,6 +222,7 @@ specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_l
                            limits->max_rows, limits->max_width);
     }
     exec.ws = &cb->ws;
+    exec.tree_counts = cb->tree_counts;
     cb->exec = exec;
     cb->base.ops = &cpu_ops_table;
     cb->base.state = &cb->exec;

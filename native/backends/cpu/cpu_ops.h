@@ -26,6 +26,8 @@ typedef struct cpu_exec {
     int n_threads; /* >= 1 */
     int kernels;   /* SPECLA_CPU_SCALAR, SPECLA_CPU_AVX2 or SPECLA_CPU_AVX512, never AUTO */
     const cpu_workspace *ws;
+    int64_t *tree_counts; /* [2] node steps and state copies of value head 0 (backend.h tree_counters);
+                             NULL: not counted */
 } cpu_exec;
 
 /* Bytes of activation workspace one matmul of n_batch rows of n inputs needs (every kernel set). */

@@ -27,6 +27,14 @@ static inline void tree_node_step(const struct gdn_kernels *kern, float *M, int 
                   NODE_HEAD(delta_out, node, Hv, h, S));
 }
 
+/* Head 0's work goes to the counters (one thread runs head 0, so no race). */
+static inline void count_tree_work(const cpu_exec *ex, int h, int64_t steps, int64_t copies) {
+    if (h == 0 && ex->tree_counts) {
+        ex->tree_counts[0] += steps;
+        ex->tree_counts[1] += copies;
+    }
+}
+
 void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k, const float *v,
                          const float *g, const float *beta, int Hk, int Hv, int S, float *state,
                          const gdn_pending *pending, float *out, float *delta_out) {
@@ -63,8 +71,11 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
                 for (int p = chain_offsets[c]; p < chain_offsets[c + 1]; p++) {
                     const int node = order[p];
                     tree_node_step(&kern, live, node, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
-                    if (node_boundary[node] >= 0)
+                    count_tree_work(ex, h, 1, 0);
+                    if (node_boundary[node] >= 0) {
                         memcpy(boundaries + node_boundary[node] * head_size, live, sizeof(float) * (size_t)head_size);
+                        count_tree_work(ex, h, 0, 1);
+                    }
                 }
             }
         }
@@ -94,6 +105,7 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
                 int len = 0;
                 for (int t = leaf; t >= 0; t = parents[t]) local_path[len++] = t;
                 memcpy(live, state + h * head_size, sizeof(float) * (size_t)head_size);
+                count_tree_work(ex, h, len, 1);
                 for (int i = len - 1; i >= 0; i--)
                     tree_node_step(&kern, live, local_path[i], h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
             }
@@ -116,6 +128,7 @@ void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const
             const float *from = t == 0 ? state + h * head_size : checkpoints + parents[t] * node_size + h * head_size;
             memcpy(M, from, sizeof(float) * (size_t)head_size);
             tree_node_step(&kern, M, t, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
+            count_tree_work(ex, h, 1, 1);
         }
     }
 }

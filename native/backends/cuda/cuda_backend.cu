@@ -112,6 +112,9 @@ static specla_status upload_weight(const backend *be, const specla_tensor *host,
     return SPECLA_OK;
 }
 
+/* the tree kernels do not count their work on the device yet */
+static void tree_counters(const backend *be, int64_t out[2]) { out[0] = out[1] = -1; }
+
 /* ---- matmul ----------------------------------------------------------------------------------- */
 static cuda_matmul_workspace matmul_ws(const backend *be) {
     const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes};
@@ -171,6 +174,7 @@ static const backend_ops cuda_ops_table = {
     /* gdn_fold */ cuda_gdn_fold,
     /* conv_tree */ cuda_conv_tree,
     /* conv_fold */ cuda_conv_fold,
+    /* tree_counters */ tree_counters,
     /* argmax_rows */ cuda_argmax_rows,
     /* topk_log_softmax */ cuda_topk_log_softmax,
 };
