@@ -125,7 +125,8 @@ static specla_status op_end(op_call *c) {
 static specla_status check_type(const char *op, int32_t type) {
     if (type_block_elements(type) == 0)
         return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "%s: type %d is not supported (F32=0, F16=1, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14, BF16=30)",
+                           "%s: type %d is not supported (F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q5_K=13, "
+                           "Q6_K=14, BF16=30)",
                            op, (int)type);
     return SPECLA_OK;
 }
