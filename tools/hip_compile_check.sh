@@ -11,8 +11,12 @@
 # silently drops a kernel that uses an instruction the target lacks (e.g. amd_mixed_dot on gfx11,
 # whose int8 dot is __builtin_amdgcn_sudot4), leaving an empty kernel without an error.
 #
+# Then (HIP_CMAKE_BUILD=0 skips it) the library itself is built with -DSPECLA_HIP=ON through
+# native/backends/hip/CMakeLists.txt (CMake's HIP language needs libclang-rt-19-dev) and loaded:
+# with no GPU it must report 0 devices.
+#
 #     tools/hip_compile_check.sh            # as root (installs missing packages with apt-get)
-#     HIP_ARCHS="gfx1151" tools/hip_compile_check.sh
+#     HIP_ARCHS="gfx1151" HIP_CMAKE_BUILD=0 tools/hip_compile_check.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HIP_ARCHS=${HIP_ARCHS:-"gfx1151 gfx1100"}
@@ -20,7 +24,7 @@ OUT_DIR=${HIP_CHECK_DIR:-$ROOT/build/hip-check}
 export HIP_PLATFORM=amd  # with nvcc on PATH the HIP headers would pick the NVIDIA platform
 start=$(date +%s)
 
-packages=(clang-19 lld-19 llvm-19 clang-tools-19 libamdhip64-dev rocm-device-libs)
+packages=(clang-19 lld-19 llvm-19 clang-tools-19 libclang-rt-19-dev libamdhip64-dev rocm-device-libs)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -93,6 +97,28 @@ for src in $sources; do
     echo "$bundle" | grep -q -- "--$arch\$" || { echo "hip_compile_check: $src has no $arch code object" >&2; status=1; }
   done
 done
+compiled=$(date +%s)
+
+if [ "${HIP_CMAKE_BUILD:-1}" = 1 ] && [ "$status" = 0 ]; then
+  hip_arch_list=$(echo $HIP_ARCHS | tr ' ' ';')
+  if cmake -S "$ROOT" -B "$OUT_DIR/cmake" -G Ninja -DSPECLA_CUDA=OFF -DSPECLA_HIP=ON \
+       -DCMAKE_HIP_COMPILER=clang++-19 -DCMAKE_HIP_ARCHITECTURES="$hip_arch_list" \
+       -DCMAKE_HIP_FLAGS="--hip-device-lib-path=$OUT_DIR/bitcode" > "$OUT_DIR/cmake.log" 2>&1 &&
+     cmake --build "$OUT_DIR/cmake" >> "$OUT_DIR/cmake.log" 2>&1; then
+    devices=$(SPECLA_LIBRARY="$OUT_DIR/cmake/native/libspecla.so" PYTHONPATH="$ROOT" python3 -c \
+      "from pyspecla import _native; print(_native.cuda_device_count())" 2>&1)
+    if [ "$devices" = 0 ]; then
+      echo "libspecla.so built with -DSPECLA_HIP=ON ($hip_arch_list): loads, sees 0 devices"
+    else
+      echo "hip_compile_check: the HIP libspecla.so does not load cleanly: $devices" >&2
+      status=1
+    fi
+  else
+    tail -30 "$OUT_DIR/cmake.log" >&2
+    echo "hip_compile_check: the -DSPECLA_HIP=ON build failed (log: $OUT_DIR/cmake.log)" >&2
+    status=1
+  fi
+fi
 end=$(date +%s)
-echo "hip_compile_check: install $((installed - start)) s, compile $((end - installed)) s, status $status"
+echo "hip_compile_check: install $((installed - start)) s, compile $((compiled - installed)) s, library build $((end - compiled)) s, status $status"
 exit $status
