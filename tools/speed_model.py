@@ -128,15 +128,16 @@ def _write_piece(item) -> int:
         n = spec.shape[-1]
         rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(spec.name.encode()), k])
         data = random_blocks(qtype, rows * (n // GGML_QUANT_SIZES[qtype][0]), spec.params["std"], rng).data
+    view = memoryview(data).cast("B")
+    nbytes = view.nbytes
     fd = os.open(path, os.O_WRONLY)
     try:
-        view = memoryview(data).cast("B")
         while view:
             done = os.pwrite(fd, view, offset)
             view, offset = view[done:], offset + done
     finally:
         os.close(fd)
-    return len(data)
+    return nbytes
 
 
 def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = None, arch: str | None = None,
@@ -164,7 +165,7 @@ def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = N
             testmodels._add_metadata(writer, p, QUANT)
         testmodels._add_tokenizer(writer, p.n_vocab, pre="qwen35" if p.arch == testmodels.ARCH else "qwen2")
         writer.add_string(MODE_KEY, SPEED_ONLY)
-        offsets, at = {}, 0
+        offsets, at, payload = {}, 0, 0
         for spec in plan:
             qtype = types[spec.name]
             nbytes = testmodels._tensor_nbytes(spec.shape, qtype)
@@ -172,6 +173,7 @@ def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = N
             writer.add_tensor_info(spec.name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
             offsets[spec.name] = at
             at += GGUFWriter.ggml_pad(nbytes, writer.data_alignment)
+            payload += nbytes
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -183,14 +185,16 @@ def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = N
 
     items = _work_items(str(tmp), plan, types, offsets, seed)
     jobs = jobs or os.cpu_count() or 1
-    total, written, start, shown = data_start + at, data_start, time.perf_counter(), 0.0
+    written, start, shown = 0, time.perf_counter(), 0.0
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         for n in pool.imap_unordered(_write_piece, items):
             written += n
             now = time.perf_counter() - start
             if log is not None and now - shown >= 5.0:
                 shown = now
-                log(f"{written / 1e9:.1f} / {total / 1e9:.1f} GB, {now:.0f} s")
+                log(f"{written / 1e9:.1f} / {payload / 1e9:.1f} GB of tensor data, {now:.0f} s")
+    if written != payload:
+        raise AssertionError(f"{tmp}: wrote {written} bytes of tensor data, planned {payload}")
     tmp.replace(path)
     return path
 
