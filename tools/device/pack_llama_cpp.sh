@@ -16,7 +16,10 @@ DEST=${1:-$ROOT/.device/llama.cpp.tar.gz}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation -d "$WORK/sdist" \
+# The sdist only; pip still prepares its metadata in an isolated build environment, whose build
+# dependencies (scikit-build-core, cmake) come as wheels: `--no-binary :all:` would build CMake
+# from source there.
+python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$WORK/sdist" \
   "llama-cpp-python==$VERSION"
 SDIST=$(ls "$WORK"/sdist/llama_cpp_python-"$VERSION".tar.gz)
 tar -xzf "$SDIST" -C "$WORK" \
