@@ -56,7 +56,8 @@ for arch in $HIP_ARCHS; do
   bc="$OUT_DIR/bitcode/oclc_isa_version_$gfx.bc"
   if [ ! -f "$SYS_BITCODE/oclc_isa_version_$gfx.bc" ]; then
     # the same module as one Debian ships (its data layout and attributes), another constant
-    template=$(ls "$SYS_BITCODE"/oclc_isa_version_*.bc | head -1)
+    templates=("$SYS_BITCODE"/oclc_isa_version_*.bc)
+    template=${templates[0]}
     llvm-dis-19 -o - "$template" \
       | sed -E "s/(@__oclc_ISA_version = .* i32 )[0-9]+/\1$version/" \
       | llvm-as-19 -o "$bc"
@@ -100,7 +101,7 @@ done
 compiled=$(date +%s)
 
 if [ "${HIP_CMAKE_BUILD:-1}" = 1 ] && [ "$status" = 0 ]; then
-  hip_arch_list=$(echo $HIP_ARCHS | tr ' ' ';')
+  hip_arch_list=$(echo "$HIP_ARCHS" | tr ' ' ';')
   if cmake -S "$ROOT" -B "$OUT_DIR/cmake" -G Ninja -DSPECLA_CUDA=OFF -DSPECLA_HIP=ON \
        -DCMAKE_HIP_COMPILER=clang++-19 -DCMAKE_HIP_ARCHITECTURES="$hip_arch_list" \
        -DCMAKE_HIP_FLAGS="--hip-device-lib-path=$OUT_DIR/bitcode" > "$OUT_DIR/cmake.log" 2>&1 &&

@@ -30,7 +30,7 @@ BENCH_COMMANDS=(
 
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 OUT=${OUT:-$ROOT/device-out}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
@@ -62,7 +62,7 @@ step() {
   local t0 rc; t0=$(date +%s.%N)
   timeout --kill-after=5 "$limit" "$@" >> "$logfile" 2>&1; rc=$?
   local dt; dt=$(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
-  [ "$rc" = 124 ] && log "TIMEOUT $name after ${dt}s" || log "END $name rc=$rc in ${dt}s"
+  if [ "$rc" = 124 ]; then log "TIMEOUT $name after ${dt}s"; else log "END $name rc=$rc in ${dt}s"; fi
   SUMMARY+=("$name: rc=$rc ${dt}s")
   return "$rc"
 }
@@ -80,8 +80,11 @@ log "run_gpu.sh in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null ||
 
 # Python packages missing on the machine travel as wheels in .whl (gguf; see docs/perf.md).
 if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$RUN_LOG" 2>&1 \
-    && log "wheels installed: $(ls .whl | tr '\n' ' ')" || log "FAILED to install the wheels in .whl"
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$RUN_LOG" 2>&1; then
+    log "wheels installed: $(cd .whl && echo *.whl)"
+  else
+    log "FAILED to install the wheels in .whl"
+  fi
 else
   log "no .whl/*.whl carried: gguf may be missing"
 fi
@@ -138,7 +141,7 @@ if [ -n "$MODEL_PID" ]; then
   log "waiting for the model writer"
   wait "$MODEL_PID"
   cat "$HOME/.model.log" >> "$RUN_LOG"
-  read -r rc secs < "$HOME/.model.rc" || { rc=?; secs=?; }
+  read -r rc secs < "$HOME/.model.rc" || { rc=missing; secs=unknown; }
   log "END writing the model rc=$rc in ${secs}s: $(tail -1 "$HOME/.model.log")"
   SUMMARY+=("write $SPEED_PRESET speed-only model: rc=$rc ${secs}s")
 fi
@@ -159,7 +162,7 @@ done
 # (f) llama-bench on the same file
 log "waiting for the llama-bench build"
 [ -n "$LLAMA_PID" ] && wait "$LLAMA_PID"
-read -r rc secs < "$LLAMA_RC" || { rc=?; secs=?; }
+read -r rc secs < "$LLAMA_RC" || { rc=missing; secs=unknown; }
 log "END llama-bench build rc=$rc in ${secs}s"
 SUMMARY+=("build llama-bench: rc=$rc ${secs}s")
 LLAMA_BENCH=$(tail -1 "$OUT/llama-build.log" 2>/dev/null)
@@ -193,5 +196,5 @@ fi
 log "summary:"
 for s in "${SUMMARY[@]}"; do log "  $s"; done
 n_files=$(find "$OUT" -type f | wc -l)
-log "done in $(elapsed)s; $n_files files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+log "done in $(elapsed)s; $n_files files in \$OUT: $(cd "$OUT" && echo *)"
 [ "$n_files" -le 8 ] || log "WARNING: more than 8 files in \$OUT; some will not come back"
