@@ -168,3 +168,21 @@ def test_bad_arguments_are_named(tmp_path, capsys):
     assert "--jobs" in capsys.readouterr().err
     assert speed_model.main(["--preset", "tiny", "--out", str(tmp_path / "missing" / "x.gguf")]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_make_test_model_speed_only_flag(tmp_path, capsys):
+    import make_test_model
+
+    out = tmp_path / "t.gguf"
+    assert make_test_model.main(["--preset", "tiny", "--quant", "q4_k_m", "--speed-only", "--jobs", "1",
+                                 "--seed", "3", "--out", str(out)]) == 0
+    assert "speed-only" in capsys.readouterr().out
+    expected = speed_model.write_speed_model(tmp_path / "direct.gguf", "tiny", seed=3, jobs=2)
+    assert out.read_bytes() == expected.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        make_test_model.main(["--preset", "tiny", "--speed-only", "--out", str(out)])  # f32: not q4_k_m
+    assert exc.value.code == 2
+    assert "--speed-only writes q4_k_m targets" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        make_test_model.main(["--preset", "tiny", "--quant", "q4_k_m", "--jobs", "2", "--out", str(out)])
+    assert "--jobs only goes with --speed-only" in capsys.readouterr().err
