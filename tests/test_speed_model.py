@@ -19,7 +19,7 @@ sys.path.insert(0, str(TOOLS))
 
 import speed_model  # noqa: E402
 
-from pyspecla import testmodels  # noqa: E402
+from pyspecla.testing import models as testmodels  # noqa: E402
 
 Q = GGMLQuantizationType
 
@@ -54,7 +54,7 @@ def speed_files(tmp_path_factory):
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny8"])
 def test_loads_with_the_normal_writers_names_shapes_and_metadata(speed_files, tmp_path, preset):
-    from pyspecla.gguf_model import ModelFile
+    from pyspecla.loader.target import ModelFile
 
     values = testmodels.write_test_model(tmp_path / "values.gguf", preset, "q4_k_m", seed=3)
     ours, theirs = ModelFile.open(str(speed_files[preset])), ModelFile.open(str(values))

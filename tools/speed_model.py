@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Speed-only synthetic Q4_K_M GGUF: the shapes, names, metadata and tokenizer of
-pyspecla.testmodels' writer for a preset, with valid random quant blocks written directly.
+pyspecla.testing.models' writer for a preset, with valid random quant blocks written directly.
 
     python tools/speed_model.py --preset 27b --seed 0 --out 27b-speed.gguf [--jobs 16]
     python tools/make_test_model.py --preset 27b --quant q4_k_m --speed-only --out 27b-speed.gguf
@@ -39,7 +39,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspecla import testmodels  # noqa: E402
+from pyspecla.testing import models as testmodels  # noqa: E402
 
 MODE_KEY = "pyspecla.synthetic.mode"
 SPEED_ONLY = "speed-only"
@@ -201,7 +201,7 @@ def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = N
 
 def synthetic_mode(metadata) -> str | None:
     """Which writer made a file, for benchmark rows: 'speed-only' (this module: random blocks, the
-    logits mean nothing), 'values' (pyspecla.testmodels' seeded weights), None (not synthetic)."""
+    logits mean nothing), 'values' (pyspecla.testing.models' seeded weights), None (not synthetic)."""
     mode = metadata.get(MODE_KEY)
     if mode is not None:
         return str(mode)
@@ -212,7 +212,7 @@ def synthetic_mode(metadata) -> str | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="path of the .gguf to write")
-    parser.add_argument("--preset", default="27b", help="a qwen35 preset of pyspecla.testmodels (default 27b)")
+    parser.add_argument("--preset", default="27b", help="a qwen35 preset of pyspecla.testing.models (default 27b)")
     parser.add_argument("--arch", choices=testmodels.ARCHS, default=None, help="preset table (default qwen35)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--n-layer", type=int, default=None, help="override the preset's layer count")
