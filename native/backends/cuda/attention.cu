@@ -40,6 +40,7 @@
 #define ATT_TILE 64   /* rows per tile: 2 per lane in the softmax step */
 #define ATT_SEG 1024  /* rows per segment (a multiple of ATT_TILE) */
 #define ATT_MAX_G 8   /* query heads per block */
+#define ATT_V_BATCH 8 /* V rows whose loads are issued together */
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
@@ -171,15 +172,26 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
         if (tid < D) {
             const float *vbase = v_cache + (int64_t)kvh * D + tid;
             const bool second = tid + ATT_THREADS < D;
-            for (int i = 0; i < tile_n; i++) {
-                const float *vr = vbase + (int64_t)sh.rows[i] * row_stride;
-                const float v0 = vr[0], v1 = second ? vr[ATT_THREADS] : 0.0f;
+            for (int i0 = 0; i0 < tile_n; i0 += ATT_V_BATCH) {
+                /* the batch's loads first (all in flight), then the FMAs in row order */
+                float v0[ATT_V_BATCH], v1[ATT_V_BATCH];
 #pragma unroll
-                for (int g = 0; g < ATT_MAX_G; g++) {
-                    if (g < ng) {
-                        const float pg = sh.p[g][i];
-                        acc[g][0] = fmaf(pg, v0, acc[g][0]);
-                        if (second) acc[g][1] = fmaf(pg, v1, acc[g][1]);
+                for (int u = 0; u < ATT_V_BATCH; u++) {
+                    const bool live = i0 + u < tile_n;
+                    const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
+                    v0[u] = live ? vr[0] : 0.0f;
+                    v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < ATT_V_BATCH; u++) {
+                    if (i0 + u >= tile_n) break;
+#pragma unroll
+                    for (int g = 0; g < ATT_MAX_G; g++) {
+                        if (g < ng) {
+                            const float pg = sh.p[g][i0 + u];
+                            acc[g][0] = fmaf(pg, v0[u], acc[g][0]);
+                            if (second) acc[g][1] = fmaf(pg, v1[u], acc[g][1]);
+                        }
                     }
                 }
             }

@@ -87,7 +87,19 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
     const float *row = logits + (int64_t)r * V;
     const int end = min(V, (c + 1) * chunk);
     ranked e = make_entry(__int_as_float(0x7fc00000), NO_ID);
-    for (int i = c * chunk + threadIdx.x; i < end; i += LOGIT_THREADS) e = better(e, make_entry(row[i], i));
+    if (chunk == LOGIT_CHUNK) { /* the usual case: all of a thread's loads in flight at once */
+        float v[LOGIT_CHUNK / LOGIT_THREADS];
+#pragma unroll
+        for (int j = 0; j < LOGIT_CHUNK / LOGIT_THREADS; j++) {
+            const int i = c * chunk + threadIdx.x + j * LOGIT_THREADS;
+            v[j] = i < end ? row[i] : __int_as_float(0x7fc00000);
+        }
+#pragma unroll
+        for (int j = 0; j < LOGIT_CHUNK / LOGIT_THREADS; j++)
+            e = better(e, make_entry(v[j], c * chunk + threadIdx.x + j * LOGIT_THREADS));
+    } else {
+        for (int i = c * chunk + threadIdx.x; i < end; i += LOGIT_THREADS) e = better(e, make_entry(row[i], i));
+    }
     const ranked best = block_best(e, shared_entries);
     if (threadIdx.x == 0) {
         if (n_chunks == 1) out[r] = argmax_answer(row, best);
