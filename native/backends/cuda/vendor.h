@@ -10,7 +10,10 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorString hipGetErrorString
+/* xor shuffle within a group of 32 lanes (a whole wave32; half a wave64) */
+#define specla_shfl_xor(v, lane_mask) __shfl_xor((v), (lane_mask), 32)
 #else
 #include <cuda_runtime.h>
+#define specla_shfl_xor(v, lane_mask) __shfl_xor_sync(0xffffffffu, (v), (lane_mask), 32)
 #endif
 #endif
