@@ -60,6 +60,9 @@ typedef struct backend_ops {
     void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
+    /* Kernel launches and host waits (downloads, syncs) since the last call, which resets them; -1
+     * each where the backend does not count (the CPU launches nothing). */
+    void (*launch_counters)(const backend *be, int64_t out[2]);
 
     /* --- weights (backends whose memory is not host memory; a host backend reads the views) ---- */
     /* bytes a host weight takes in backend memory once uploaded for `use` (weight_use); 0 when this

@@ -210,6 +210,12 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
                                                specla_context **out_context);
 SPECLA_API void specla_context_free(specla_context *context);
 
+/* Kernel launches and host waits (downloads, stream syncs) of a context's backend since the last
+ * call (which resets them); -1 each on a backend that does not count (the CPU). For benchmarks:
+ * launches per token, host synchronisations per step. */
+SPECLA_API specla_status specla_context_launch_counters(specla_context *context, int64_t *launches,
+                                                        int64_t *host_waits);
+
 /* The backend a context resolved to (SPECLA_BACKEND_CPU or SPECLA_BACKEND_CUDA). */
 SPECLA_API int32_t specla_context_backend(const specla_context *context);
 /* Forget every token: n_past = 0, KV rows dropped, conv and GDN states zeroed. */

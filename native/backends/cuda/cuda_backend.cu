@@ -15,7 +15,8 @@ typedef struct cuda_instance {
     cuda_backend pub;
     cudaError_t first_error;
     const char *first_error_op;
-    size_t matmul_workspace_bytes; /* the front of the workspace; the rest serves the other ops */
+    size_t matmul_workspace_bytes;
+    int64_t launches, host_waits; /* since the last launch_counters call */
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
@@ -23,6 +24,7 @@ static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)b
 extern "C" void cuda_note_launch(const backend *be, const char *op) {
     const cudaError_t err = cudaGetLastError();
     cuda_instance *ci = instance_of(be);
+    ci->launches++;
     if (err != cudaSuccess && ci->first_error == cudaSuccess) {
         ci->first_error = err;
         ci->first_error_op = op;
@@ -69,6 +71,7 @@ static void download(const backend *be, void *dst, const void *src, size_t bytes
     if (!bytes) return;
     note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)), "download");
     note(be, cudaStreamSynchronize(cuda_stream(be)), "download");
+    instance_of(be)->host_waits++;
 }
 static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)), "copy");
@@ -85,8 +88,15 @@ static void fill(const backend *be, float *dst, float value, int64_t n) {
     cuda_note_launch(be, "fill");
 }
 
+static void launch_counters(const backend *be, int64_t out[2]) {
+    cuda_instance *ci = instance_of(be);
+    out[0] = ci->launches, out[1] = ci->host_waits;
+    ci->launches = ci->host_waits = 0;
+}
+
 static specla_status sync(const backend *be) {
     cuda_instance *ci = instance_of(be);
+    ci->host_waits++;
     note(be, cudaStreamSynchronize(cuda_stream(be)), "sync");
     if (ci->first_error != cudaSuccess) {
         const cudaError_t err = ci->first_error;
@@ -144,6 +154,7 @@ static const backend_ops cuda_ops_table = {
     /* copy */ copy,
     /* fill */ fill,
     /* sync */ sync,
+    /* launch_counters */ launch_counters,
     /* weight_bytes */ weight_bytes,
     /* upload_weight */ upload_weight,
     /* matmul */ matmul,
