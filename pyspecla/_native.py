@@ -332,6 +332,7 @@ _SIGNATURES = {
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
     "specla_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
     "specla_context_backend": (ctypes.c_int32, [_p]),
+    "specla_context_launch_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),

@@ -178,6 +178,14 @@ class Context:
     def pending(self) -> int:
         return _native.lib.specla_context_pending(self._handle)
 
+    def launch_counters(self) -> tuple[int, int]:
+        """(kernel launches, host waits) of this context's backend since the last call, which resets
+        them; (-1, -1) on the CPU, which launches nothing."""
+        launches, waits = ctypes.c_int64(), ctypes.c_int64()
+        _native.check(_native.lib.specla_context_launch_counters(self._handle, ctypes.byref(launches),
+                                                                 ctypes.byref(waits)))
+        return launches.value, waits.value
+
     def tree_stats(self) -> dict:
         """What the last verify_tree did in the recurrent layers (specla_tree_stats): n_nodes,
         n_layers, and node_steps / state_copies of value head 0 summed over them. SpecLA steps each
