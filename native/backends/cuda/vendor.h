@@ -10,7 +10,11 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorString hipGetErrorString
+#define cudaStream_t hipStream_t
+/* butterfly shuffle over the whole wave (every lane takes part) */
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask))
 #else
 #include <cuda_runtime.h>
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 #endif
 #endif
