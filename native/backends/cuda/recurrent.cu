@@ -52,6 +52,7 @@
 #define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 16 */
 #define GDN_MAX_KEYS_PER_LANE 8
 #define GDN_MAX_S (GDN_LANES * GDN_MAX_KEYS_PER_LANE) /* 128 */
+#define GDN_CHUNK 8 /* tokens staged in shared memory at once */
 
 #define CONV_THREADS 128
 #define CONV_T_CHUNK 8
@@ -116,41 +117,118 @@ template <int KPL> struct gdn_factor {
     float g; /* raw, as in gdn_token */
 };
 
+/* Token inputs reach the threads through shared memory, GDN_CHUNK tokens at a time: the block
+ * loads a chunk with all its threads (every load independent, so one memory latency per chunk
+ * rather than one per token) while it steps through the previous chunk, double buffered. A chunk
+ * holds the key head's k and q (zero beyond S), the block's 16 rows of v (or of delta, for folds)
+ * and g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row element t, and g / beta
+ * for t < GDN_CHUNK. */
+template <int KPL> struct gdn_chunk {
+    float k[GDN_CHUNK][KPL * GDN_LANES], q[GDN_CHUNK][KPL * GDN_LANES];
+    float rows[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
+    float g[GDN_CHUNK], beta[GDN_CHUNK];
+};
+static_assert(GDN_CHUNK * GDN_ROWS_PER_BLOCK == GDN_THREADS, "one row element per thread and chunk");
+static_assert(GDN_CHUNK * GDN_LANES == GDN_THREADS, "KPL key elements per thread and chunk");
+
+/* a thread's share of one chunk, held in registers between the global loads and the shared stores */
+template <int KPL> struct gdn_chunk_share {
+    float k[KPL], q[KPL], row, g, beta;
+};
+
+/* token c of a chunk starting at `base`: ids[base + c], or base + c when ids is NULL */
+__device__ __forceinline__ int gdn_token_id(const int32_t *ids, int base, int c) { return ids ? ids[base + c] : base + c; }
+
+/* this thread's share of tokens base .. base + GDN_CHUNK - 1 (those < n) from k, q [.][Hk][S] (q may
+ * be NULL), rows [.][Hv][S], g and beta [.][Hv] (beta may be NULL) */
 template <int KPL>
-__device__ __forceinline__ void gdn_load_keys(float (&dst)[KPL], const float *src, const gdn_lane &L) {
+__device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const int32_t *ids, int base, int n,
+                                                const gdn_lane &L, const float *k, const float *q, const float *rows,
+                                                const float *g, const float *beta) {
+    const int tid = (int)threadIdx.x;
 #pragma unroll
-    for (int m = 0; m < KPL; m++) {
-        const int i = m * GDN_LANES + L.lane;
-        dst[m] = i < L.S ? src[i] : 0.0f;
+    for (int e = 0; e < KPL; e++) {
+        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+        float kv = 0.0f, qv = 0.0f;
+        if (base + c < n && i < L.S) {
+            const int64_t at = ((int64_t)gdn_token_id(ids, base, c) * L.Hk + L.kh) * L.S + i;
+            kv = k[at];
+            if (q) qv = q[at];
+        }
+        sh.k[e] = kv;
+        sh.q[e] = qv;
+    }
+    {
+        const int c = tid / GDN_ROWS_PER_BLOCK, row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + tid % GDN_ROWS_PER_BLOCK;
+        sh.row = base + c < n && row < L.S ? rows[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row] : 0.0f;
+    }
+    sh.g = 0.0f;
+    sh.beta = 0.0f;
+    if (tid < GDN_CHUNK && base + tid < n) {
+        const int64_t at = (int64_t)gdn_token_id(ids, base, tid) * L.Hv + L.h;
+        sh.g = g[at];
+        if (beta) sh.beta = beta[at];
     }
 }
 
-__device__ __forceinline__ void gdn_load_rows(float (&dst)[GDN_ROWS_PER_THREAD], const float *src, const gdn_lane &L) {
+template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> &s, const gdn_chunk_share<KPL> &sh) {
+    const int tid = (int)threadIdx.x;
 #pragma unroll
-    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) dst[r] = L.row[r] < L.S ? src[L.row[r]] : 0.0f;
+    for (int e = 0; e < KPL; e++) {
+        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+        s.k[c][i] = sh.k[e];
+        s.q[c][i] = sh.q[e];
+    }
+    s.rows[tid / GDN_ROWS_PER_BLOCK][tid % GDN_ROWS_PER_BLOCK] = sh.row;
+    if (tid < GDN_CHUNK) {
+        s.g[tid] = sh.g;
+        s.beta[tid] = sh.beta;
+    }
 }
 
-/* token t of q/k [.][Hk][S], v [.][Hv][S], g/beta [.][Hv] */
+/* the thread's view of token c of a chunk */
 template <int KPL>
-__device__ __forceinline__ void gdn_load_token(gdn_token<KPL> &in, const gdn_lane &L, const float *q, const float *k,
-                                               const float *v, const float *g, const float *beta, int t) {
-    const int64_t key_at = ((int64_t)t * L.Hk + L.kh) * L.S;
-    const int64_t head_at = (int64_t)t * L.Hv + L.h;
-    gdn_load_keys<KPL>(in.k, k + key_at, L);
-    gdn_load_keys<KPL>(in.q, q + key_at, L);
-    gdn_load_rows(in.v, v + head_at * L.S, L);
-    in.g = g[head_at];
-    in.beta = beta[head_at];
+__device__ __forceinline__ void gdn_token_of(gdn_token<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
+#pragma unroll
+    for (int m = 0; m < KPL; m++) {
+        in.k[m] = s.k[c][m * GDN_LANES + L.lane];
+        in.q[m] = s.q[c][m * GDN_LANES + L.lane];
+    }
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.v[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
+    in.g = s.g[c];
+    in.beta = s.beta[c];
 }
 
-/* accepted token p of k [.][Hk][S], delta [.][Hv][S], g [.][Hv] */
 template <int KPL>
-__device__ __forceinline__ void gdn_load_factor(gdn_factor<KPL> &in, const gdn_lane &L, const float *k,
-                                                const float *delta, const float *g, int p) {
-    const int64_t head_at = (int64_t)p * L.Hv + L.h;
-    gdn_load_keys<KPL>(in.k, k + ((int64_t)p * L.Hk + L.kh) * L.S, L);
-    gdn_load_rows(in.delta, delta + head_at * L.S, L);
-    in.g = g[head_at];
+__device__ __forceinline__ void gdn_factor_of(gdn_factor<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
+#pragma unroll
+    for (int m = 0; m < KPL; m++) in.k[m] = s.k[c][m * GDN_LANES + L.lane];
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.delta[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
+    in.g = s.g[c];
+}
+
+/* Calls body(index, chunk, c) for the n tokens in order (index = position 0 .. n - 1, token c of the
+ * chunk in shared memory), fetching the next chunk while the body walks the current one. Every
+ * thread of the block must call it with the same n (it synchronises the block). */
+template <int KPL, class Body>
+__device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const int32_t *ids, int n, const gdn_lane &L,
+                                                const float *k, const float *q, const float *rows, const float *g,
+                                                const float *beta, Body body) {
+    if (n <= 0) return;
+    gdn_chunk_share<KPL> sh;
+    gdn_chunk_fetch<KPL>(sh, ids, 0, n, L, k, q, rows, g, beta);
+    gdn_chunk_put<KPL>(buf[0], sh);
+    __syncthreads();
+    for (int base = 0, b = 0; base < n; base += GDN_CHUNK, b ^= 1) {
+        const bool more = base + GDN_CHUNK < n;
+        if (more) gdn_chunk_fetch<KPL>(sh, ids, base + GDN_CHUNK, n, L, k, q, rows, g, beta);
+        const int count = min(GDN_CHUNK, n - base);
+        for (int c = 0; c < count; c++) body(base + c, buf[b], c);
+        if (more) gdn_chunk_put<KPL>(buf[b ^ 1], sh);
+        __syncthreads();
+    }
 }
 
 /* One token of the gated delta rule on the thread's rows (see the mapping at the top). */
@@ -235,20 +313,6 @@ __device__ __forceinline__ void gdn_write_rows(float *dst, int t, const gdn_lane
         if (L.row[r] < L.S) at[L.row[r]] = val[r];
 }
 
-/* Fold n accepted tokens' factors into M, the next token's loads issued before the current fold. */
-template <int KPL>
-__device__ __forceinline__ void gdn_fold_all(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_lane &L, const float *k,
-                                             const float *delta, const float *g, int n) {
-    if (n <= 0) return;
-    gdn_factor<KPL> cur, next;
-    gdn_load_factor<KPL>(cur, L, k, delta, g, 0);
-    for (int p = 0; p < n; p++) {
-        if (p + 1 < n) gdn_load_factor<KPL>(next, L, k, delta, g, p + 1);
-        gdn_fold<KPL>(M, cur);
-        cur = next;
-    }
-}
-
 /* ------------------------------------------------------------------------------------------
  * GDN kernels; grid (ceil(S / 16), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
  * ---------------------------------------------------------------------------------------- */
@@ -257,32 +321,42 @@ template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_sequential_kernel(const float *q, const float *k, const float *v, const float *g, const float *beta, int T,
                           int Hk, int Hv, int S, float scale, float *state, float *out) {
+    __shared__ gdn_chunk<KPL> chunks[2];
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     float *head = state + (int64_t)L.h * S * S;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
-    if (T > 0) {
-        gdn_token<KPL> cur, next;
-        gdn_load_token<KPL>(cur, L, q, k, v, g, beta, 0);
-        for (int t = 0; t < T; t++) {
-            if (t + 1 < T) gdn_load_token<KPL>(next, L, q, k, v, g, beta, t + 1);
-            float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-            gdn_step<KPL>(M, cur, scale, o, d);
-            gdn_write_rows(out, t, L, o);
-            cur = next;
-        }
-    }
+    gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
+        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+        gdn_step<KPL>(M, in, scale, o, d);
+        gdn_write_rows(out, t, L, o);
+    });
     gdn_store_state<KPL>(M, head, L);
+}
+
+/* n accepted tokens' factors k [.][Hk][S], delta [.][Hv][S], g [.][Hv] into M, in order */
+template <int KPL>
+__device__ __forceinline__ void gdn_fold_tokens(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> (&chunks)[2],
+                                                const gdn_lane &L, const float *k, const float *delta, const float *g,
+                                                int n) {
+    gdn_walk_tokens<KPL>(chunks, NULL, n, L, k, NULL, delta, g, NULL, [&](int, const gdn_chunk<KPL> &s, int c) {
+        gdn_factor<KPL> f;
+        gdn_factor_of<KPL>(f, s, c, L);
+        gdn_fold<KPL>(M, f);
+    });
 }
 
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_fold_kernel(float *state, const float *k, const float *delta, const float *g, int P, int Hk, int Hv, int S) {
+    __shared__ gdn_chunk<KPL> chunks[2];
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     float *head = state + (int64_t)L.h * S * S;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
-    gdn_fold_all<KPL>(M, L, k, delta, g, P);
+    gdn_fold_tokens<KPL>(M, chunks, L, k, delta, g, P);
     gdn_store_state<KPL>(M, head, L);
 }
 
@@ -299,6 +373,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
                            const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
                            const float *pending_delta, const float *pending_g, int pending_n, float *out,
                            float *delta_out, float *slots, int slots_per_head, int head0, int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
     extern __shared__ int32_t walk[];
     int32_t *walk_node = walk, *walk_load = walk + max_nodes, *walk_store = walk + 2 * max_nodes;
     const int N = schedule[HLD_N_NODES_AT];
@@ -324,36 +399,36 @@ __global__ void __launch_bounds__(GDN_THREADS)
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, durable, L);
     if (pending_n > 0) {
-        gdn_fold_all<KPL>(M, L, pending_k, pending_delta, pending_g, pending_n);
+        gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, pending_n);
         gdn_store_state<KPL>(M, durable, L);
     }
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
-    gdn_token<KPL> cur, next;
-    gdn_load_token<KPL>(cur, L, q, k, v, g, beta, walk_node[0]);
-    for (int p = 0; p < N; p++) {
+    gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
         const int node = walk_node[p], load = walk_load[p];
         if (load >= 0)
             gdn_load_state<KPL>(M, head_slots + load * head_size, L);
         else if (load == WALK_DURABLE && p > 0)
             gdn_load_state<KPL>(M, durable, L);
-        if (p + 1 < N) gdn_load_token<KPL>(next, L, q, k, v, g, beta, walk_node[p + 1]);
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
         float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-        gdn_step<KPL>(M, cur, scale, o, d);
+        gdn_step<KPL>(M, in, scale, o, d);
         gdn_write_rows(out, node, L, o);
         gdn_write_rows(delta_out, node, L, d);
         if (walk_store[p] >= 0) gdn_store_state<KPL>(M, head_slots + walk_store[p] * head_size, L);
-        cur = next;
-    }
+    });
 }
 
 /* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
- * the last nodes of the chains; thread 0 writes each path root first into shared memory. Nodes on
- * several paths are written once per path, with the same bits. */
+ * the last nodes of the chains; thread 0 writes each path root first into shared memory (the walk
+ * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
+ * paths are written once per path, with the same bits. */
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                  const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                  const float *state, float *out, float *delta_out, int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
     extern __shared__ int32_t path[];
     const int N = schedule[HLD_N_NODES_AT];
     if (N < 1 || N > max_nodes) return;
@@ -372,17 +447,14 @@ __global__ void __launch_bounds__(GDN_THREADS)
         __syncthreads();
         float M[GDN_ROWS_PER_THREAD][KPL];
         gdn_load_state<KPL>(M, durable, L);
-        gdn_token<KPL> cur, next;
-        gdn_load_token<KPL>(cur, L, q, k, v, g, beta, path[0]);
-        for (int i = 0; i < len; i++) {
-            if (i + 1 < len) gdn_load_token<KPL>(next, L, q, k, v, g, beta, path[i + 1]);
+        gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, [&](int i, const gdn_chunk<KPL> &s, int cc) {
+            gdn_token<KPL> in;
+            gdn_token_of<KPL>(in, s, cc, L);
             float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-            gdn_step<KPL>(M, cur, scale, o, d);
+            gdn_step<KPL>(M, in, scale, o, d);
             gdn_write_rows(out, path[i], L, o);
             gdn_write_rows(delta_out, path[i], L, d);
-            cur = next;
-        }
-        __syncthreads(); /* the path is read by all before the next leaf overwrites it */
+        });
     }
 }
 
@@ -393,6 +465,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_checkpoints_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                 const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                 const float *state, float *out, float *delta_out, float *checkpoints, int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
     const int N = schedule[HLD_N_NODES_AT];
     if (N < 1 || N > max_nodes) return;
     const int32_t *parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
@@ -400,19 +473,17 @@ __global__ void __launch_bounds__(GDN_THREADS)
     const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, state + (int64_t)L.h * head_size, L);
-    gdn_token<KPL> cur, next;
-    gdn_load_token<KPL>(cur, L, q, k, v, g, beta, 0);
-    for (int t = 0; t < N; t++) {
+    gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
         const int parent = parents[t];
         if (t > 0 && parent != t - 1) gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
-        if (t + 1 < N) gdn_load_token<KPL>(next, L, q, k, v, g, beta, t + 1);
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
         float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-        gdn_step<KPL>(M, cur, scale, o, d);
+        gdn_step<KPL>(M, in, scale, o, d);
         gdn_write_rows(out, t, L, o);
         gdn_write_rows(delta_out, t, L, d);
         gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
-        cur = next;
-    }
+    });
 }
 
 /* ------------------------------------------------------------------------------------------
