@@ -8,25 +8,33 @@
  * reduction tree whatever the kernel, T or tree shape. A node verified in a tree therefore gets
  * the bits of decoding its root path with cuda_gated_delta_rule, and folding an accepted path's
  * factors gives the bits of the sequentially decoded state. Every float operation of the state
- * arithmetic is an explicit round-to-nearest intrinsic (__fmul_rn, __fadd_rn, __fsub_rn): the
- * compiler may not contract any of them into an FMA, so the step's update fl(fl(row * decay) +
- * fl(k * delta)) and the fold's are the same operations. decay = expf(g) in every kernel (the
- * accurate expf, no fast math); SiLU divides with __fdiv_rn. scale = 1 / sqrtf(S) is computed
- * once on the host (gdn_scale) for every kernel.
+ * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
+ * split any of them: the decay is __fmul_rn(row, decay), the rank-1 update is the fused
+ * __fmaf_rn(k, delta, decayed row) in both gdn_step and gdn_fold (the state update is
+ * fl(row * decay) then fl(k * delta + that) on both paths), and the dot products accumulate with
+ * __fmaf_rn (they exist only in gdn_step). The fused update rounds once where the CPU oracle rounds
+ * twice: GPU and CPU agree to float rounding, GPU paths agree bit for bit. decay = expf(g) inside
+ * gdn_step / gdn_fold (the accurate expf, no fast math); SiLU divides with __fdiv_rn.
+ * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
  *
  * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
  * (blockIdx.y, plus a head offset) and 16 consecutive value rows j of it (blockIdx.x): S = 128
- * gives 8 blocks per head, 384 blocks for the 27B's 48 heads. The block's 8 groups of 16 lanes
- * (half warps) take 2 rows each: thread t has group = t / 16, lane = t % 16, and rows
- * j = 16 * blockIdx.x + 8 r + group (r = 0, 1). Within a row the lane holds the keys
- * i = 16 m + lane (m = 0 .. KPL - 1, KPL = ceil(S / 16) <= 8) in registers, so a thread keeps
- * 2 * KPL state floats (16 at S = 128) for the whole call. Keys i >= S and rows j >= S (S not a
- * multiple of 16) hold zeros and are never stored.
- * Reduction order of a row's dot product (M^T k and M^T q): each lane sums its KPL products in
- * increasing m, starting from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1, each stage
- * adding the partner's partial (IEEE addition is commutative, so all 16 lanes end with the same
- * bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
+ * gives 8 blocks per head, 384 blocks for the 27B's 48 heads (at most 3 per SM of 132). The
+ * block's 8 groups of 16 lanes (half warps) take 2 rows each: thread t has group = t / 16,
+ * lane = t % 16, and rows j = 16 * blockIdx.x + 8 r + group (r = 0, 1). Within a row the lane
+ * holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th (m = 0 .. KPL - 1) being
+ * i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128: float4 runs, 16 lanes
+ * covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread keeps 2 * KPL state floats
+ * (16 at S = 128) for the whole call. Keys i >= S and rows j >= S (S not a multiple of 16) hold
+ * zeros and are never stored.
+ * Reduction order of a row's dot product (M^T k and M^T q): each lane accumulates its KPL products
+ * in increasing m with fmaf, starting from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1,
+ * each stage adding the partner's partial (IEEE addition is commutative, so all 16 lanes end with
+ * the same bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
  * row += k * delta, o = row . q, out = o * scale.
+ * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
+ * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
+ * one memory latency per chunk rather than per token.
  *
  * Conv thread mapping: one thread per channel c (blocks of 128 channels); the window of K raw
  * inputs, the K weights and the output sum (oldest sample first, then SiLU) live in registers.
@@ -74,7 +82,7 @@ __device__ __forceinline__ const int32_t *hld_dev_array(const int32_t *s, int wh
 
 /* the two halves of the state update; gdn_step and gdn_fold both call exactly these */
 __device__ __forceinline__ float gdn_decay(float m, float decay) { return __fmul_rn(m, decay); }
-__device__ __forceinline__ float gdn_rank1(float m, float k, float delta) { return __fadd_rn(m, __fmul_rn(k, delta)); }
+__device__ __forceinline__ float gdn_rank1(float m, float k, float delta) { return __fmaf_rn(k, delta, m); }
 
 /* sum over the 16 lanes of a row group, fixed butterfly xor 8, 4, 2, 1; every lane gets the sum */
 __device__ __forceinline__ void gdn_row_sums(float (&part)[GDN_ROWS_PER_THREAD]) {
@@ -123,7 +131,7 @@ template <int KPL> struct gdn_factor {
  * holds the key head's k and q (zero beyond S), the block's 16 rows of v (or of delta, for folds)
  * and g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row element t, and g / beta
  * for t < GDN_CHUNK. */
-template <int KPL> struct gdn_chunk {
+template <int KPL> struct __align__(16) gdn_chunk {
     float k[GDN_CHUNK][KPL * GDN_LANES], q[GDN_CHUNK][KPL * GDN_LANES];
     float rows[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
     float g[GDN_CHUNK], beta[GDN_CHUNK];
@@ -186,14 +194,38 @@ template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> 
     }
 }
 
+/* Key i that lane `lane` holds as its m-th: with KPL a multiple of 4 (S = 64, 128) the lanes take
+ * float4 runs, i = 64 (m / 4) + 4 lane + m % 4, so 16 lanes read 256 contiguous bytes per
+ * access; otherwise i = 16 m + lane. */
+template <int KPL> __device__ __forceinline__ int gdn_key(int lane, int m) {
+    if constexpr (KPL % 4 == 0)
+        return (m / 4) * (4 * GDN_LANES) + lane * 4 + m % 4;
+    else
+        return m * GDN_LANES + lane;
+}
+
+/* the lane's KPL keys of one key vector src [KPL * 16] (no masking: src holds KPL * 16 floats) */
+template <int KPL> __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
+    if constexpr (KPL % 4 == 0) {
+#pragma unroll
+        for (int m = 0; m < KPL; m += 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m));
+            dst[m] = x.x;
+            dst[m + 1] = x.y;
+            dst[m + 2] = x.z;
+            dst[m + 3] = x.w;
+        }
+    } else {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) dst[m] = src[gdn_key<KPL>(lane, m)];
+    }
+}
+
 /* the thread's view of token c of a chunk */
 template <int KPL>
 __device__ __forceinline__ void gdn_token_of(gdn_token<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
-#pragma unroll
-    for (int m = 0; m < KPL; m++) {
-        in.k[m] = s.k[c][m * GDN_LANES + L.lane];
-        in.q[m] = s.q[c][m * GDN_LANES + L.lane];
-    }
+    gdn_keys_of<KPL>(in.k, s.k[c], L.lane);
+    gdn_keys_of<KPL>(in.q, s.q[c], L.lane);
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.v[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
     in.g = s.g[c];
@@ -202,8 +234,7 @@ __device__ __forceinline__ void gdn_token_of(gdn_token<KPL> &in, const gdn_chunk
 
 template <int KPL>
 __device__ __forceinline__ void gdn_factor_of(gdn_factor<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
-#pragma unroll
-    for (int m = 0; m < KPL; m++) in.k[m] = s.k[c][m * GDN_LANES + L.lane];
+    gdn_keys_of<KPL>(in.k, s.k[c], L.lane);
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.delta[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
     in.g = s.g[c];
@@ -243,7 +274,7 @@ __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             M[r][m] = gdn_decay(M[r][m], decay);
-            acc = __fadd_rn(acc, __fmul_rn(M[r][m], in.k[m]));
+            acc = __fmaf_rn(M[r][m], in.k[m], acc);
         }
         part[r] = acc;
     }
@@ -256,7 +287,7 @@ __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             M[r][m] = gdn_rank1(M[r][m], in.k[m], delta[r]);
-            acc = __fadd_rn(acc, __fmul_rn(M[r][m], in.q[m]));
+            acc = __fmaf_rn(M[r][m], in.q[m], acc);
         }
         part[r] = acc;
     }
@@ -276,15 +307,32 @@ __device__ __forceinline__ void gdn_fold(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
     }
 }
 
-/* the thread's part of one head's state [S][S] (rows j, keys i) */
+/* the thread's part of one head's state [S][S] (rows j, keys gdn_key(lane, m)); float4 accesses
+ * when S = 16 KPL with KPL a multiple of 4 (S = 64, 128) and the head is 16-byte aligned */
+template <int KPL> __device__ __forceinline__ bool gdn_state_vectorizable(const float *head, const gdn_lane &L) {
+    return KPL % 4 == 0 && L.S == KPL * GDN_LANES && ((uintptr_t)head & 15) == 0;
+}
+
 template <int KPL>
 __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *head,
                                                const gdn_lane &L) {
+    if (gdn_state_vectorizable<KPL>(head, L)) {
+#pragma unroll
+        for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+            if (L.row[r] < L.S) {
+                gdn_keys_of<KPL>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
+            } else {
+#pragma unroll
+                for (int m = 0; m < KPL; m++) M[r][m] = 0.0f;
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
-            const int i = m * GDN_LANES + L.lane;
+            const int i = gdn_key<KPL>(L.lane, m);
             M[r][m] = L.row[r] < L.S && i < L.S ? head[(int64_t)L.row[r] * L.S + i] : 0.0f;
         }
     }
@@ -293,11 +341,25 @@ __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][K
 template <int KPL>
 __device__ __forceinline__ void gdn_store_state(const float (&M)[GDN_ROWS_PER_THREAD][KPL], float *head,
                                                 const gdn_lane &L) {
+    if constexpr (KPL % 4 == 0) {
+        if (gdn_state_vectorizable<KPL>(head, L)) {
+#pragma unroll
+            for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+                if (L.row[r] >= L.S) continue;
+                float *at = head + (int64_t)L.row[r] * L.S;
+#pragma unroll
+                for (int m = 0; m < KPL; m += 4)
+                    *reinterpret_cast<float4 *>(at + gdn_key<KPL>(L.lane, m)) =
+                        make_float4(M[r][m], M[r][m + 1], M[r][m + 2], M[r][m + 3]);
+            }
+            return;
+        }
+    }
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
-            const int i = m * GDN_LANES + L.lane;
+            const int i = gdn_key<KPL>(L.lane, m);
             if (L.row[r] < L.S && i < L.S) head[(int64_t)L.row[r] * L.S + i] = M[r][m];
         }
     }
