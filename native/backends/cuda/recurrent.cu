@@ -365,6 +365,24 @@ __device__ __forceinline__ void gdn_store_state(const float (&M)[GDN_ROWS_PER_TH
     }
 }
 
+/* a thread's state registers parked in / restored from one shared-memory slot, [r][m][thread]
+ * (consecutive threads at consecutive words: no bank conflicts) */
+#define GDN_PARKED_FLOATS(KPL) (GDN_ROWS_PER_THREAD * (KPL) * GDN_THREADS)
+template <int KPL> __device__ __forceinline__ void gdn_park(const float (&M)[GDN_ROWS_PER_THREAD][KPL], float *slot) {
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) slot[(r * KPL + m) * GDN_THREADS + threadIdx.x] = M[r][m];
+    }
+}
+template <int KPL> __device__ __forceinline__ void gdn_unpark(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *slot) {
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) M[r][m] = slot[(r * KPL + m) * GDN_THREADS + threadIdx.x];
+    }
+}
+
 /* row values (equal on all 16 lanes) into dst [.][Hv][S] at token / node t; lane 0 writes */
 __device__ __forceinline__ void gdn_write_rows(float *dst, int t, const gdn_lane &L,
                                                const float (&val)[GDN_ROWS_PER_THREAD]) {
@@ -427,20 +445,33 @@ __global__ void __launch_bounds__(GDN_THREADS)
  * state: the durable one or a boundary slot) and the slot that receives the state after it. Then
  * it folds the pending accepted path into the durable state and writes it back once (the deferred
  * fused commit), and walks the nodes in schedule order with the state in registers: loaded once per
- * chain, stored only at boundary nodes. Each thread reloads exactly the slot elements it stored, so
- * no synchronisation is needed between a boundary store and the chains that start from it. */
+ * chain, stored only at boundary nodes. Boundary slots below smem_slots live in shared memory (the
+ * block's rows only, [slot][r][m][thread]); the others in the workspace, [head in launch][slot][S][S].
+ * Each thread reloads exactly the slot elements it stored, so no synchronisation is needed between
+ * a boundary store and the chains that start from it. */
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_chains_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
                            const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
                            const float *pending_delta, const float *pending_g, int pending_n, float *out,
-                           float *delta_out, float *slots, int slots_per_head, int head0, int max_nodes) {
+                           float *delta_out, float *slots, int slots_per_head, int smem_slots, int head0,
+                           int max_nodes) {
     __shared__ gdn_chunk<KPL> chunks[2];
-    extern __shared__ int32_t walk[];
+    extern __shared__ float4 chains_shared[]; /* smem_slots parked states, then the walk */
+    float *parked = reinterpret_cast<float *>(chains_shared);
+    int32_t *walk = reinterpret_cast<int32_t *>(parked + (size_t)smem_slots * GDN_PARKED_FLOATS(KPL));
     int32_t *walk_node = walk, *walk_load = walk + max_nodes, *walk_store = walk + 2 * max_nodes;
     const int N = schedule[HLD_N_NODES_AT];
     /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
     if (N < 1 || N > max_nodes || schedule[HLD_N_BOUNDARIES_AT] > slots_per_head) return;
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, head0 + (int)blockIdx.y);
+    const int64_t head_size = (int64_t)S * S;
+    float *durable = state + (int64_t)L.h * head_size;
+    float *head_slots = slots + (int64_t)blockIdx.y * slots_per_head * head_size;
+    /* the durable state's loads are issued first, so they overlap the schedule reads below */
+    float M[GDN_ROWS_PER_THREAD][KPL];
+    gdn_load_state<KPL>(M, durable, L);
+
     const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
     const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
     const int32_t *chain_parent_boundary = hld_dev_array(schedule, HLD_OFF_CHAIN_PARENT_BOUNDARY);
@@ -454,12 +485,6 @@ __global__ void __launch_bounds__(GDN_THREADS)
     }
     __syncthreads();
 
-    const gdn_lane L = gdn_lane_of(S, Hk, Hv, head0 + (int)blockIdx.y);
-    const int64_t head_size = (int64_t)S * S;
-    float *durable = state + (int64_t)L.h * head_size;
-    float *head_slots = slots + (int64_t)blockIdx.y * slots_per_head * head_size;
-    float M[GDN_ROWS_PER_THREAD][KPL];
-    gdn_load_state<KPL>(M, durable, L);
     if (pending_n > 0) {
         gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, pending_n);
         gdn_store_state<KPL>(M, durable, L);
@@ -467,7 +492,9 @@ __global__ void __launch_bounds__(GDN_THREADS)
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
     gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
         const int node = walk_node[p], load = walk_load[p];
-        if (load >= 0)
+        if (load >= 0 && load < smem_slots)
+            gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
+        else if (load >= 0)
             gdn_load_state<KPL>(M, head_slots + load * head_size, L);
         else if (load == WALK_DURABLE && p > 0)
             gdn_load_state<KPL>(M, durable, L);
@@ -477,7 +504,11 @@ __global__ void __launch_bounds__(GDN_THREADS)
         gdn_step<KPL>(M, in, scale, o, d);
         gdn_write_rows(out, node, L, o);
         gdn_write_rows(delta_out, node, L, d);
-        if (walk_store[p] >= 0) gdn_store_state<KPL>(M, head_slots + walk_store[p] * head_size, L);
+        const int store = walk_store[p];
+        if (store >= 0 && store < smem_slots)
+            gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
+        else if (store >= 0)
+            gdn_store_state<KPL>(M, head_slots + store * head_size, L);
     });
 }
 
@@ -716,6 +747,36 @@ extern "C" void cuda_gdn_fold(const backend *be, float *state, const float *k, c
     cuda_note_launch(be, "gdn_fold");
 }
 
+/* Boundary slots kept in shared memory per block: as many as fit beside the static staging buffers
+ * and the walk within the 48 KiB every CUDA and HIP target gives a block without opt-in (3 at
+ * S = 128, so the few boundaries of a typical tree never leave the SM). */
+template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) {
+    const size_t budget = 48 * 1024, fixed = 2 * sizeof(gdn_chunk<KPL>) + sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const size_t per_slot = sizeof(float) * GDN_PARKED_FLOATS(KPL);
+    const size_t fit = fixed < budget ? (budget - fixed) / per_slot : 0;
+    return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
+}
+
+template <int KPL>
+static void launch_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                               const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
+                               int slots_per_head, int max_nodes) {
+    const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
+    const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
+    const float *pg = pending ? pending->g : NULL;
+    const int pn = pending ? pending->n : 0;
+    float *slots = (float *)cuda_of(be)->workspace;
+    for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
+        const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
+        gdn_tree_chains_kernel<KPL><<<gdn_grid(S, heads), GDN_THREADS, shared, cuda_stream(be)>>>(
+            schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
+            slots_per_head, smem_slots, head0, max_nodes);
+        cuda_note_launch(be, "gdn_tree_chains");
+    }
+}
+
 extern "C" void cuda_gdn_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
                                      const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
                                      float *state, const gdn_pending *pending, float *out, float *delta_out) {
@@ -730,22 +791,11 @@ extern "C" void cuda_gdn_tree_chains(const backend *be, const int32_t *schedule,
     if (cb->workspace == NULL || fit == 0)
         return refuse(be, "gdn_tree_chains: workspace smaller than one head's boundary states");
     const int heads_per_launch = fit < (size_t)Hv ? (int)fit : Hv;
-    const float scale = gdn_scale(S);
-    const size_t shared = sizeof(int32_t) * 3 * (size_t)max_nodes;
-    const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
-    const float *pg = pending ? pending->g : NULL;
-    const int pn = pending ? pending->n : 0;
-    float *slots = (float *)cb->workspace;
-    for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
-        const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
 #define LAUNCH(KPL)                                                                                                    \
-    gdn_tree_chains_kernel<KPL><<<gdn_grid(S, heads), GDN_THREADS, shared, cuda_stream(be)>>>(                         \
-        schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, pk, pd, pg, pn, out, delta_out, slots, slots_per_head,   \
-        head0, max_nodes)
-        GDN_DISPATCH(kpl, LAUNCH)
+    launch_tree_chains<KPL>(be, schedule, q, k, v, g, beta, Hk, Hv, S, state, pending, out, delta_out,                \
+                            heads_per_launch, slots_per_head, max_nodes)
+    GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
-        cuda_note_launch(be, "gdn_tree_chains");
-    }
 }
 
 extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *schedule, const float *q, const float *k,
