@@ -10,10 +10,13 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorString hipGetErrorString
-/* xor shuffle within a group of 32 lanes (a whole wave32; half a wave64) */
-#define specla_shfl_xor(v, lane_mask) __shfl_xor((v), (lane_mask), 32)
+#define cudaStream_t hipStream_t
+/* xor butterfly shuffle within groups of 32 lanes (a whole wave32, half a wave64) */
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask), 32)
 #else
 #include <cuda_runtime.h>
-#define specla_shfl_xor(v, lane_mask) __shfl_xor_sync(0xffffffffu, (v), (lane_mask), 32)
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
 #endif
+/* the same shuffle under the name elementwise/attention/logits use */
+#define specla_shfl_xor(v, lane_mask) SPECLA_SHFL_XOR(v, lane_mask)
 #endif
