@@ -66,6 +66,10 @@ cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tens
 cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x, int n_batch,
                                              int n, int8_t *codes, float *scales, int16_t *bsums);
 
+/* Whether 2..64-token calls on the 8-bit types may use the int8 tensor-core kernel (sm_80 and
+ * later; default on). Off, they run the dp4a kernel; the bits are the same either way. */
+void cuda_matmul_set_tensor_cores(int enable);
+
 #define CUDA_MATMUL_GROUP_LAUNCH 4
 
 #ifdef __cplusplus

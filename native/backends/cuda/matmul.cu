@@ -204,6 +204,7 @@ template <int TYPE> struct mm_traits {
                                       : TYPE == SPECLA_TYPE_Q8_0                           ? 4
                                       : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 2
                                                                                             : 1;
+    static constexpr bool int8 = TYPE != SPECLA_TYPE_F32 && TYPE != SPECLA_TYPE_F16 && TYPE != SPECLA_TYPE_BF16;
     static constexpr int has_d = TYPE == SPECLA_TYPE_Q8_0 || TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ||
                                  TYPE == SPECLA_TYPE_Q6_K;
 };
@@ -234,22 +235,61 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
     }
 }
 
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS) mm_kernel(const mm_launch_args args) {
-    constexpr int G = mm_traits<TYPE>::load_group;
-    const int lane = threadIdx.x & 31;
-    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    if (u >= args.n_units) return; /* whole warps */
+/* The chunk partial sum `v` of (row, token b): y itself when the row is one chunk, else the
+ * workspace (read back by mm_finish_unit). */
+__device__ __forceinline__ void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
+    if (M.n_chunks == 1) {
+        if (row < M.ne1) M.y[(int64_t)b * M.ne1 + row] = v;
+    } else {
+        __stcg(M.partials + ((int64_t)b * M.n_chunks + c) * (M.row_groups * MM_GROUP_ROWS) + row, v);
+    }
+}
+
+/* After a warp stored its unit's partial sums: the last chunk of a split row group to arrive adds
+ * the partial sums in chunk order (lane = row within the group) and re-arms the counter. */
+__device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int lane, int n_batch) {
+    if (M.n_chunks == 1) return;
+    __threadfence();
+    __syncwarp();
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atomicAdd(M.counters + rg, 1u);
+    arrived = __shfl_sync(MM_FULL_MASK, arrived, 0);
+    if (arrived != (unsigned)M.n_chunks - 1) return;
+    __threadfence();
+    const int row = rg * MM_GROUP_ROWS + lane;
+    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
+    if (row < M.ne1) {
+        for (int b = 0; b < n_batch; b++) {
+            const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
+            float s = __ldcg(p);
+            for (int cc = 1; cc < M.n_chunks; cc++) s = mm_add(s, __ldcg(p + cc * rows_padded));
+            M.y[(int64_t)b * M.ne1 + row] = s;
+        }
+    }
+    if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
+}
+
+/* The matrix of a group launch that unit u belongs to (selects, no indexed parameter access). */
+__device__ __forceinline__ mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
     mm_mat_args M = args.mat[0];
 #pragma unroll
     for (int i = 1; i < CUDA_MATMUL_GROUP_LAUNCH; i++)
         if (i < args.n_mats && u >= args.mat[i].unit_begin) M = args.mat[i];
+    return M;
+}
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, 1) mm_kernel(const mm_launch_args args) {
+    constexpr int G = mm_traits<TYPE>::load_group;
+    const int lane = threadIdx.x & 31;
+    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (u >= args.n_units) return; /* whole warps */
+    const mm_mat_args M = mm_select_mat(args, u);
     const int local = u - M.unit_begin;
     const int rg = local / M.n_chunks, c = local % M.n_chunks;
     const int k_begin = c * M.chunk_blocks;
     const int k_end = min(M.n_blocks, k_begin + M.chunk_blocks);
     const int row = rg * MM_GROUP_ROWS + lane;
-    const int rows_padded = M.row_groups * MM_GROUP_ROWS;
     const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
 
     for (int t0 = 0; t0 < args.n_batch; t0 += NT) {
@@ -275,33 +315,13 @@ __global__ void __launch_bounds__(MM_THREADS) mm_kernel(const mm_launch_args arg
         for (int t = 0; t < NT; t++) {
             const int b = t0 + t;
             if (b >= args.n_batch) break;
-            if (M.n_chunks == 1) {
-                if (row < M.ne1) M.y[(int64_t)b * M.ne1 + row] = acc[t];
-            } else {
-                __stcg(M.partials + ((int64_t)b * M.n_chunks + c) * rows_padded + row, acc[t]);
-            }
+            mm_store(M, c, row, b, acc[t]);
         }
     }
-    if (M.n_chunks == 1) return;
-
-    /* split row group: the last chunk to arrive adds the partial sums in chunk order */
-    __threadfence();
-    __syncwarp();
-    unsigned arrived = 0;
-    if (lane == 0) arrived = atomicAdd(M.counters + rg, 1u);
-    arrived = __shfl_sync(MM_FULL_MASK, arrived, 0);
-    if (arrived != (unsigned)M.n_chunks - 1) return;
-    __threadfence();
-    if (row < M.ne1) {
-        for (int b = 0; b < args.n_batch; b++) {
-            const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
-            float s = __ldcg(p);
-            for (int cc = 1; cc < M.n_chunks; cc++) s = mm_add(s, __ldcg(p + (int64_t)cc * rows_padded));
-            M.y[(int64_t)b * M.ne1 + row] = s;
-        }
-    }
-    if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
+    mm_finish_unit(M, rg, lane, args.n_batch);
 }
+
+#include "matmul_mma.cuh"
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 static int mm_supported(int32_t type) { return mm_unit_elements(type) != 0; }
@@ -366,9 +386,39 @@ extern "C" cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, v
     return err;
 }
 
+static int g_use_tensor_cores = 1;
+
+extern "C" void cuda_matmul_set_tensor_cores(int enable) { g_use_tensor_cores = enable != 0; }
+
+/* int8 mma.sync needs sm_80; the answer is cached per device */
+static int mm_device_has_int8_mma(void) {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cached[dev] == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        cached[dev] = major >= 8 ? 1 : -1;
+    }
+    return cached[dev] > 0;
+}
+
 template <int TYPE>
 static void mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const int grid = (args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK;
+    if constexpr (mm_traits<TYPE>::int8) {
+        if (args.n_batch >= 2 && g_use_tensor_cores && mm_device_has_int8_mma()) {
+            if (args.n_batch <= 8)
+                mm_mma_kernel<TYPE, 1><<<grid, MM_THREADS, 0, stream>>>(args);
+            else if (args.n_batch <= 16)
+                mm_mma_kernel<TYPE, 2><<<grid, MM_THREADS, 0, stream>>>(args);
+            else if (args.n_batch <= 24)
+                mm_mma_kernel<TYPE, 3><<<grid, MM_THREADS, 0, stream>>>(args);
+            else
+                mm_mma_kernel<TYPE, 4><<<grid, MM_THREADS, 0, stream>>>(args);
+            return;
+        }
+    }
     if (args.n_batch == 1)
         mm_kernel<TYPE, 1><<<grid, MM_THREADS, 0, stream>>>(args);
     else if (args.n_batch == 2)

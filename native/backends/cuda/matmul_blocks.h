@@ -319,28 +319,27 @@ MM_HD float mm_block_q4_0_q5_0(const uint32_t *w, mm_side side, int is_q5, const
     return mm_fma(mm_mul(mm_half(side.d), da), mm_i2f(s), acc);
 }
 
-/* 6-bit scale and min of sub-block j of a Q4_K block's 12 packed bytes (element_types.h's
- * k_scale_min, callable on the device). */
-MM_HD void mm_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+/* 6-bit scale and min of sub-block j of a Q4_K block, from its 12 packed scale bytes held as three
+ * little-endian words sw[0..2] (element_types.h's k_scale_min on bytes, without a byte array). */
+MM_HD uint32_t mm_byte(const uint32_t *sw, int i) { return (sw[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
     if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
+        *sc = (int)(mm_byte(sw, j) & 63);
+        *m = (int)(mm_byte(sw, j + 4) & 63);
     } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        *sc = (int)((mm_byte(sw, j + 4) & 15) | ((mm_byte(sw, j - 4) >> 6) << 4));
+        *m = (int)((mm_byte(sw, j + 4) >> 4) | ((mm_byte(sw, j) >> 6) << 4));
     }
 }
 
 /* Q4_K: s = sum_j sc_j dot_j (integer), t = sum_j m_j (bsum_2j + bsum_2j+1) (integer);
  * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). */
 MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
-    uint8_t sb[12];
-    memcpy(sb, w + 1, 12);
     int32_t s = 0, t = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         int sc, m;
-        mm_scale_min(sb, j, &sc, &m);
+        mm_scale_min(w + 1, j, &sc, &m);
         const int p = j / 2, shift = 4 * (j % 2);
         int32_t dot = 0;
 #pragma unroll

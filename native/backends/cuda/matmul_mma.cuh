@@ -1,0 +1,248 @@
+/* The tensor-core path of matmul.cu for 2..64 tokens on the 8-bit weight types (Q8_0, Q4_0, Q5_0,
+ * Q4_K, Q6_K): the same units (row group of 32, chunk), the same per-block integers and the same
+ * float operations as mm_kernel, so every (row, token) gets the bits the dp4a path gives it.
+ *
+ * A warp computes its unit's 32 rows as two 16-row MMA tiles (weight rows on M) times tiles of 8
+ * tokens (N), with int8 mma.sync m16n8k16: one MMA per 16 elements of a scale unit (a Q6_K group of
+ * 16; two, accumulated in integers, per 32-element Q4_K sub-block or legacy block). The thread
+ * holding C element (row, token) scales the unit's exact int32 dot product by the row's integer
+ * scale, sums the block's integers, and then runs the block's float step exactly as
+ * matmul_blocks.h does. Biased levels (Q4_0 - 8, Q5_0 - 16, Q6_K - 32) are subtracted per byte
+ * before the MMA; the integer is the same as the dp4a path's dot - bias * sum.
+ *
+ * Fragments (PTX ISA, mma.m16n8k16 with .s8): groupID g = lane / 4, t = lane % 4;
+ *   A (16 x 16, row-major): reg 0 = row g, k 4t..4t+3; reg 1 = row g + 8, the same k
+ *   B (16 x 8, column-major): k 4t..4t+3 of column (token) g
+ *   C (16 x 8 int32): c0, c1 = row g, tokens 2t, 2t+1; c2, c3 = row g + 8, tokens 2t, 2t+1
+ * Without sm_80 (and on HIP) mm_mma_k16 computes the same integers with warp shuffles and dp4a. */
+#ifndef SPECLA_CUDA_MATMUL_MMA_CUH
+#define SPECLA_CUDA_MATMUL_MMA_CUH
+
+/* c[0..3] += A (a0: row g, a1: row g + 8) . B (b0: token g), k 16 */
+__device__ __forceinline__ void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#else
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int tt = 0; tt < 4; tt++) {
+        const int32_t ar0 = (int32_t)__shfl_sync(MM_FULL_MASK, a0, 4 * g + tt);
+        const int32_t ar1 = (int32_t)__shfl_sync(MM_FULL_MASK, a1, 4 * g + tt);
+        const int32_t bn0 = (int32_t)__shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t) + tt);
+        const int32_t bn1 = (int32_t)__shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t + 1) + tt);
+        c[0] = mm_dot4(ar0, bn0, c[0]);
+        c[1] = mm_dot4(ar0, bn1, c[1]);
+        c[2] = mm_dot4(ar1, bn0, c[2]);
+        c[3] = mm_dot4(ar1, bn1, c[3]);
+    }
+#endif
+}
+
+/* bytes minus a bias, byte by byte (levels 0..2*bias-1 become signed -bias..bias-1) */
+__device__ __forceinline__ uint32_t mm_unbias(uint32_t v, uint32_t bias4) {
+#if !defined(SPECLA_USE_HIP)
+    return __vsub4(v, bias4);
+#else
+    return ((v | 0x80808080u) - bias4) ^ 0x80808080u;
+#endif
+}
+
+template <int TYPE> struct mm_mma_traits {
+    /* 16-byte pieces whose word t each thread reads per row, and the first of them */
+    static constexpr int qpieces = TYPE == SPECLA_TYPE_Q6_K ? 12 : TYPE == SPECLA_TYPE_Q4_K ? 8 : TYPE == SPECLA_TYPE_Q8_0 ? 2 : 1;
+    static constexpr int qfirst = TYPE == SPECLA_TYPE_Q4_K ? 1 : 0;
+    /* a whole 16-byte piece per row: Q4_K's header (piece 0), Q6_K's scales (piece 12) */
+    static constexpr int hpiece = TYPE == SPECLA_TYPE_Q4_K ? 0 : TYPE == SPECLA_TYPE_Q6_K ? 12 : -1;
+};
+
+/* One block of the thread's 2 rows of a 16-row tile (rows g and g + 8). */
+template <int TYPE> struct mm_mma_frag {
+    uint32_t q[mm_mma_traits<TYPE>::qpieces][2]; /* [piece][row half]: word t of the piece */
+    uint4 h[2];                                   /* header / scales piece */
+    mm_side side[2];
+};
+
+template <int TYPE>
+__device__ __forceinline__ void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, int mt, int g,
+                                            int t) {
+    typedef mm_mma_traits<TYPE> tr;
+    const uint8_t *slot = group_base + (int64_t)k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    const uint8_t *side = slot + mm_traits<TYPE>::pieces * 16 * MM_GROUP_ROWS;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = 16 * mt + 8 * hr + g;
+#pragma unroll
+        for (int p = 0; p < tr::qpieces; p++)
+            f.q[p][hr] = __ldg((const unsigned *)(slot + (tr::qfirst + p) * 16 * MM_GROUP_ROWS + 16 * r) + t);
+        if (tr::hpiece >= 0) f.h[hr] = __ldg((const uint4 *)(slot + tr::hpiece * 16 * MM_GROUP_ROWS) + r);
+        if (mm_traits<TYPE>::has_d) f.side[hr].d = __ldg((const unsigned short *)side + r);
+        if (TYPE == SPECLA_TYPE_Q5_0) f.side[hr].qh = __ldg((const unsigned *)(side + 2 * MM_GROUP_ROWS) + r);
+    }
+}
+
+/* 4 activation codes of token b at element e (0 for a token past the batch) */
+__device__ __forceinline__ uint32_t mm_act_word(const mm_acts &act, int64_t n, int b, int n_batch, int64_t e) {
+    return b < n_batch ? __ldg((const unsigned *)(act.codes + (int64_t)b * n + e)) : 0u;
+}
+
+/* The levels word (signed bytes, bias removed) of legacy block rows for k-word kw (0..7) */
+template <int TYPE>
+__device__ __forceinline__ uint32_t mm_legacy_levels(const mm_mma_frag<TYPE> &f, int hr, int kw, int t) {
+    if (TYPE == SPECLA_TYPE_Q8_0) return f.q[kw / 4][hr]; /* kw = t or 4 + t: piece 0 or 1, word t */
+    const uint32_t qs = f.q[0][hr];
+    uint32_t v = kw < 4 ? (qs & 0x0F0F0F0Fu) : ((qs >> 4) & 0x0F0F0F0Fu);
+    if (TYPE == SPECLA_TYPE_Q5_0) {
+        v |= mm_spread4_bit4((f.side[hr].qh >> (kw < 4 ? 4 * t : 16 + 4 * t)) & 15u);
+        return mm_unbias(v, 0x10101010u);
+    }
+    return mm_unbias(v, 0x08080808u);
+}
+
+/* Q6_K levels word (bias removed) of group (h6, m, jj) for the thread's k-word t */
+template <int TYPE>
+__device__ __forceinline__ uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, int jj) {
+    const uint32_t qa = f.q[4 * h6 + jj][hr], qb = f.q[4 * h6 + 2 + jj][hr], qhw = f.q[8 + 2 * h6 + jj][hr];
+    uint32_t v;
+    if (m == 0) v = (qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u);
+    else if (m == 1) v = (qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u);
+    else if (m == 2) v = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
+    else v = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
+    return mm_unbias(v, 0x20202020u);
+}
+
+/* The block's step for one 16-row tile and one tile of 8 tokens: acc[i] for the thread's C element i. */
+template <int TYPE>
+__device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch,
+                                             int k, int tok0, int g, int t, float acc[4]) {
+    const int bt = tok0 + g; /* the token whose codes this thread feeds to B */
+    int32_t s[4] = {0, 0, 0, 0};
+    if (TYPE == SPECLA_TYPE_Q4_K) {
+        const int64_t e0 = (int64_t)k * 256;
+        int32_t tt[4] = {0, 0, 0, 0};
+        const int c0 = tok0 + 2 * t, c1 = c0 + 1; /* the tokens of this thread's C columns */
+        const int16_t *bs0p = act.bsums + (int64_t)c0 * (n / 16) + 16 * k;
+        const int16_t *bs1p = act.bsums + (int64_t)c1 * (n / 16) + 16 * k;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int p = j / 2, shift = 4 * (j % 2);
+            const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t);
+            const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t);
+            const int32_t bs0 = c0 < n_batch ? (int32_t)bs0p[2 * j] + bs0p[2 * j + 1] : 0;
+            const int32_t bs1 = c1 < n_batch ? (int32_t)bs1p[2 * j] + bs1p[2 * j + 1] : 0;
+            int32_t c[4] = {0, 0, 0, 0};
+            mm_mma_k16(c, (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu, blo);
+            mm_mma_k16(c, (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu, bhi);
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const uint32_t sw[3] = {f.h[hr].y, f.h[hr].z, f.h[hr].w};
+                int sc, m;
+                mm_scale_min(sw, j, &sc, &m);
+                s[2 * hr] += sc * c[2 * hr];
+                s[2 * hr + 1] += sc * c[2 * hr + 1];
+                tt[2 * hr] += m * bs0;
+                tt[2 * hr + 1] += m * bs1;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = tok0 + 2 * t + (i & 1);
+            if (tok >= n_batch) continue;
+            const uint32_t w0 = f.h[i >> 1].x;
+            const float d = mm_half((uint16_t)(w0 & 0xffffu)), dmin = mm_half((uint16_t)(w0 >> 16));
+            const float da = act.scales[(int64_t)tok * (n / 256) + k];
+            acc[i] = mm_fma(mm_mul(da, d), mm_i2f(s[i]), acc[i]);
+            acc[i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[i]), acc[i]);
+        }
+        return;
+    }
+    if (TYPE == SPECLA_TYPE_Q6_K) {
+        const int64_t e0 = (int64_t)k * 256;
+#pragma unroll
+        for (int h6 = 0; h6 < 2; h6++)
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++) {
+                    const int grp = 8 * h6 + 2 * m + jj; /* elements 16 grp .. 16 grp + 15 */
+                    const uint32_t b = mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t);
+                    int32_t c[4] = {0, 0, 0, 0};
+                    mm_mma_k16(c, mm_q6_levels(f, 0, h6, m, jj), mm_q6_levels(f, 1, h6, m, jj), b);
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const uint4 h = f.h[hr];
+                        const uint32_t word = grp < 4 ? h.x : grp < 8 ? h.y : grp < 12 ? h.z : h.w;
+                        const int sc = (int8_t)(word >> (8 * (grp & 3)));
+                        s[2 * hr] += sc * c[2 * hr];
+                        s[2 * hr + 1] += sc * c[2 * hr + 1];
+                    }
+                }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = tok0 + 2 * t + (i & 1);
+            if (tok >= n_batch) continue;
+            const float da = act.scales[(int64_t)tok * (n / 256) + k];
+            acc[i] = mm_fma(mm_mul(da, mm_half(f.side[i >> 1].d)), mm_i2f(s[i]), acc[i]);
+        }
+        return;
+    }
+    /* Q8_0 / Q4_0 / Q5_0: one block of 32 = k-words t and 4 + t */
+    const int64_t e0 = (int64_t)k * 32;
+    const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 4 * t);
+    const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t);
+    mm_mma_k16(s, mm_legacy_levels(f, 0, t, t), mm_legacy_levels(f, 1, t, t), blo);
+    mm_mma_k16(s, mm_legacy_levels(f, 0, 4 + t, t), mm_legacy_levels(f, 1, 4 + t, t), bhi);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int tok = tok0 + 2 * t + (i & 1);
+        if (tok >= n_batch) continue;
+        const float da = act.scales[(int64_t)tok * (n / 32) + k];
+        acc[i] = mm_fma(mm_mul(mm_half(f.side[i >> 1].d), da), mm_i2f(s[i]), acc[i]);
+    }
+}
+
+/* NTILES tiles of 8 tokens per pass over the chunk. */
+template <int TYPE, int NTILES>
+__global__ void __launch_bounds__(MM_THREADS, 1) mm_mma_kernel(const mm_launch_args args) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (u >= args.n_units) return; /* whole warps */
+    const mm_mat_args M = mm_select_mat(args, u);
+    const int local = u - M.unit_begin;
+    const int rg = local / M.n_chunks, c = local % M.n_chunks;
+    const int k_begin = c * M.chunk_blocks;
+    const int k_end = min(M.n_blocks, k_begin + M.chunk_blocks);
+    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
+
+    /* the two 16-row tiles one after the other (each streams its own half of the slots) */
+    for (int mt = 0; mt < 2; mt++)
+        for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) {
+            float acc[NTILES][4];
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+            mm_mma_frag<TYPE> cur, nxt;
+            mm_mma_load(cur, group_base, k_begin, mt, g, t);
+            for (int k = k_begin; k < k_end; k++) {
+                if (k + 1 < k_end) mm_mma_load(nxt, group_base, k + 1, mt, g, t);
+#pragma unroll
+                for (int nt = 0; nt < NTILES; nt++)
+                    if (p0 + 8 * nt < args.n_batch) /* warp-uniform */
+                        mm_mma_block<TYPE>(cur, args.act, args.n, args.n_batch, k, p0 + 8 * nt, g, t, acc[nt]);
+                cur = nxt;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                    const int row = rg * MM_GROUP_ROWS + 16 * mt + 8 * (i >> 1) + g;
+                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[nt][i]);
+                }
+        }
+    mm_finish_unit(M, rg, lane, args.n_batch);
+}
+
+#endif
