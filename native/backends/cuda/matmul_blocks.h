@@ -280,18 +280,44 @@ typedef struct mm_side {
     uint32_t qh; /* Q5_0 */
 } mm_side;
 
-/* 4 activation codes at byte offset 4i of a block (aligned) */
-MM_HD int32_t mm_aword(const int8_t *a, int i) {
-    int32_t v;
-    memcpy(&v, a + 4 * i, 4);
-    return v;
+/* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
+MM_HD void mm_load16(const void *p, uint32_t out[4]) {
+#if MM_DEVICE_CODE
+    const uint4 v = __ldg((const uint4 *)p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+#else
+    memcpy(out, p, 16);
+#endif
+}
+/* 32 activation codes (aligned) as 8 words */
+MM_HD void mm_load32(const int8_t *a, uint32_t out[8]) {
+    mm_load16(a, out);
+    mm_load16(a + 16, out + 4);
+}
+/* bsums[2j] + bsums[2j + 1] of one Q8_K block for j = 0..7, from its 16 int16 (32-byte aligned) */
+MM_HD void mm_bsum_pairs(const int16_t *bsums, int32_t out[8]) {
+    uint32_t w[8];
+    mm_load16(bsums, w);
+    mm_load16(bsums + 8, w + 4);
+    for (int j = 0; j < 8; j++) out[j] = (int32_t)(int16_t)(w[j] & 0xffffu) + (int32_t)(int16_t)(w[j] >> 16);
 }
 
 MM_HD float mm_block_q8_0(const uint32_t *w, mm_side side, const int8_t *a, float da, float acc) {
+    uint32_t av[8];
+    mm_load32(a, av);
     int32_t s = 0;
 #pragma unroll
-    for (int i = 0; i < 8; i++) s = mm_dot4((int32_t)w[i], mm_aword(a, i), s);
+    for (int i = 0; i < 8; i++) s = mm_dot4((int32_t)w[i], (int32_t)av[i], s);
     return mm_fma(mm_mul(mm_half(side.d), da), mm_i2f(s), acc);
+}
+
+/* bytes minus a bias, byte by byte: levels 0..2 bias - 1 become the signed bytes -bias..bias - 1 */
+MM_HD uint32_t mm_unbias(uint32_t v, uint32_t bias4) {
+#if MM_DEVICE_CODE && !defined(SPECLA_USE_HIP)
+    return __vsub4(v, bias4);
+#else
+    return ((v | 0x80808080u) - bias4) ^ 0x80808080u; /* no borrow crosses a byte: each is >= 0x80 */
+#endif
 }
 
 /* spread bits 0..3 of b to bit 4 of bytes 0..3 */
@@ -301,6 +327,8 @@ MM_HD uint32_t mm_spread4_bit4(uint32_t b) {
 
 /* Q4_0 (bias 8) and Q5_0 (bias 16): element i < 16 is the low nibble of qs[i], i + 16 the high one. */
 MM_HD float mm_block_q4_0_q5_0(const uint32_t *w, mm_side side, int is_q5, const int8_t *a, float da, float acc) {
+    uint32_t av[8];
+    mm_load32(a, av);
     int32_t dot = 0, suma = 0;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -309,7 +337,7 @@ MM_HD float mm_block_q4_0_q5_0(const uint32_t *w, mm_side side, int is_q5, const
             lo |= mm_spread4_bit4((side.qh >> (4 * i)) & 15u);
             hi |= mm_spread4_bit4((side.qh >> (16 + 4 * i)) & 15u);
         }
-        const int32_t a_lo = mm_aword(a, i), a_hi = mm_aword(a, 4 + i);
+        const int32_t a_lo = (int32_t)av[i], a_hi = (int32_t)av[4 + i];
         dot = mm_dot4((int32_t)lo, a_lo, dot);
         dot = mm_dot4((int32_t)hi, a_hi, dot);
         suma = mm_dot4(0x01010101, a_lo, suma);
@@ -335,57 +363,64 @@ MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
 /* Q4_K: s = sum_j sc_j dot_j (integer), t = sum_j m_j (bsum_2j + bsum_2j+1) (integer);
  * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). */
 MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
+    int32_t pairs[8];
+    mm_bsum_pairs(bsums, pairs);
     int32_t s = 0, t = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         int sc, m;
         mm_scale_min(w + 1, j, &sc, &m);
         const int p = j / 2, shift = 4 * (j % 2);
+        uint32_t av[8];
+        mm_load32(a + 32 * j, av);
         int32_t dot = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t q = (w[4 + 8 * p + i] >> shift) & 0x0F0F0F0Fu;
-            dot = mm_dot4((int32_t)q, mm_aword(a, 8 * j + i), dot);
+            dot = mm_dot4((int32_t)q, (int32_t)av[i], dot);
         }
         s += sc * dot;
-        t += m * ((int32_t)bsums[2 * j] + (int32_t)bsums[2 * j + 1]);
+        t += m * pairs[j];
     }
     const float d = mm_half((uint16_t)(w[0] & 0xffffu)), dmin = mm_half((uint16_t)(w[0] >> 16));
     acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
     return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
 }
 
-/* Q6_K: s = sum_g sc_g (dot_g - 32 bsum_g) over the 16 groups of 16 (integer); acc = fma(da * d, s, acc). */
-MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, float da, const int16_t *bsums,
-                          float acc) {
+/* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
+ * CPU's sc_g (dot_g - 32 bsum_g)); acc = fma(da * d, s, acc). */
+MM_HD int32_t mm_q6_scale(const uint32_t *w, int g) { return (int8_t)(w[48 + g / 4] >> (8 * (g % 4))); }
+MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, float da, float acc) {
     const uint32_t *ql = w, *qh = w + 32;
-    int8_t sc[16];
-    memcpy(sc, w + 48, 16);
     int32_t s = 0;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
 #pragma unroll
         for (int jj = 0; jj < 2; jj++) { /* words 4jj..4jj+3 of each 32-byte run: one group of 16 */
+            /* the codes of elements 128h + 32m + 16jj .. + 15, m = 0..3 */
+            uint32_t a0[4], a1[4], a2[4], a3[4];
+            const int8_t *ah = a + 128 * h + 16 * jj;
+            mm_load16(ah, a0), mm_load16(ah + 32, a1), mm_load16(ah + 64, a2), mm_load16(ah + 96, a3);
             int32_t dot0 = 0, dot1 = 0, dot2 = 0, dot3 = 0;
 #pragma unroll
-            for (int j = 4 * jj; j < 4 * jj + 4; j++) {
+            for (int i = 0; i < 4; i++) {
+                const int j = 4 * jj + i;
                 const uint32_t qa = ql[16 * h + j], qb = ql[16 * h + 8 + j], qhw = qh[8 * h + j];
-                const uint32_t q0 = (qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u);
-                const uint32_t q1 = (qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u);
-                const uint32_t q2 = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
-                const uint32_t q3 = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
-                const int8_t *ah = a + 128 * h + 4 * j;
-                dot0 = mm_dot4((int32_t)q0, mm_aword(ah, 0), dot0);
-                dot1 = mm_dot4((int32_t)q1, mm_aword(ah, 8), dot1);
-                dot2 = mm_dot4((int32_t)q2, mm_aword(ah, 16), dot2);
-                dot3 = mm_dot4((int32_t)q3, mm_aword(ah, 24), dot3);
+                const uint32_t q0 = mm_unbias((qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u), 0x20202020u);
+                const uint32_t q1 = mm_unbias((qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u), 0x20202020u);
+                const uint32_t q2 = mm_unbias(((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u), 0x20202020u);
+                const uint32_t q3 = mm_unbias(((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u), 0x20202020u);
+                dot0 = mm_dot4((int32_t)q0, (int32_t)a0[i], dot0);
+                dot1 = mm_dot4((int32_t)q1, (int32_t)a1[i], dot1);
+                dot2 = mm_dot4((int32_t)q2, (int32_t)a2[i], dot2);
+                dot3 = mm_dot4((int32_t)q3, (int32_t)a3[i], dot3);
             }
             /* element 128h + 32m + 4j lies in group 8h + 2m + jj */
             const int g = 8 * h + jj;
-            s += sc[g] * (dot0 - 32 * (int32_t)bsums[g]);
-            s += sc[g + 2] * (dot1 - 32 * (int32_t)bsums[g + 2]);
-            s += sc[g + 4] * (dot2 - 32 * (int32_t)bsums[g + 4]);
-            s += sc[g + 6] * (dot3 - 32 * (int32_t)bsums[g + 6]);
+            s += mm_q6_scale(w, g) * dot0;
+            s += mm_q6_scale(w, g + 2) * dot1;
+            s += mm_q6_scale(w, g + 4) * dot2;
+            s += mm_q6_scale(w, g + 6) * dot3;
         }
     }
     return mm_fma(mm_mul(da, mm_half(side.d)), mm_i2f(s), acc);
@@ -431,7 +466,7 @@ MM_HD float mm_block_step(const uint32_t *w, mm_side side, const mm_acts &act, i
     if (TYPE == SPECLA_TYPE_Q5_0) return mm_block_q4_0_q5_0(w, side, 1, act.codes + e, da, acc);
     const int16_t *bs = act.bsums + (int64_t)b * (n / 16) + (int64_t)k * 16;
     if (TYPE == SPECLA_TYPE_Q4_K) return mm_block_q4_k(w, act.codes + e, da, bs, acc);
-    return mm_block_q6_k(w, side, act.codes + e, da, bs, acc);
+    return mm_block_q6_k(w, side, act.codes + e, da, acc);
 }
 
 /* Byte offset of the side fields of a slot, and of the slot of (group g, block k). */

@@ -40,15 +40,6 @@ __device__ __forceinline__ void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a
 #endif
 }
 
-/* bytes minus a bias, byte by byte (levels 0..2*bias-1 become signed -bias..bias-1) */
-__device__ __forceinline__ uint32_t mm_unbias(uint32_t v, uint32_t bias4) {
-#if !defined(SPECLA_USE_HIP)
-    return __vsub4(v, bias4);
-#else
-    return ((v | 0x80808080u) - bias4) ^ 0x80808080u;
-#endif
-}
-
 template <int TYPE> struct mm_mma_traits {
     /* 16-byte pieces whose word t each thread reads per row, and the first of them */
     static constexpr int qpieces = TYPE == SPECLA_TYPE_Q6_K ? 12 : TYPE == SPECLA_TYPE_Q4_K ? 8 : TYPE == SPECLA_TYPE_Q8_0 ? 2 : 1;
@@ -122,15 +113,15 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
         const int64_t e0 = (int64_t)k * 256;
         int32_t tt[4] = {0, 0, 0, 0};
         const int c0 = tok0 + 2 * t, c1 = c0 + 1; /* the tokens of this thread's C columns */
-        const int16_t *bs0p = act.bsums + (int64_t)c0 * (n / 16) + 16 * k;
-        const int16_t *bs1p = act.bsums + (int64_t)c1 * (n / 16) + 16 * k;
+        int32_t pairs0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, pairs1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (c0 < n_batch) mm_bsum_pairs(act.bsums + (int64_t)c0 * (n / 16) + 16 * k, pairs0);
+        if (c1 < n_batch) mm_bsum_pairs(act.bsums + (int64_t)c1 * (n / 16) + 16 * k, pairs1);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int p = j / 2, shift = 4 * (j % 2);
             const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t);
             const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t);
-            const int32_t bs0 = c0 < n_batch ? (int32_t)bs0p[2 * j] + bs0p[2 * j + 1] : 0;
-            const int32_t bs1 = c1 < n_batch ? (int32_t)bs1p[2 * j] + bs1p[2 * j + 1] : 0;
+            const int32_t bs0 = pairs0[j], bs1 = pairs1[j];
             int32_t c[4] = {0, 0, 0, 0};
             mm_mma_k16(c, (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu, blo);
             mm_mma_k16(c, (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu, bhi);
@@ -173,7 +164,7 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
                     for (int hr = 0; hr < 2; hr++) {
                         const uint4 h = f.h[hr];
                         const uint32_t word = grp < 4 ? h.x : grp < 8 ? h.y : grp < 12 ? h.z : h.w;
-                        const int sc = (int8_t)(word >> (8 * (grp & 3)));
+                        const int sc = (int8_t)(word >> (8 * (grp & 3))); /* scales[grp] */
                         s[2 * hr] += sc * c[2 * hr];
                         s[2 * hr + 1] += sc * c[2 * hr + 1];
                     }
