@@ -651,6 +651,82 @@ static double measure_copy_gbps() {
     return 2.0 * bytes / (median(t) * 1e-3) / 1e9; /* bytes read + written */
 }
 
+/* A GDN layer's input matrices (attn_qkv Q6_K, attn_gate, ssm_beta, ssm_alpha Q4_K) on one x: one
+ * cuda_matmul_group call against four cuda_matmul calls, over enough copies of the set to defeat L2. */
+static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *js) {
+    const int n0 = 5120;
+    const int32_t types[4] = {SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q4_K};
+    const int rows[4] = {10240, 6144, 48, 48};
+    Rng r(777);
+    double bytes = 0, prep = 0;
+    std::vector<std::vector<uint8_t>> w(4);
+    for (int i = 0; i < 4; i++) {
+        w[i] = make_weight(types[i], n0, rows[i], r);
+        bytes += (double)w[i].size();
+        prep += (double)cuda_matmul_prepared_bytes(types[i], n0, rows[i]);
+    }
+    const int copies = (int)(3.0 * prop.l2CacheSize / prep) + 1;
+    std::vector<specla_tensor> t((size_t)copies * 4);
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < 4; i++) {
+            specla_tensor &ti = t[(size_t)c * 4 + i];
+            ti = host_tensor(w[i], types[i], n0, rows[i]);
+            void *d;
+            CK(cudaMalloc(&d, cuda_matmul_prepared_bytes(types[i], n0, rows[i])));
+            CK(cuda_matmul_prepare_weight(&ti, d));
+            ti.data = d;
+        }
+    const std::vector<float> x = make_activations(n0, r);
+    float *xd;
+    CK(cudaMalloc(&xd, x.size() * sizeof(float)));
+    CK(cudaMemcpy(xd, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    float *yd[4];
+    for (int i = 0; i < 4; i++) CK(cudaMalloc(&yd[i], (size_t)MAX_BATCH * rows[i] * sizeof(float)));
+    cuda_matmul_workspace ws;
+    ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
+    CK(cudaMalloc(&ws.data, ws.bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("  GDN input group (attn_qkv Q6_K + attn_gate + ssm_beta + ssm_alpha Q4_K, %.1f MB):\n", bytes / 1e6);
+    for (int n_batch : {1, 23}) {
+        double us[2];
+        for (int grouped = 0; grouped < 2; grouped++) {
+            std::vector<double> times;
+            for (int pass = 0; pass < 22; pass++) {
+                CK(cudaEventRecord(e0));
+                for (int c = 0; c < copies; c++) {
+                    const specla_tensor *tp[4] = {&t[(size_t)c * 4], &t[(size_t)c * 4 + 1], &t[(size_t)c * 4 + 2],
+                                                  &t[(size_t)c * 4 + 3]};
+                    if (grouped)
+                        CK(cuda_matmul_group(0, 4, tp, xd, n_batch, yd, ws));
+                    else
+                        for (int i = 0; i < 4; i++) CK(cuda_matmul(0, tp[i], xd, n_batch, yd[i], ws));
+                }
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (pass >= 2) times.push_back(ms * 1e3 / copies);
+            }
+            us[grouped] = median(times);
+        }
+        printf("    n_batch %2d: four calls %7.1f us (%5.0f GB/s), one group call %7.1f us (%5.0f GB/s)\n", n_batch, us[0],
+               bytes / (us[0] * 1e-6) / 1e9, us[1], bytes / (us[1] * 1e-6) / 1e9);
+        if (js)
+            fprintf(js,
+                    "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"gdn_input_group\", \"n_batch\": %d, "
+                    "\"weight_bytes\": %.0f, \"copies\": %d, \"separate_us\": %.3f, \"group_us\": %.3f, "
+                    "\"group_gbps\": %.1f, \"copy_gbps\": %.1f}\n",
+                    g_opt.commit.c_str(), prop.name, n_batch, bytes, copies, us[0], us[1], bytes / (us[1] * 1e-6) / 1e9,
+                    copy_gbps);
+    }
+    for (auto &ti : t) cudaFree((void *)ti.data);
+    for (int i = 0; i < 4; i++) cudaFree(yd[i]);
+    cudaFree(xd), cudaFree(ws.data);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
 static void run_bench() {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -710,13 +786,15 @@ static void run_bench() {
             const double us = median(t), gbps = weight_bytes / (us * 1e-6) / 1e9;
             if (n_batch == 1) us1 = us;
             printf("  %7.1f (%5.0f)", us, gbps);
+            const char *kernel =
+                n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 ? "int8-mma" : "dp4a";
             if (js)
                 fprintf(js,
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
-                        "\"ne1\": %d, \"n_batch\": %d, \"weight_bytes\": %.0f, \"copies\": %d, \"passes\": 20, "
-                        "\"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, \"ratio_to_copy\": %.4f, "
-                        "\"time_vs_n1\": %.4f}\n",
-                        g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch,
+                        "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
+                        "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
+                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f}\n",
+                        g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us / us1);
         }
         printf("\n");
@@ -725,6 +803,7 @@ static void run_bench() {
         cudaFree(xd), cudaFree(yd), cudaFree(ws.data);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
     }
+    bench_gdn_group(prop, copy_gbps, js);
     if (js) fclose(js);
 }
 

@@ -247,7 +247,9 @@ MM_HD int mm_act_kind(int32_t type) {
 /* Work units (one warp each) = row groups x chunks; the plan asks for about MM_TARGET_UNITS units so
  * that a matrix with few rows still spreads over every SM, and never splits a block. It never looks
  * at n_batch, the device or the group a matrix is launched with. */
-#define MM_TARGET_UNITS 2048
+#ifndef MM_TARGET_UNITS
+#define MM_TARGET_UNITS 2048 /* a build may try others (-DMM_TARGET_UNITS=4096): it changes the order */
+#endif
 typedef struct mm_plan {
     int n_blocks;     /* blocks (units of mm_unit_elements) per row */
     int row_groups;   /* ceil(ne1 / 32) */
