@@ -46,8 +46,8 @@ int cuda_matmul_repack_host(const specla_tensor *host_w, void *dst);
  * The specla_tensor the matmul then takes has data = device_dst and the GGUF type, ne0, ne1. */
 cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, void *device_dst);
 
-/* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T on `stream`; w->data (prepared), x, y and ws in device
- * memory. Returns cudaSuccess or the launch error (cudaErrorNotSupported for an unsupported type,
+/* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T on `stream`; w->data (prepared), x (16-byte aligned),
+ * y and ws in device memory; one call at a time per workspace (the calls on one stream are). Returns cudaSuccess or the launch error (cudaErrorNotSupported for an unsupported type,
  * cudaErrorInvalidValue for a bad shape or a too small workspace). Each row of y is the same bits
  * whatever n_batch is. */
 cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,

@@ -204,9 +204,10 @@ template <int TYPE> struct mm_traits {
                                       : TYPE == SPECLA_TYPE_Q8_0                           ? 4
                                       : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 2
                                                                                             : 1;
-    /* CTAs of 4 warps per SM the register budget is sized for: 3 (168 registers) keeps 12 warps
-     * per SM without spills; Q6_K's 13-piece blocks need the full 255 (2 CTAs, 8 warps). */
-    static constexpr int min_blocks = TYPE == SPECLA_TYPE_Q6_K ? 1 : 3;
+    /* CTAs of 4 warps per SM the dp4a kernel's register budget is sized for: 3 (168 registers)
+     * keeps 12 warps per SM for one token without spills; Q6_K's 13-piece blocks need the full 255
+     * (2 CTAs, 8 warps), and so do several tokens per pass (the fallback of the tensor-core path). */
+    static constexpr int min_blocks(int nt) { return TYPE == SPECLA_TYPE_Q6_K || nt > 1 ? 1 : 3; }
     static constexpr bool int8 = TYPE != SPECLA_TYPE_F32 && TYPE != SPECLA_TYPE_F16 && TYPE != SPECLA_TYPE_BF16;
     static constexpr int has_d = TYPE == SPECLA_TYPE_Q8_0 || TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ||
                                  TYPE == SPECLA_TYPE_Q6_K;
@@ -282,7 +283,7 @@ __device__ __forceinline__ mm_mat_args mm_select_mat(const mm_launch_args &args,
 }
 
 template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks) mm_kernel(const mm_launch_args args) {
+__global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) mm_kernel(const mm_launch_args args) {
     constexpr int G = mm_traits<TYPE>::load_group;
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
