@@ -22,6 +22,8 @@
  * program's generation and comparison logic (and the arithmetic) on a machine without a GPU; the
  * batch-invariance checks are then true by construction, and the group test is skipped.
  * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
+ * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
+ * MMA (check_mma_emulation) and compares it bit for bit with the host model.
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
@@ -34,12 +36,15 @@
 #include <string.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_matmul.h"
-#include "matmul_blocks.h"
+#include "matmul_launch.h"
+#include "matmul_mma.cuh"
 #include "specla.h"
 
 #define CK(call)                                                                                                    \
@@ -304,6 +309,141 @@ static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, cons
     }
 }
 
+/* ---- checks ------------------------------------------------------------------------------------- */
+static int g_failures = 0;
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stdout, "FAIL ");
+    vfprintf(stdout, fmt, ap);
+    fprintf(stdout, "\n");
+    va_end(ap);
+    g_failures++;
+}
+
+/* ---- the tensor-core kernel's per-lane code, emulated on 32 host threads -------------------------- */
+/* mm_mma_unit (matmul_mma.cuh) runs here as host code, one thread per lane; mm_mma_k16 meets its 31
+ * partners at a barrier and computes its C share from all lanes' fragments with the PTX layout of
+ * mma.m16n8k16 .s8 (A: lane (g, t) holds rows g and g + 8, k 4t..4t+3; B: k 4t..4t+3 of column g;
+ * C: rows g, g + 8 x columns 2t, 2t + 1). This checks the kernel's unpacking, scales, fragment
+ * indices and stores against the host model bit for bit, before any device run. */
+struct MmaEmulation {
+    std::barrier<> *barrier = nullptr;
+    uint32_t in[32][3];
+};
+static MmaEmulation g_mma;
+static bool g_mma_fault = false; /* --self-test: the emulated MMA swaps the rows g and g + 8 */
+
+void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
+    g_mma.in[lane][0] = a0, g_mma.in[lane][1] = a1, g_mma.in[lane][2] = b0;
+    g_mma.barrier->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int tt = 0; tt < 4; tt++) {
+        int32_t a_row_g = (int32_t)g_mma.in[4 * g + tt][0], a_row_g8 = (int32_t)g_mma.in[4 * g + tt][1];
+        if (g_mma_fault) std::swap(a_row_g, a_row_g8);
+        const int32_t b_col0 = (int32_t)g_mma.in[4 * (2 * t) + tt][2], b_col1 = (int32_t)g_mma.in[4 * (2 * t + 1) + tt][2];
+        c[0] = mm_dot4(a_row_g, b_col0, c[0]);
+        c[1] = mm_dot4(a_row_g, b_col1, c[1]);
+        c[2] = mm_dot4(a_row_g8, b_col0, c[2]);
+        c[3] = mm_dot4(a_row_g8, b_col1, c[3]);
+    }
+    g_mma.barrier->arrive_and_wait(); /* nobody overwrites `in` before all have read it */
+}
+
+template <int TYPE, int NTILES>
+static void emulate_units(const mm_launch_args &args) {
+    std::barrier<> barrier(32);
+    g_mma.barrier = &barrier;
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 32; lane++)
+        lanes.emplace_back([&args, lane] {
+            for (int u = 0; u < args.n_units; u++) mm_mma_unit<TYPE, NTILES>(args, u, lane);
+        });
+    for (auto &th : lanes) th.join();
+    g_mma.barrier = nullptr;
+}
+
+template <int TYPE>
+static void emulate_dispatch(const mm_launch_args &args) { /* the tile count matmul.cu picks */
+    if (args.n_batch <= 8) emulate_units<TYPE, 1>(args);
+    else if (args.n_batch <= 16) emulate_units<TYPE, 2>(args);
+    else if (args.n_batch <= 24) emulate_units<TYPE, 3>(args);
+    else emulate_units<TYPE, 4>(args);
+}
+
+/* y[n_batch][ne1] through the tensor-core kernel's code (emulated), partial sums added in chunk
+ * order as mm_finish_unit does. */
+static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
+                               float *y) {
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    const HostActs a = host_quantize(mm_act_kind(type), x, n_batch, ne0);
+    const int64_t rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
+    std::vector<float> partials((size_t)n_batch * p.n_chunks * rows_padded, NAN);
+    mm_launch_args args;
+    memset(&args, 0, sizeof args);
+    mm_mat_args &m = args.mat[0];
+    m.w = prep, m.y = y, m.partials = partials.data(), m.counters = nullptr;
+    m.ne1 = ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups, m.chunk_blocks = p.chunk_blocks;
+    m.n_chunks = p.n_chunks, m.unit_begin = 0;
+    args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
+    args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
+    switch (type) {
+    case SPECLA_TYPE_Q8_0: emulate_dispatch<SPECLA_TYPE_Q8_0>(args); break;
+    case SPECLA_TYPE_Q4_0: emulate_dispatch<SPECLA_TYPE_Q4_0>(args); break;
+    case SPECLA_TYPE_Q5_0: emulate_dispatch<SPECLA_TYPE_Q5_0>(args); break;
+    case SPECLA_TYPE_Q4_K: emulate_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+    case SPECLA_TYPE_Q6_K: emulate_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+    default: fprintf(stderr, "cuda_matmul_check: no tensor-core kernel for %s\n", type_name(type)), exit(2);
+    }
+    if (p.n_chunks > 1)
+        for (int b = 0; b < n_batch; b++)
+            for (int o = 0; o < ne1; o++) {
+                const float *q = partials.data() + (size_t)b * p.n_chunks * rows_padded + o;
+                float s = q[0];
+                for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+                y[(size_t)b * ne1 + o] = s;
+            }
+}
+
+/* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
+static void check_mma_emulation(bool one_type = false) {
+    printf("tensor-core kernel code, emulated on the host, against the host model:\n");
+    const int32_t all_types[] = {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K};
+    const std::vector<int32_t> types = one_type ? std::vector<int32_t>{SPECLA_TYPE_Q4_K}
+                                                : std::vector<int32_t>(all_types, all_types + 5);
+    uint64_t seed = 5000;
+    for (int32_t type : types) {
+        const int unit = mm_unit_elements(type);
+        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}};
+        for (const auto &sh : shapes) {
+            const int ne0 = sh[0], ne1 = sh[1];
+            Rng r(seed++);
+            const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
+            const std::vector<float> x = make_activations(ne0, r);
+            const specla_tensor hw = host_tensor(w, type, ne0, ne1);
+            std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(type, ne0, ne1));
+            if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(type));
+            std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
+            host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
+            const int before = g_failures;
+            for (int n_batch : {2, 5, 8, 23, 64}) {
+                std::fill(y.begin(), y.end(), NAN);
+                emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
+                for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
+                    if (memcmp(&y[i], &model[i], 4) != 0) {
+                        fail("%s %dx%d n_batch %d: emulated tensor-core y[%zu][%zu] = %.9g, host model %.9g",
+                             type_name(type), ne0, ne1, n_batch, i / ne1, i % ne1, y[i], model[i]);
+                        break;
+                    }
+            }
+            printf("  %-5s ne0 %5d ne1 %4d  n_batch {2,5,8,23,64}: %s\n", type_name(type), ne0, ne1,
+                   g_failures == before ? "bits equal" : "FAILED");
+            fflush(stdout);
+        }
+    }
+}
+
 /* ---- one matrix under test, on the GPU or in the host model -------------------------------------- */
 struct Subject {
     int32_t type;
@@ -363,19 +503,6 @@ struct Subject {
         CK(cudaMemcpy(y, y_dev, count * sizeof(float), cudaMemcpyDeviceToHost));
     }
 };
-
-/* ---- checks ------------------------------------------------------------------------------------- */
-static int g_failures = 0;
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stdout, "FAIL ");
-    vfprintf(stdout, fmt, ap);
-    fprintf(stdout, "\n");
-    va_end(ap);
-    g_failures++;
-}
 
 /* The bound of check (3), in units of sum |term| (abs_scale): both sides round every term into float
  * sums, in different orders: the CPU over 8 lanes of n_blocks fmas each plus 3 adds (the float types:
@@ -850,13 +977,25 @@ int main(int argc, char **argv) {
             caught += hit;
         }
         g_inject = 0;
+        {
+            g_mma_fault = true;
+            const int before = g_failures;
+            check_mma_emulation(true);
+            const bool hit = g_failures > before;
+            printf("self-test: fault 4 (emulated MMA rows swapped) %s\n", hit ? "caught" : "NOT CAUGHT");
+            caught += hit;
+            g_mma_fault = false;
+        }
         g_failures = 0;
-        if (caught != 3) {
+        if (caught != 4) {
             printf("self-test FAILED\n");
             return 1;
         }
     }
-    if (g_opt.check) run_checks();
+    if (g_opt.check) {
+        run_checks();
+        if (g_opt.host_model) check_mma_emulation();
+    }
     if (g_opt.bench && !g_opt.host_model) run_bench();
     printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
     return g_failures ? 1 : 0;

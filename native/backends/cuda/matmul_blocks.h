@@ -282,6 +282,26 @@ typedef struct mm_side {
     uint32_t qh; /* Q5_0 */
 } mm_side;
 
+/* Read-only loads of weights and activation blocks (the non-coherent path on the device). */
+MM_HD uint32_t mm_ld_u32(const void *p) {
+#if MM_DEVICE_CODE
+    return __ldg((const unsigned *)p);
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+MM_HD uint16_t mm_ld_u16(const void *p) {
+#if MM_DEVICE_CODE
+    return __ldg((const unsigned short *)p);
+#else
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+#endif
+}
+
 /* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
 MM_HD void mm_load16(const void *p, uint32_t out[4]) {
 #if MM_DEVICE_CODE

@@ -14,18 +14,27 @@
  *   A (16 x 16, row-major): reg 0 = row g, k 4t..4t+3; reg 1 = row g + 8, the same k
  *   B (16 x 8, column-major): k 4t..4t+3 of column (token) g
  *   C (16 x 8 int32): c0, c1 = row g, tokens 2t, 2t+1; c2, c3 = row g + 8, tokens 2t, 2t+1
- * Without sm_80 (and on HIP) mm_mma_k16 computes the same integers with warp shuffles and dp4a. */
+ * Without sm_80 (and on HIP) mm_mma_k16 computes the same integers with warp shuffles and dp4a.
+ * The per-lane code is host-compilable too: tools/cuda_matmul_check.cu runs it on 32 host threads
+ * with an emulated MMA and compares the bits with the host model of the dp4a kernel. */
 #ifndef SPECLA_CUDA_MATMUL_MMA_CUH
 #define SPECLA_CUDA_MATMUL_MMA_CUH
 
-/* c[0..3] += A (a0: row g, a1: row g + 8) . B (b0: token g), k 16 */
-__device__ __forceinline__ void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+#if !MM_DEVICE_CODE
+/* The host emulation of one warp-wide MMA (tools/cuda_matmul_check.cu defines it): lane `lane`'s
+ * share of the m16n8k16 s8 product of the 32 lanes' fragments, with the PTX fragment layout. */
+void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane);
+#endif
+
+/* c[0..3] += A (a0: row g, a1: row g + 8) . B (b0: token g), k 16; all 32 lanes together */
+MM_HD void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(b0));
-#else
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#elif MM_DEVICE_CODE
+    /* the same integers from the 32 lanes' fragments, through shuffles */
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int tt = 0; tt < 4; tt++) {
         const int32_t ar0 = (int32_t)__shfl_sync(MM_FULL_MASK, a0, 4 * g + tt);
@@ -37,6 +46,8 @@ __device__ __forceinline__ void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a
         c[2] = mm_dot4(ar1, bn0, c[2]);
         c[3] = mm_dot4(ar1, bn1, c[3]);
     }
+#else
+    mm_mma_k16_emulated(c, a0, a1, b0, lane);
 #endif
 }
 
@@ -56,7 +67,7 @@ template <int TYPE> struct mm_mma_frag {
 };
 
 template <int TYPE>
-__device__ __forceinline__ void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, int mt, int g,
+MM_HD void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, int mt, int g,
                                             int t) {
     typedef mm_mma_traits<TYPE> tr;
     const uint8_t *slot = group_base + (int64_t)k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
@@ -66,21 +77,25 @@ __device__ __forceinline__ void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t 
         const int r = 16 * mt + 8 * hr + g;
 #pragma unroll
         for (int p = 0; p < tr::qpieces; p++)
-            f.q[p][hr] = __ldg((const unsigned *)(slot + (tr::qfirst + p) * 16 * MM_GROUP_ROWS + 16 * r) + t);
-        if (tr::hpiece >= 0) f.h[hr] = __ldg((const uint4 *)(slot + tr::hpiece * 16 * MM_GROUP_ROWS) + r);
-        if (mm_traits<TYPE>::has_d) f.side[hr].d = __ldg((const unsigned short *)side + r);
-        if (TYPE == SPECLA_TYPE_Q5_0) f.side[hr].qh = __ldg((const unsigned *)(side + 2 * MM_GROUP_ROWS) + r);
+            f.q[p][hr] = mm_ld_u32(slot + (tr::qfirst + p) * 16 * MM_GROUP_ROWS + 16 * r + 4 * t);
+        if (tr::hpiece >= 0) {
+            uint32_t w[4];
+            mm_load16(slot + tr::hpiece * 16 * MM_GROUP_ROWS + 16 * r, w);
+            f.h[hr] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        if (mm_traits<TYPE>::has_d) f.side[hr].d = mm_ld_u16(side + 2 * r);
+        if (TYPE == SPECLA_TYPE_Q5_0) f.side[hr].qh = mm_ld_u32(side + 2 * MM_GROUP_ROWS + 4 * r);
     }
 }
 
 /* 4 activation codes of token b at element e (0 for a token past the batch) */
-__device__ __forceinline__ uint32_t mm_act_word(const mm_acts &act, int64_t n, int b, int n_batch, int64_t e) {
-    return b < n_batch ? __ldg((const unsigned *)(act.codes + (int64_t)b * n + e)) : 0u;
+MM_HD uint32_t mm_act_word(const mm_acts &act, int64_t n, int b, int n_batch, int64_t e) {
+    return b < n_batch ? mm_ld_u32(act.codes + (int64_t)b * n + e) : 0u;
 }
 
 /* The levels word (signed bytes, bias removed) of legacy block rows for k-word kw (0..7) */
 template <int TYPE>
-__device__ __forceinline__ uint32_t mm_legacy_levels(const mm_mma_frag<TYPE> &f, int hr, int kw, int t) {
+MM_HD uint32_t mm_legacy_levels(const mm_mma_frag<TYPE> &f, int hr, int kw, int t) {
     if (TYPE == SPECLA_TYPE_Q8_0) return f.q[kw / 4][hr]; /* kw = t or 4 + t: piece 0 or 1, word t */
     const uint32_t qs = f.q[0][hr];
     uint32_t v = kw < 4 ? (qs & 0x0F0F0F0Fu) : ((qs >> 4) & 0x0F0F0F0Fu);
@@ -93,7 +108,7 @@ __device__ __forceinline__ uint32_t mm_legacy_levels(const mm_mma_frag<TYPE> &f,
 
 /* Q6_K levels word (bias removed) of group (h6, m, jj) for the thread's k-word t */
 template <int TYPE>
-__device__ __forceinline__ uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, int jj) {
+MM_HD uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, int jj) {
     const uint32_t qa = f.q[4 * h6 + jj][hr], qb = f.q[4 * h6 + 2 + jj][hr], qhw = f.q[8 + 2 * h6 + jj][hr];
     uint32_t v;
     if (m == 0) v = (qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u);
@@ -105,9 +120,9 @@ __device__ __forceinline__ uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int
 
 /* The block's step for one 16-row tile and one tile of 8 tokens: acc[i] for the thread's C element i. */
 template <int TYPE>
-__device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch,
+MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch,
                                              int k, int tok0, int g, int t, float acc[4]) {
-    const int bt = tok0 + g; /* the token whose codes this thread feeds to B */
+    const int bt = tok0 + g, lane = 4 * g + t; /* bt: the token whose codes this thread feeds to B */
     int32_t s[4] = {0, 0, 0, 0};
     if (TYPE == SPECLA_TYPE_Q4_K) {
         const int64_t e0 = (int64_t)k * 256;
@@ -123,8 +138,9 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
             const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t);
             const int32_t bs0 = pairs0[j], bs1 = pairs1[j];
             int32_t c[4] = {0, 0, 0, 0};
-            mm_mma_k16(c, (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu, blo);
-            mm_mma_k16(c, (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu, bhi);
+            mm_mma_k16(c, (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu, blo, lane);
+            mm_mma_k16(c, (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu, bhi,
+                       lane);
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 const uint32_t sw[3] = {f.h[hr].y, f.h[hr].z, f.h[hr].w};
@@ -159,7 +175,7 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
                     const int grp = 8 * h6 + 2 * m + jj; /* elements 16 grp .. 16 grp + 15 */
                     const uint32_t b = mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t);
                     int32_t c[4] = {0, 0, 0, 0};
-                    mm_mma_k16(c, mm_q6_levels(f, 0, h6, m, jj), mm_q6_levels(f, 1, h6, m, jj), b);
+                    mm_mma_k16(c, mm_q6_levels(f, 0, h6, m, jj), mm_q6_levels(f, 1, h6, m, jj), b, lane);
 #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
                         const uint4 h = f.h[hr];
@@ -182,8 +198,8 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
     const int64_t e0 = (int64_t)k * 32;
     const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 4 * t);
     const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t);
-    mm_mma_k16(s, mm_legacy_levels(f, 0, t, t), mm_legacy_levels(f, 1, t, t), blo);
-    mm_mma_k16(s, mm_legacy_levels(f, 0, 4 + t, t), mm_legacy_levels(f, 1, 4 + t, t), bhi);
+    mm_mma_k16(s, mm_legacy_levels(f, 0, t, t), mm_legacy_levels(f, 1, t, t), blo, lane);
+    mm_mma_k16(s, mm_legacy_levels(f, 0, 4 + t, t), mm_legacy_levels(f, 1, 4 + t, t), bhi, lane);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int tok = tok0 + 2 * t + (i & 1);
@@ -193,17 +209,16 @@ __device__ __forceinline__ void mm_mma_block(const mm_mma_frag<TYPE> &f, const m
     }
 }
 
-/* NTILES tiles of 8 tokens per pass over the chunk. */
+/* Unit u of a launch, lane `lane`: the partial sums of its 32 rows for every token, stored with
+ * mm_store. NTILES tiles of 8 tokens per pass over the chunk. */
 template <int TYPE, int NTILES>
-__global__ void __launch_bounds__(MM_THREADS, 1) mm_mma_kernel(const mm_launch_args args) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    if (u >= args.n_units) return; /* whole warps */
+MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
+    const int g = lane >> 2, t = lane & 3;
     const mm_mat_args M = mm_select_mat(args, u);
     const int local = u - M.unit_begin;
     const int rg = local / M.n_chunks, c = local % M.n_chunks;
     const int k_begin = c * M.chunk_blocks;
-    const int k_end = min(M.n_blocks, k_begin + M.chunk_blocks);
+    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
     const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
 
     /* the two 16-row tiles one after the other (each streams its own half of the slots) */
@@ -233,7 +248,18 @@ __global__ void __launch_bounds__(MM_THREADS, 1) mm_mma_kernel(const mm_launch_a
                     if (tok < args.n_batch) mm_store(M, c, row, tok, acc[nt][i]);
                 }
         }
-    mm_finish_unit(M, rg, lane, args.n_batch);
 }
+
+#ifdef MM_KERNELS /* matmul.cu: the kernel */
+template <int TYPE, int NTILES>
+__global__ void __launch_bounds__(MM_THREADS, 1) mm_mma_kernel(const mm_launch_args args) {
+    const int lane = threadIdx.x & 31;
+    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (u >= args.n_units) return; /* whole warps */
+    mm_mma_unit<TYPE, NTILES>(args, u, lane);
+    const mm_mat_args M = mm_select_mat(args, u);
+    mm_finish_unit(M, (u - M.unit_begin) / M.n_chunks, lane, args.n_batch);
+}
+#endif
 
 #endif
