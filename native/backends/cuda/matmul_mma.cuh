@@ -118,50 +118,65 @@ MM_HD uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, i
     return mm_unbias(v, 0x20202020u);
 }
 
-/* The block's step for one 16-row tile and one tile of 8 tokens: acc[i] for the thread's C element i. */
-template <int TYPE>
-MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch,
-                                             int k, int tok0, int g, int t, float acc[4]) {
-    const int bt = tok0 + g, lane = 4 * g + t; /* bt: the token whose codes this thread feeds to B */
-    int32_t s[4] = {0, 0, 0, 0};
+/* The block's step for one 16-row tile and NTILES tiles of 8 tokens (tokens p0 + 8 nt + ...):
+ * acc[nt][i] for the thread's C element i of token tile nt. The weight side (levels, scales) is
+ * unpacked once per block and used for every token tile. */
+template <int TYPE, int NTILES>
+MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch, int k, int p0,
+                        int g, int t, float acc[NTILES][4]) {
+    const int lane = 4 * g + t;
+    int32_t s[NTILES][4];
+#pragma unroll
+    for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) s[nt][i] = 0;
     if (TYPE == SPECLA_TYPE_Q4_K) {
         const int64_t e0 = (int64_t)k * 256;
-        int32_t tt[4] = {0, 0, 0, 0};
-        const int c0 = tok0 + 2 * t, c1 = c0 + 1; /* the tokens of this thread's C columns */
-        int32_t pairs0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, pairs1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (c0 < n_batch) mm_bsum_pairs(act.bsums + (int64_t)c0 * (n / 16) + 16 * k, pairs0);
-        if (c1 < n_batch) mm_bsum_pairs(act.bsums + (int64_t)c1 * (n / 16) + 16 * k, pairs1);
+        int32_t tt[NTILES][4];
+#pragma unroll
+        for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) tt[nt][i] = 0;
+        const uint32_t sw0[3] = {f.h[0].y, f.h[0].z, f.h[0].w}, sw1[3] = {f.h[1].y, f.h[1].z, f.h[1].w};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int p = j / 2, shift = 4 * (j % 2);
-            const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t);
-            const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t);
-            const int32_t bs0 = pairs0[j], bs1 = pairs1[j];
-            int32_t c[4] = {0, 0, 0, 0};
-            mm_mma_k16(c, (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu, blo, lane);
-            mm_mma_k16(c, (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu, (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu, bhi,
-                       lane);
+            int sc0, m0, sc1, m1; /* rows g and g + 8 */
+            mm_scale_min(sw0, j, &sc0, &m0);
+            mm_scale_min(sw1, j, &sc1, &m1);
+            const uint32_t a_lo0 = (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, a_lo1 = (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu;
+            const uint32_t a_hi0 = (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu,
+                           a_hi1 = (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu;
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const uint32_t sw[3] = {f.h[hr].y, f.h[hr].z, f.h[hr].w};
-                int sc, m;
-                mm_scale_min(sw, j, &sc, &m);
-                s[2 * hr] += sc * c[2 * hr];
-                s[2 * hr + 1] += sc * c[2 * hr + 1];
-                tt[2 * hr] += m * bs0;
-                tt[2 * hr + 1] += m * bs1;
+            for (int nt = 0; nt < NTILES; nt++) {
+                if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
+                const int bt = p0 + 8 * nt + g;       /* the token whose codes this thread feeds to B */
+                int32_t c[4] = {0, 0, 0, 0};
+                mm_mma_k16(c, a_lo0, a_lo1, mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t), lane);
+                mm_mma_k16(c, a_hi0, a_hi1, mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t), lane);
+                s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
+                /* bsums[2j] + bsums[2j + 1] of the thread's two C tokens (one word holds both) */
+                const int c0 = p0 + 8 * nt + 2 * t;
+                const uint32_t w0 = c0 < n_batch ? mm_ld_u32(act.bsums + (int64_t)c0 * (n / 16) + 16 * k + 2 * j) : 0u;
+                const uint32_t w1 = c0 + 1 < n_batch ? mm_ld_u32(act.bsums + (int64_t)(c0 + 1) * (n / 16) + 16 * k + 2 * j) : 0u;
+                const int32_t pair0 = (int32_t)(int16_t)(w0 & 0xffffu) + (int32_t)(int16_t)(w0 >> 16);
+                const int32_t pair1 = (int32_t)(int16_t)(w1 & 0xffffu) + (int32_t)(int16_t)(w1 >> 16);
+                tt[nt][0] += m0 * pair0, tt[nt][1] += m0 * pair1;
+                tt[nt][2] += m1 * pair0, tt[nt][3] += m1 * pair1;
             }
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int tok = tok0 + 2 * t + (i & 1);
-            if (tok >= n_batch) continue;
-            const uint32_t w0 = f.h[i >> 1].x;
-            const float d = mm_half((uint16_t)(w0 & 0xffffu)), dmin = mm_half((uint16_t)(w0 >> 16));
-            const float da = act.scales[(int64_t)tok * (n / 256) + k];
-            acc[i] = mm_fma(mm_mul(da, d), mm_i2f(s[i]), acc[i]);
-            acc[i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[i]), acc[i]);
-        }
+        for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                if (tok >= n_batch) continue;
+                const uint32_t w0 = f.h[i >> 1].x;
+                const float d = mm_half((uint16_t)(w0 & 0xffffu)), dmin = mm_half((uint16_t)(w0 >> 16));
+                const float da = act.scales[(int64_t)tok * (n / 256) + k];
+                acc[nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[nt][i]), acc[nt][i]);
+                acc[nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[nt][i]), acc[nt][i]);
+            }
         return;
     }
     if (TYPE == SPECLA_TYPE_Q6_K) {
@@ -173,39 +188,47 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
 #pragma unroll
                 for (int jj = 0; jj < 2; jj++) {
                     const int grp = 8 * h6 + 2 * m + jj; /* elements 16 grp .. 16 grp + 15 */
-                    const uint32_t b = mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t);
-                    int32_t c[4] = {0, 0, 0, 0};
-                    mm_mma_k16(c, mm_q6_levels(f, 0, h6, m, jj), mm_q6_levels(f, 1, h6, m, jj), b, lane);
+                    const uint32_t a0 = mm_q6_levels(f, 0, h6, m, jj), a1 = mm_q6_levels(f, 1, h6, m, jj);
+                    const uint32_t word0 = grp < 4 ? f.h[0].x : grp < 8 ? f.h[0].y : grp < 12 ? f.h[0].z : f.h[0].w;
+                    const uint32_t word1 = grp < 4 ? f.h[1].x : grp < 8 ? f.h[1].y : grp < 12 ? f.h[1].z : f.h[1].w;
+                    const int sc0 = (int8_t)(word0 >> (8 * (grp & 3))), sc1 = (int8_t)(word1 >> (8 * (grp & 3)));
 #pragma unroll
-                    for (int hr = 0; hr < 2; hr++) {
-                        const uint4 h = f.h[hr];
-                        const uint32_t word = grp < 4 ? h.x : grp < 8 ? h.y : grp < 12 ? h.z : h.w;
-                        const int sc = (int8_t)(word >> (8 * (grp & 3))); /* scales[grp] */
-                        s[2 * hr] += sc * c[2 * hr];
-                        s[2 * hr + 1] += sc * c[2 * hr + 1];
+                    for (int nt = 0; nt < NTILES; nt++) {
+                        if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
+                        const int bt = p0 + 8 * nt + g;
+                        int32_t c[4] = {0, 0, 0, 0};
+                        mm_mma_k16(c, a0, a1, mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t), lane);
+                        s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
                     }
                 }
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int tok = tok0 + 2 * t + (i & 1);
-            if (tok >= n_batch) continue;
-            const float da = act.scales[(int64_t)tok * (n / 256) + k];
-            acc[i] = mm_fma(mm_mul(da, mm_half(f.side[i >> 1].d)), mm_i2f(s[i]), acc[i]);
-        }
+        for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                if (tok >= n_batch) continue;
+                const float da = act.scales[(int64_t)tok * (n / 256) + k];
+                acc[nt][i] = mm_fma(mm_mul(da, mm_half(f.side[i >> 1].d)), mm_i2f(s[nt][i]), acc[nt][i]);
+            }
         return;
     }
     /* Q8_0 / Q4_0 / Q5_0: one block of 32 = k-words t and 4 + t */
     const int64_t e0 = (int64_t)k * 32;
-    const uint32_t blo = mm_act_word(act, n, bt, n_batch, e0 + 4 * t);
-    const uint32_t bhi = mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t);
-    mm_mma_k16(s, mm_legacy_levels(f, 0, t, t), mm_legacy_levels(f, 1, t, t), blo, lane);
-    mm_mma_k16(s, mm_legacy_levels(f, 0, 4 + t, t), mm_legacy_levels(f, 1, 4 + t, t), bhi, lane);
+    const uint32_t lo0 = mm_legacy_levels(f, 0, t, t), lo1 = mm_legacy_levels(f, 1, t, t);
+    const uint32_t hi0 = mm_legacy_levels(f, 0, 4 + t, t), hi1 = mm_legacy_levels(f, 1, 4 + t, t);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int tok = tok0 + 2 * t + (i & 1);
-        if (tok >= n_batch) continue;
-        const float da = act.scales[(int64_t)tok * (n / 32) + k];
-        acc[i] = mm_fma(mm_mul(mm_half(f.side[i >> 1].d), da), mm_i2f(s[i]), acc[i]);
+    for (int nt = 0; nt < NTILES; nt++) {
+        if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
+        const int bt = p0 + 8 * nt + g;
+        mm_mma_k16(s[nt], lo0, lo1, mm_act_word(act, n, bt, n_batch, e0 + 4 * t), lane);
+        mm_mma_k16(s[nt], hi0, hi1, mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t), lane);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+            if (tok >= n_batch) continue;
+            const float da = act.scales[(int64_t)tok * (n / 32) + k];
+            acc[nt][i] = mm_fma(mm_mul(mm_half(f.side[i >> 1].d), da), mm_i2f(s[nt][i]), acc[nt][i]);
+        }
     }
 }
 
@@ -233,10 +256,7 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
             mm_mma_load(cur, group_base, k_begin, mt, g, t);
             for (int k = k_begin; k < k_end; k++) {
                 if (k + 1 < k_end) mm_mma_load(nxt, group_base, k + 1, mt, g, t);
-#pragma unroll
-                for (int nt = 0; nt < NTILES; nt++)
-                    if (p0 + 8 * nt < args.n_batch) /* warp-uniform */
-                        mm_mma_block<TYPE>(cur, args.act, args.n, args.n_batch, k, p0 + 8 * nt, g, t, acc[nt]);
+                mm_mma_block<TYPE, NTILES>(cur, args.act, args.n, args.n_batch, k, p0, g, t, acc);
                 cur = nxt;
             }
 #pragma unroll
