@@ -22,6 +22,10 @@
 
 #include "specla.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct backend backend;
 
 /* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
@@ -35,6 +39,7 @@ typedef struct backend_limits {
     int32_t gdn_heads;     /* Hv, value heads of a recurrent layer (0: none) */
     int32_t attn_heads;    /* query heads of an attention op (0: none) */
     int32_t attn_head_dim; /* their head dim */
+    int32_t n_vocab;       /* logit row length of argmax / top-k (0: none) */
 } backend_limits;
 
 /* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
@@ -175,6 +180,10 @@ struct backend {
 specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_limits *limits, backend **out);
 #ifdef SPECLA_WITH_CUDA
 specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out);
+#endif
+
+#ifdef __cplusplus
+}
 #endif
 
 #endif

@@ -32,7 +32,7 @@ static specla_status open_backend(const char *op, const specla_op_options *opt, 
 }
 
 static backend_limits rows_limits(int rows, int width, int kv_rows) {
-    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0, 0, 0, 0};
+    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0, 0, 0, 0, 0};
     return limits;
 }
 

@@ -100,6 +100,7 @@ static backend_limits context_limits(const specla_model *m, const specla_context
     limits.gdn_heads = m->n_recurrent_layers > 0 ? Hv : 0;
     limits.attn_heads = hp->n_head;
     limits.attn_head_dim = hp->head_dim;
+    limits.n_vocab = hp->n_vocab;
     return limits;
 }
 

@@ -309,6 +309,11 @@ static size_t split_workspace_bytes(int T, int nh, int D, int n_seg_max) {
     return sizeof(float) * (size_t)T * nh * n_seg_max * (size_t)(D + 2) + sizeof(int32_t) * (size_t)T;
 }
 
+extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
+    if (l->attn_heads <= 0 || l->attn_head_dim <= 0) return 0;
+    return split_workspace_bytes(l->max_rows, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
+}
+
 static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
                              const float *v_cache, const int32_t *positions, const int32_t *parents, int n_prefix,
                              int max_rows, int T, int nh, int nkv, int D, float *out) {

@@ -139,7 +139,10 @@ static void matmul_group(const backend *be, int n_mats, const specla_tensor *con
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
-    note(be, cuda_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales),
+    /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
+    note(be,
+         cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
+                                          (int16_t *)cuda_of(be)->workspace),
          "quantize_activations");
 }
 
@@ -216,15 +219,20 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);
     }
-    ci->matmul_workspace_bytes = (cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width) + 255) & ~(size_t)255;
-    const size_t other = cuda_ops_workspace_bytes(limits);
-    ci->pub.workspace_bytes = ci->matmul_workspace_bytes + other;
+    /* one workspace that the op families take turns in (none keeps data there between calls) */
+    size_t bytes = cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width);
+    const size_t others[4] = {cuda_attention_workspace_bytes(limits), cuda_logits_workspace_bytes(limits),
+                              cuda_recurrent_workspace_bytes(limits),
+                              sizeof(int16_t) * (size_t)limits->max_rows * (size_t)(limits->max_width / 16 + 1)};
+    for (int i = 0; i < 4; i++) bytes = others[i] > bytes ? others[i] : bytes;
+    ci->matmul_workspace_bytes = bytes;
+    ci->pub.workspace_bytes = bytes;
     if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
         cudaGetLastError();
         cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
-                           (double)(ci->matmul_workspace_bytes + other) / 1e6);
+                           (double)bytes / 1e6);
     }
     *out = &ci->pub.base;
     return SPECLA_OK;

@@ -232,6 +232,13 @@ struct topk_partials {
 static size_t topk_workspace_bytes(int n_rows, int n_chunks, int k) {
     return (size_t)n_rows * n_chunks * (2 * sizeof(double) + (size_t)k * (sizeof(float) + sizeof(int32_t)));
 }
+extern "C" size_t cuda_logits_workspace_bytes(const backend_limits *l) {
+    if (l->n_vocab <= 0) return 0;
+    const int n_chunks = (l->n_vocab + LOGIT_CHUNK - 1) / LOGIT_CHUNK;
+    const size_t argmax = sizeof(ranked) * (size_t)l->max_rows * n_chunks;
+    const size_t topk = topk_workspace_bytes(l->max_rows < 16 ? l->max_rows : 16, n_chunks, 64);
+    return argmax > topk ? argmax : topk;
+}
 static topk_partials topk_layout(void *ws, int n_rows, int n_chunks, int k) {
     topk_partials p;
     p.max_sum = (double *)ws;

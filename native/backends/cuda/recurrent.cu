@@ -699,6 +699,11 @@ static int gdn_keys_per_lane(int S) { return S >= 1 && S <= GDN_MAX_S ? (S + GDN
 
 static int gdn_slots_per_head(int max_nodes) { return max_nodes > 2 ? (max_nodes - 1) / 2 : 1; }
 
+extern "C" size_t cuda_recurrent_workspace_bytes(const backend_limits *l) {
+    if (l->max_nodes <= 0 || l->gdn_heads <= 0) return 0;
+    return sizeof(float) * (size_t)l->gdn_heads * (size_t)gdn_slots_per_head(l->max_nodes) * (size_t)l->gdn_head_size;
+}
+
 /* An op this file cannot run records a launch error naming it: a launch with an empty grid fails
  * with "invalid configuration argument", and cuda_note_launch reports it under `why`. */
 __global__ void recurrent_refused_kernel(void) {}
