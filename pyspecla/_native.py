@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -29,6 +29,22 @@ CPU_SCALAR = 1
 CPU_AVX2 = 2
 CPU_AVX512 = 3
 CPU_KERNELS = {"auto": CPU_AUTO, "scalar": CPU_SCALAR, "avx2": CPU_AVX2, "avx512": CPU_AVX512}
+
+# specla_backend_kind: where a context's state lives and its ops run
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+BACKENDS = {"auto": BACKEND_AUTO, "cpu": BACKEND_CPU, "cuda": BACKEND_CUDA}
+BACKEND_NAMES = {BACKEND_CPU: "cpu", BACKEND_CUDA: "cuda"}
+
+
+def parse_device(device: str) -> tuple[int, int]:
+    """'auto', 'cpu', 'cuda' or 'cuda:N' -> (specla_backend_kind, device index). ValueError with the
+    accepted spellings otherwise."""
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a string ('auto', 'cpu', 'cuda' or 'cuda:N'), got {device!r}")
+    name, _, index = device.partition(":")
+    if name not in BACKENDS or (index and (name != "cuda" or not index.isdigit())):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return BACKENDS[name], int(index) if index else 0
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -67,38 +83,39 @@ class HParams(ctypes.Structure):
     ]
 
 
-LAYER_TENSOR_FIELDS = (
-    # (struct field, GGUF name suffix after "blk.N.")
-    ("attn_norm", "attn_norm.weight"),
-    ("post_attention_norm", "post_attention_norm.weight"),
-    ("attn_qkv", "attn_qkv.weight"),
-    ("attn_gate", "attn_gate.weight"),
-    ("ssm_conv1d", "ssm_conv1d.weight"),
-    ("ssm_dt_bias", "ssm_dt.bias"),
-    ("ssm_a", "ssm_a"),
-    ("ssm_beta", "ssm_beta.weight"),
-    ("ssm_alpha", "ssm_alpha.weight"),
-    ("ssm_norm", "ssm_norm.weight"),
-    ("ssm_out", "ssm_out.weight"),
-    ("attn_q", "attn_q.weight"),
-    ("attn_k", "attn_k.weight"),
-    ("attn_v", "attn_v.weight"),
-    ("attn_output", "attn_output.weight"),
-    ("attn_q_norm", "attn_q_norm.weight"),
-    ("attn_k_norm", "attn_k_norm.weight"),
-    ("ffn_gate", "ffn_gate.weight"),
-    ("ffn_up", "ffn_up.weight"),
-    ("ffn_down", "ffn_down.weight"),
-    ("attn_q_bias", "attn_q.bias"),
-    ("attn_k_bias", "attn_k.bias"),
-    ("attn_v_bias", "attn_v.bias"),
+# specla_layer_weights, in struct order. Which GGUF tensor fills a field is the architecture's
+# table (pyspecla.arch: LAYER_TENSORS); a field the architecture lacks stays empty.
+LAYER_FIELDS = (
+    "attn_norm",
+    "post_attention_norm",
+    "attn_qkv",
+    "attn_gate",
+    "ssm_conv1d",
+    "ssm_dt_bias",
+    "ssm_a",
+    "ssm_beta",
+    "ssm_alpha",
+    "ssm_norm",
+    "ssm_out",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "attn_q_bias",
+    "attn_k_bias",
+    "attn_v_bias",
 )
 
 ARCHS = {"qwen35": 0, "qwen2": 1, "qwen3": 2}
 
 
 class LayerWeights(ctypes.Structure):
-    _fields_ = [(field, Tensor) for field, _ in LAYER_TENSOR_FIELDS]
+    _fields_ = [(field, Tensor) for field in LAYER_FIELDS]
 
 
 class Weights(ctypes.Structure):
@@ -121,6 +138,8 @@ class ContextParams(ctypes.Structure):
         ("commit_method", ctypes.c_int32),
         ("n_capture_layers", ctypes.c_int32),
         ("capture_layers", c_int32_p),
+        ("backend", ctypes.c_int32),
+        ("device", ctypes.c_int32),
     ]
 
 
@@ -146,13 +165,29 @@ class Batch(ctypes.Structure):
     ]
 
 
+class TreeStats(ctypes.Structure):
+    """specla_tree_stats: what the last verify did in the recurrent layers (value head 0, summed
+    over the layers); -1 where the backend does not count."""
+
+    _fields_ = [
+        ("n_nodes", ctypes.c_int32),
+        ("n_layers", ctypes.c_int32),
+        ("node_steps", ctypes.c_int64),
+        ("state_copies", ctypes.c_int64),
+    ]
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+
 class OpOptions(ctypes.Structure):
-    _fields_ = [("n_threads", ctypes.c_int32), ("cpu_kernels", ctypes.c_int32)]
+    _fields_ = [
+        ("n_threads", ctypes.c_int32),
+        ("cpu_kernels", ctypes.c_int32),
+        ("backend", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+    ]
 
-
-HLD_MAGIC = 0x534C4844
-HLD_VERSION = 1
-HLD_HEADER_INTS = 20
 
 VERIFY_METHODS = {"hld_chains": 0, "root_to_leaf": 1, "dense_checkpoints": 2}
 COMMIT_METHODS = {"deferred_factors": 0, "factors_now": 1, "replay": 2, "checkpoint_restore": 3}
@@ -201,6 +236,59 @@ class GdnTreeArgs(ctypes.Structure):
     ]
 
 
+# --- DFlash block-diffusion draft (specla.h, "DFlash block-diffusion draft") ---
+
+
+class DraftHParams(ctypes.Structure):
+    _fields_ = [
+        ("n_layer", ctypes.c_int32),
+        ("n_embd", ctypes.c_int32),
+        ("n_ff", ctypes.c_int32),
+        ("n_head", ctypes.c_int32),
+        ("n_head_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("rms_eps", ctypes.c_float),
+        ("rope_freq_base", ctypes.c_float),
+        ("block_size", ctypes.c_int32),
+        ("mask_token_id", ctypes.c_int32),
+        ("n_target_layers", ctypes.c_int32),
+        ("sliding_window", ctypes.c_int32),
+        ("layer_is_swa", ctypes.POINTER(ctypes.c_uint8)),
+        ("context_kv_layer_norm", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
+    ]
+
+
+# specla_draft_layer_weights, in struct order (tensor names: pyspecla.arch.dflash.LAYER_TENSORS)
+DRAFT_LAYER_FIELDS = (
+    "attn_norm",
+    "ffn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+)
+
+
+class DraftLayerWeights(ctypes.Structure):
+    _fields_ = [(field, Tensor) for field in DRAFT_LAYER_FIELDS]
+
+
+class DraftWeights(ctypes.Structure):
+    _fields_ = [
+        ("fc", Tensor),
+        ("hidden_norm", Tensor),
+        ("output_norm", Tensor),
+        ("aux_hidden_norm", ctypes.POINTER(Tensor)),
+        ("layers", ctypes.POINTER(DraftLayerWeights)),
+    ]
+
+
 def _library_path() -> Path:
     env = os.environ.get("SPECLA_LIBRARY")
     if env:
@@ -242,12 +330,16 @@ _SIGNATURES = {
     "specla_context_n_past": (_i32, [_p]),
     "specla_context_truncate": (ctypes.c_int, [_p, _i32]),
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
+    "specla_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
+    "specla_context_backend": (ctypes.c_int32, [_p]),
+    "specla_context_launch_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),
     "specla_accept_path": (ctypes.c_int, [_p, c_int32_p, _i32]),
     "specla_context_finish_speculative_state": (ctypes.c_int, [_p]),
     "specla_context_pending": (_i32, [_p]),
+    "specla_context_tree_stats": (ctypes.c_int, [_p, ctypes.POINTER(TreeStats)]),
     "specla_context_read_features": (ctypes.c_int, [_p, _i32, _i32, c_float_p]),
     "specla_op_dequantize": (ctypes.c_int, [ctypes.POINTER(OpOptions), _i32, _p, _i64, c_float_p]),
     "specla_op_matmul": (ctypes.c_int, [ctypes.POINTER(OpOptions), ctypes.POINTER(Tensor), c_float_p, _i32, c_float_p]),
@@ -278,6 +370,7 @@ _SIGNATURES = {
     "specla_factor_banks_free": (None, [_p]),
     "specla_factor_banks_pending": (_i32, [_p]),
     "specla_factor_banks_bytes": (_i64, [_p]),
+    "specla_factor_banks_stats": (ctypes.c_int, [_p, ctypes.POINTER(TreeStats)]),
     "specla_factor_banks_read": (ctypes.c_int, [_p, _i32, _i32, _i32, _i32, c_float_p]),
     "specla_op_conv_tree": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(ConvTreeArgs)]),
     "specla_op_gdn_tree_verify": (ctypes.c_int, [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(GdnTreeArgs)]),
@@ -289,6 +382,17 @@ _SIGNATURES = {
         ctypes.c_int,
         [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(RecurrentStates)],
     ),
+    "specla_draft_model_create": (
+        ctypes.c_int,
+        [ctypes.POINTER(DraftHParams), ctypes.POINTER(DraftWeights), _p, ctypes.POINTER(_p)],
+    ),
+    "specla_draft_model_free": (None, [_p]),
+    "specla_draft_context_create": (ctypes.c_int, [_p, ctypes.POINTER(ContextParams), ctypes.POINTER(_p)]),
+    "specla_draft_context_free": (None, [_p]),
+    "specla_draft_context_reset": (ctypes.c_int, [_p]),
+    "specla_draft_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
+    "specla_draft_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
+    "specla_draft_propose": (ctypes.c_int, [_p, _p, _i32, _i32, _i32, c_int32_p, c_float_p]),
 }
 
 
@@ -321,9 +425,10 @@ def check(status: int) -> None:
         raise NativeError(status, last_error() or f"libspecla call failed with status {status}")
 
 
-def op_options(n_threads: int = 0, cpu_kernels: str | int = "auto") -> OpOptions:
+def op_options(n_threads: int = 0, cpu_kernels: str | int = "auto", device: str = "cpu") -> OpOptions:
     kernels = CPU_KERNELS[cpu_kernels] if isinstance(cpu_kernels, str) else int(cpu_kernels)
-    return OpOptions(n_threads, kernels)
+    backend, index = parse_device(device)
+    return OpOptions(n_threads, kernels, backend, index)
 
 
 def float_ptr(a: np.ndarray):

@@ -5,12 +5,19 @@ Every user error (bad file, bad flag value) ends as one line on stderr and exit 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 from .errors import SpeclaError, UsageError
+from .speculative.factory import (
+    DDTREE_BUDGET,
+    DRAFT_MAX,
+    DRAFT_P_MIN,
+    DRAFT_VOCAB,
+    make_drafter,
+    spec_config_from_args,
+)
 
 
 def _int_at_least(flag, low: int):
@@ -47,23 +54,14 @@ def _float_in_range(flag, low: float, high: float | None = None):
     return parse
 
 
-# An autoregressive draft model's defaults: a draft forward costs a fair share of a target one on
-# the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
-# Measured with tools/bench_real.py (Qwen2.5-Coder 1.5B + 0.5B, 2-core Xeon, 15 prompts; docs/perf.md):
-# max 4 / p 0.75 was ahead of 6 / 0.6 in both runs that had the two side by side (1.18x vs 1.14x
-# our plain decoding, 1.12x vs 1.11x), 8 / 0.5 and 12 / 0.5 behind.
-DRAFT_MAX = 4
-DRAFT_P_MIN = 0.75
-# ... and it scores only this many frequent token ids (+ control tokens + the generation's own
-# tokens; spec/draft_vocab.py): a small model's LM head is a large share of its cost. A DFlash
-# draft too: it scores its whole block with the target's head (Qwen3.5-0.8B shape, 15 depths:
-# 147.9 ms with the 248k-row head, 27.6 ms with 32k rows, against a 55.1 ms target step;
-# docs/bench-draft-head-ebe4b73.jsonl)
-DRAFT_VOCAB = 32768
-# DDTree size; a draft language model speculates its top-1 chain unless a budget is given: every
-# extra verify row costs ~0.28 of a decode step on the CPU, and its 22-node trees lost to the chain
-# (docs/perf.md, issue 5)
-DDTREE_BUDGET = 22
+def _device(text: str) -> str:
+    from . import _native  # (the library loads only for commands that run a model)
+
+    try:
+        _native.parse_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
@@ -77,6 +75,9 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-c", "--ctx-size", type=_positive_int("--ctx-size"), default=None,
                    help="context length in tokens (default: prompt + new tokens)")
+    p.add_argument("--device", type=_device, default="auto",
+                   help="where the model runs: auto (a GPU when this build and machine have a working one, else "
+                        "the CPU), cpu, cuda or cuda:N")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,7 +218,7 @@ def cmd_run(args) -> int:
                 raise UsageError(f"{flag} needs --draft (speculative decoding)")
     elif args.temp > 0:
         raise UsageError("--draft: speculative decoding is greedy only for now; drop --temp")
-    model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels)
+    model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     if args.chat:
         prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     ids = model.tokenize(prompt)
@@ -230,67 +231,10 @@ def cmd_run(args) -> int:
     return 0
 
 
-def spec_config_from_args(args, max_depth: int = 15, drafter=None):
-    from .spec.loop import SpecConfig
-
-    if args.draft is None:
-        return SpecConfig(mode="ar")
-    chain = args.no_ddtree or (getattr(drafter, "prefers_chain", False) and args.ddtree_budget is None)
-    return SpecConfig(
-        mode="chain" if chain else "ddtree",
-        specla=args.specla,
-        budget=args.ddtree_budget or DDTREE_BUDGET,
-        tau=args.ddtree_tau if args.ddtree_tau is not None else (6.0 if args.specla else None),
-        top_k=args.specla_top_k or (4 if args.specla else 8),
-        chain_seed=not args.no_chain_seed,
-        max_depth=max_depth,
-    )
-
-
-def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft_max: int | None = None,
-                 draft_p_min: float | None = None, draft_vocab: int | None = None):
-    """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool);
-    ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
-    existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
-    one a target may have, an autoregressive draft model (draft_max / draft_p_min / draft_vocab
-    apply to it; draft_vocab also to a DFlash draft)."""
-    from .dflash_model import file_architecture
-    from .gguf_model import ARCHS
-    from .spec.drafters import DFlashDrafter, ModelDrafter, NgramDrafter, OracleDrafter
-
-    is_file = os.path.exists(spec)
-    is_model = is_file and file_architecture(spec) in ARCHS
-    is_dflash = is_file and not is_model and not spec.startswith("oracle")
-    if not is_model:
-        for flag, value in (("--draft-max", draft_max), ("--draft-p-min", draft_p_min),
-                            ("--draft-vocab", None if is_dflash else draft_vocab)):
-            if value is not None:
-                raise UsageError(f"{flag} applies to a draft language model (--draft MODEL.gguf), not to --draft "
-                                 f"{spec}")
-    if spec.startswith("ngram") and not is_file:
-        max_n, max_tokens = NgramDrafter.parse(spec)
-        return NgramDrafter(max_n=max_n, max_tokens=max_tokens)
-    if spec.startswith("oracle"):
-        p = OracleDrafter.parse(spec)
-        continuation = model.generate(prompt_ids, n_predict + 16)
-        return OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
-    if is_model:
-        max_depth = DRAFT_MAX if draft_max is None else draft_max
-        # the history (prompt + generated) plus all drafted tokens but the last
-        n_ctx = len(prompt_ids) + n_predict + max_depth + 1
-        return ModelDrafter.load(spec, model, n_ctx=n_ctx, max_depth=max_depth,
-                                 p_min=DRAFT_P_MIN if draft_p_min is None else draft_p_min,
-                                 vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
-    from .draft import DFlashDraft
-
-    return DFlashDrafter(DFlashDraft.load(spec, model, n_threads=model.n_threads), n_ctx=n_ctx,
-                         vocab=DRAFT_VOCAB if draft_vocab is None else draft_vocab)
-
-
 def _generate_speculative(model, prompt_ids, args, out=None):
     import json
 
-    from .spec.loop import generate
+    from .speculative.loop import generate
     from .tokenizer import StreamingDetokenizer
 
     out = out or sys.stdout
@@ -338,7 +282,7 @@ def _print_metadata(mf) -> None:
 
 
 def _print_tensors(mf) -> None:
-    from .gguf_model import tensor_type_name
+    from .gguf_container import tensor_type_name
 
     print(f"{'tensor':40s} {'type':6s} {'shape (ne)':>22s} {'bytes':>14s}")
     total = 0
@@ -349,10 +293,10 @@ def _print_tensors(mf) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .dflash_model import DraftFile, file_architecture
-    from .gguf_model import ModelFile
+    from .loader.dflash import DRAFT_ARCHS, DraftFile, file_architecture
+    from .loader.target import ModelFile
 
-    if file_architecture(args.model) in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
+    if file_architecture(args.model) in DRAFT_ARCHS:
         df = DraftFile.open(args.model)
         _print_metadata(df)
         hp = df.hparams
@@ -371,77 +315,15 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def demo_cache_dir(cache_dir: str | None) -> Path:
-    return Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspecla"
-
-
-def demo_models(cache_dir: str | None) -> tuple[Path, Path]:
-    """The demo's synthetic target + DFlash draft pair, written once (deterministic) and cached."""
-    from .testmodels import write_test_draft, write_test_model
-
-    base = demo_cache_dir(cache_dir)
-    target, draft = base / "demo-tiny8-q8_0-seed1.gguf", base / "demo-dflash-draft-seed1.gguf"
-    base.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        print(f"building the demo target (synthetic weights, once): {target}", file=sys.stderr)
-        tmp = target.with_suffix(".tmp")
-        write_test_model(str(tmp), preset="tiny8", quant="q8_0", seed=1)
-        tmp.replace(target)
-    if not draft.exists():
-        print(f"building the demo draft (synthetic weights, once): {draft}", file=sys.stderr)
-        tmp = draft.with_suffix(".tmp")
-        write_test_draft(str(tmp), str(target), seed=1)
-        tmp.replace(draft)
-    return target, draft
-
-
-def cmd_demo(args) -> int:
-    """Every mode on one prompt, side by side. Random weights make the text noise and the DFlash
-    draft a poor guesser; the oracle rows show the loop at a realistic acceptance."""
-    from .model import Model
-    from .spec.drafters import DFlashDrafter, OracleDrafter
-    from .spec.loop import SpecConfig, generate
-
-    target_path, draft_path = demo_models(args.cache_dir)
-    model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels)
-    prompt = "def fibonacci(n):\n"
-    ids = model.tokenize(prompt)
-    n = args.n_predict
-    print(f"target: {target_path.name}, draft: {draft_path.name} (random weights: the text is noise, the "
-          f"machinery is real)", file=sys.stderr)
-    reference = model.generate(ids, n + 16)
-    from .draft import DFlashDraft
-
-    draft = DFlashDraft.load(str(draft_path), model, n_threads=args.threads)
-    rows = [
-        ("autoregressive", SpecConfig(mode="ar"), None),
-        ("chain, DFlash draft, SpecLA", SpecConfig(mode="chain", specla=True), "dflash"),
-        ("DDTree, DFlash draft, SpecLA off", SpecConfig(mode="ddtree", specla=False, tau=None, top_k=8), "dflash"),
-        ("DDTree, DFlash draft, SpecLA", SpecConfig(mode="ddtree", specla=True), "dflash"),
-        ("DDTree, oracle p=0.9, SpecLA off", SpecConfig(mode="ddtree", specla=False, tau=None, top_k=8), 0.9),
-        ("DDTree, oracle p=0.9, SpecLA", SpecConfig(mode="ddtree", specla=True), 0.9),
-    ]
-    print(f"{'mode':36s} {'tokens/s':>9s} {'steps':>6s} {'accepted/step':>14s} {'same as AR':>10s}")
-    for name, config, source in rows:
-        if source == "dflash":
-            drafter = DFlashDrafter(draft, n_ctx=len(ids) + n + 64)
-        elif source is None:
-            drafter = None
-        else:
-            drafter = OracleDrafter(source, reference, model.hparams.n_vocab, seed=0)
-        stats, ctx = generate(model, ids, n, config, drafter=drafter)
-        ctx.close()
-        same = "yes" if stats.tokens == reference[:n] else "NO"
-        print(f"{name:36s} {stats.tokens_per_s:9.1f} {stats.steps:6d} {stats.mean_accepted:14.2f} {same:>10s}")
-    print("\n" + prompt + model.detokenize(reference[:n]))
-    return 0
-
-
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"run": cmd_run, "inspect": cmd_inspect, "demo": cmd_demo}[args.command](args)
+        if args.command == "demo":
+            from .demo import cmd_demo  # writes synthetic models: pyspecla.testing, only here
+
+            return cmd_demo(args)
+        return {"run": cmd_run, "inspect": cmd_inspect}[args.command](args)
     except SpeclaError as exc:
         print(f"pyspecla: error: {exc}", file=sys.stderr)
         return 2

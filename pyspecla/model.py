@@ -10,29 +10,26 @@ import numpy as np
 
 from . import _native
 from .errors import UsageError
-from .gguf_model import ModelFile
+from .loader.target import ModelFile
 
 
-def apply_logit_head(native_set, handle, model, rows: np.ndarray | None, token_ids=None):
-    """Hand chosen rows of model's LM head to a context's native set_logit_head call (`native_set`:
-    specla_context_set_logit_head or specla_draft_context_set_logit_head) and return what the
-    context must keep: (token ids of the rows as int32, the rows themselves, whose bytes the native
-    side reads), or (None, None) for rows = None, the whole head. UsageError unless rows is a
-    C-contiguous (n, row_bytes) uint8 array of model's head rows with one id per row."""
-    if rows is None:
-        _native.check(native_set(handle, None))
-        return None, None
-    head = model._lm_head
-    ids = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
-    if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2
-            and rows.flags.c_contiguous and rows.shape[1] == model.lm_head_row_bytes):
-        raise UsageError("set_logit_head: rows must be a C-contiguous (n, row_bytes) uint8 array from "
-                         "Model.lm_head_rows")
-    if ids.ndim != 1 or len(ids) != rows.shape[0]:
-        raise UsageError(f"set_logit_head: {rows.shape[0]} rows but {ids.size} token ids")
-    tensor = _native.tensor_struct(rows, head.ggml_type, int(head.ne[0]), rows.shape[0])
-    _native.check(native_set(handle, ctypes.byref(tensor)))
-    return ids, rows
+def apply_logit_rows(native_set_rows, handle, n_vocab: int, token_ids) -> np.ndarray | None:
+    """Make a context score only the LM head rows of token_ids (a draft's reduced vocabulary) through
+    its native set_logit_rows call (`native_set_rows`: specla_context_set_logit_rows or
+    specla_draft_context_set_logit_rows; the rows are named by id and gathered where the context's
+    backend keeps the head, so nothing is re-uploaded as the set grows). Returns the ids as int32
+    (the token id of each logit entry), or None for token_ids = None: the whole head again."""
+    if token_ids is None:
+        _native.check(native_set_rows(handle, None, 0))
+        return None
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise UsageError("set_logit_rows: token ids must be a non-empty 1-D list of integers")
+    if ids.min() < 0 or ids.max() >= n_vocab:
+        raise UsageError(f"set_logit_rows: token ids must be in [0, {n_vocab})")
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    _native.check(native_set_rows(handle, _native.int32_ptr(ids), len(ids)))
+    return ids
 
 
 class Context:
@@ -41,7 +38,7 @@ class Context:
 
     def __init__(self, model: "Model", n_ctx: int, max_batch: int, n_threads: int, cpu_kernels: str,
                  max_tree_nodes: int = 0, verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
-                 capture_layers=None):
+                 capture_layers=None, device: str = "auto"):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         self.model = model
@@ -56,17 +53,25 @@ class Context:
         if commit_method not in _native.COMMIT_METHODS:
             raise UsageError(f"commit_method must be one of {sorted(_native.COMMIT_METHODS)}, got {commit_method!r}")
         self.capture_layers = np.ascontiguousarray(np.asarray(capture_layers or [], dtype=np.int32))
+        try:
+            backend, index = _native.parse_device(device)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         params = _native.ContextParams(
             n_ctx, self.max_batch, n_threads, kernels, max_tree_nodes, _native.VERIFY_METHODS[verify_method],
             _native.COMMIT_METHODS[commit_method], len(self.capture_layers),
-            _native.int32_ptr(self.capture_layers) if len(self.capture_layers) else None,
+            _native.int32_ptr(self.capture_layers) if len(self.capture_layers) else None, backend, index,
         )
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
         self._handle = handle
         self._argmax = np.zeros(self.max_batch, dtype=np.int32)  # reused by every forward
         self.logit_tokens: np.ndarray | None = None  # token id of each logit entry; None = all, in id order
-        self._logit_rows = None  # keeps a chosen head's bytes alive while the native side reads them
+
+    @property
+    def device(self) -> str:
+        """The backend this context resolved to: 'cpu' or 'cuda'."""
+        return _native.BACKEND_NAMES[_native.lib.specla_context_backend(self._handle)]
 
     @property
     def n_past(self) -> int:
@@ -88,17 +93,15 @@ class Context:
 
     @property
     def n_logits(self) -> int:
-        """Entries of a logits row: n_vocab, or the rows of the head set by set_logit_head."""
+        """Entries of a logits row: n_vocab, or the rows chosen by set_logit_rows."""
         return self.model.hparams.n_vocab if self.logit_tokens is None else len(self.logit_tokens)
 
-    def set_logit_head(self, rows: np.ndarray | None, token_ids=None) -> None:
-        """Score logits over chosen rows of the LM head only (a draft's reduced vocabulary; see
-        specla_context_set_logit_head). rows: (n, row_bytes) uint8, C-contiguous, as
-        Model.lm_head_rows returns (a leading slice of such an array is fine); token_ids: the n
-        ids they score. Afterwards eval's logits have n entries in that order, and eval_argmax,
-        verify_tree and stream give token ids. rows = None: the whole head again."""
-        self.logit_tokens, self._logit_rows = apply_logit_head(_native.lib.specla_context_set_logit_head,
-                                                               self._handle, self.model, rows, token_ids)
+    def set_logit_rows(self, token_ids) -> None:
+        """Score logits over the LM head rows of token_ids only (a draft's reduced vocabulary; see
+        specla_context_set_logit_rows). Afterwards eval's logits have len(token_ids) entries in that
+        order, and eval_argmax, verify_tree and stream give token ids. None: the whole head again."""
+        self.logit_tokens = apply_logit_rows(_native.lib.specla_context_set_logit_rows, self._handle,
+                                             self.model.hparams.n_vocab, token_ids)
 
     def token_of(self, index: int) -> int:
         """The token id of logit entry `index`."""
@@ -127,7 +130,7 @@ class Context:
 
     def eval(self, token_ids: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append tokens (chunked by max_batch). Returns logits: (n_tokens, V) when logits_all,
-        else (V,) for the last token; V = n_logits (n_vocab unless set_logit_head chose rows)."""
+        else (V,) for the last token; V = n_logits (n_vocab unless set_logit_rows chose rows)."""
         tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
         if tokens.ndim != 1 or len(tokens) == 0:
             raise UsageError("eval needs a non-empty 1-D list of token ids")
@@ -175,6 +178,22 @@ class Context:
     def pending(self) -> int:
         return _native.lib.specla_context_pending(self._handle)
 
+    def launch_counters(self) -> tuple[int, int]:
+        """(kernel launches, host waits) of this context's backend since the last call, which resets
+        them; (-1, -1) on the CPU, which launches nothing."""
+        launches, waits = ctypes.c_int64(), ctypes.c_int64()
+        _native.check(_native.lib.specla_context_launch_counters(self._handle, ctypes.byref(launches),
+                                                                 ctypes.byref(waits)))
+        return launches.value, waits.value
+
+    def tree_stats(self) -> dict:
+        """What the last verify_tree did in the recurrent layers (specla_tree_stats): n_nodes,
+        n_layers, and node_steps / state_copies of value head 0 summed over them. SpecLA steps each
+        node once per layer; all zeros for a model without recurrent layers."""
+        out = _native.TreeStats()
+        _native.check(_native.lib.specla_context_tree_stats(self._handle, ctypes.byref(out)))
+        return out.as_dict()
+
     def read_features(self, first: int, n: int) -> np.ndarray:
         """Captured feature rows of committed positions [first, first + n): (n, n_capture, n_embd)."""
         out = np.empty((n, len(self.capture_layers), self.model.hparams.n_embd), dtype=np.float32)
@@ -194,11 +213,16 @@ class Context:
 class Model:
     """A qwen35 model loaded from a GGUF file (memory-mapped; CPU backend)."""
 
-    def __init__(self, file: ModelFile, n_threads: int = 0, cpu_kernels: str = "auto"):
+    def __init__(self, file: ModelFile, n_threads: int = 0, cpu_kernels: str = "auto", device: str = "auto"):
+        try:
+            _native.parse_device(device)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         self.file = file
         self.hparams = file.hparams
         self.n_threads = n_threads
         self.cpu_kernels = cpu_kernels
+        self.device = device
         self._tokenizer = None
         hp = file.hparams
         self._recurrent = (ctypes.c_uint8 * hp.n_layer)(*[1 if r else 0 for r in hp.layer_is_recurrent])
@@ -209,9 +233,9 @@ class Model:
         )
         layers = (_native.LayerWeights * hp.n_layer)()
         for il in range(hp.n_layer):
-            for field, suffix in _native.LAYER_TENSOR_FIELDS:
+            for field in _native.LAYER_FIELDS:
                 # the file knows its architecture's names (qwen2: ffn_norm is the pre-FFN norm)
-                name = file.layer_tensor_name(il, field) if hasattr(file, "layer_tensor_name") else f"blk.{il}.{suffix}"
+                name = file.layer_tensor_name(il, field)
                 view = file.optional_tensor(name) if name else None
                 if view is not None:
                     setattr(layers[il], field, self._tensor(view))
@@ -238,25 +262,15 @@ class Model:
         ne1 = int(np.prod(view.ne[1:])) if len(view.ne) > 1 else 1
         return _native.tensor_struct(view.data, view.ggml_type, ne0, ne1)
 
-    @property
-    def lm_head_row_bytes(self) -> int:
-        """Bytes of one LM head row as stored (quantized)."""
-        return self._lm_head.data.nbytes // int(self._lm_head.ne[1])
-
-    def lm_head_rows(self, token_ids) -> np.ndarray:
-        """A copy of the LM head's rows (quantized bytes as stored) for token_ids, in that order:
-        (n, lm_head_row_bytes) uint8, for Context.set_logit_head."""
-        ids = np.asarray(token_ids, dtype=np.int64)
-        if ids.ndim != 1 or (ids.size and (ids.min() < 0 or ids.max() >= self.hparams.n_vocab)):
-            raise UsageError(f"lm_head_rows: token ids must be a 1-D list in [0, {self.hparams.n_vocab})")
-        return self._lm_head.data.reshape(-1, self.lm_head_row_bytes)[ids]
-
     @classmethod
-    def load(cls, path, n_threads: int = 0, cpu_kernels: str = "auto") -> "Model":
-        """Open and validate a qwen35 GGUF. Raises GGUFError naming the file and the culprit."""
+    def load(cls, path, n_threads: int = 0, cpu_kernels: str = "auto", device: str = "auto") -> "Model":
+        """Open and validate a qwen35 / qwen2 / qwen3 GGUF. Raises GGUFError naming the file and the
+        culprit. device: where its contexts run — 'auto' (a GPU when this build and machine have a
+        working one, else the CPU), 'cpu', 'cuda' or 'cuda:N'; the weights go to a GPU when the first
+        context there is created."""
         if cpu_kernels not in _native.CPU_KERNELS:
             raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {cpu_kernels!r}")
-        return cls(ModelFile.open(path), n_threads=n_threads, cpu_kernels=cpu_kernels)
+        return cls(ModelFile.open(path), n_threads=n_threads, cpu_kernels=cpu_kernels, device=device)
 
     def close(self) -> None:
         if getattr(self, "_handle", None):
@@ -272,7 +286,8 @@ class Model:
         """A fresh sequence. max_tree_nodes > 0 enables tree verification (SpecLA by default:
         HLD chains + deferred factor commit; the other methods are the baselines)."""
         return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels, max_tree_nodes=max_tree_nodes,
-                       verify_method=verify_method, commit_method=commit_method, capture_layers=capture_layers)
+                       verify_method=verify_method, commit_method=commit_method, capture_layers=capture_layers,
+                       device=self.device)
 
     # --- convenience API -------------------------------------------------------------------
     def logits(self, token_ids: Sequence[int], max_batch: int = 64) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The GGUF vocabulary as a `tokenizers` byte-level BPE, tokenising exactly like llama.cpp.
 
-Contract (docs: shared/spec/qwen35-contract.md, section 5):
+Contract (docs/qwen35.md §5):
 - `tokenizer.ggml.model` must be `gpt2` (byte-level BPE); `tokenizer.ggml.pre` picks the split
   regex: `qwen35` (letter runs include \\p{M}) or a qwen2-family name (no \\p{M}).
 - Special tokens are split out of the text first: control tokens (type 3) only when

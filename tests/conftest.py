@@ -1,13 +1,89 @@
 """Shared fixtures: the CPU kernel sets this machine can run (the cross-backend harness runs each op
 on every one of them against the numpy oracle), and seeded synthetic test models, written once per
-session into a temporary directory (never downloaded)."""
+session into a temporary directory (never downloaded), and the seed of each test's random inputs.
+Before collection, the llama.cpp oracle is
+probed in a child process (llama_oracle.py): a build that would crash the run fails it with an
+explanation instead."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+import zlib
 
 import numpy as np
 import pytest
+
+
+_LLAMA_ORACLE_PROBLEM: str | None = None
+
+
+def _write_probe_model(path: str) -> None:
+    from pyspecla.testing.models import write_test_model
+
+    write_test_model(path, preset="tiny", quant="q8_0", seed=0)
+
+
+# Random inputs are fresh in every session and reproducible: the session seed is SPECLA_TEST_SEED
+# when set, else drawn from entropy; the pytest header and every failing test's report show it, and
+# each test draws from its own seed, derived from the session seed and the test's id (the same
+# inputs whether the test runs alone or in the whole suite).
+SESSION_SEED: int = 0
+
+
+def _session_seed() -> int:
+    text = os.environ.get("SPECLA_TEST_SEED", "").strip()
+    if not text:
+        return int(np.random.SeedSequence().entropy % 2**32)
+    try:
+        return int(text) % 2**32
+    except ValueError:
+        raise pytest.UsageError(f"SPECLA_TEST_SEED must be an integer, got {text!r}") from None
+
+
+def seed_for(test_id: str) -> int:
+    """The seed of one test's random inputs in this session."""
+    return zlib.crc32(f"{SESSION_SEED}:{test_id}".encode())
+
+
+@pytest.fixture
+def seed(request) -> int:
+    return seed_for(request.node.nodeid)
+
+
+def pytest_report_header(config):
+    return f"random inputs: SPECLA_TEST_SEED={SESSION_SEED} (set it to rerun with the same inputs)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        report.sections.append(("random inputs", f"rerun with the same inputs: SPECLA_TEST_SEED={SESSION_SEED} "
+                                                 f"python -m pytest '{item.nodeid}'"))
+    return report
+
+
+def pytest_configure(config):
+    global _LLAMA_ORACLE_PROBLEM, SESSION_SEED
+    import llama_oracle
+
+    SESSION_SEED = _session_seed()
+
+    _LLAMA_ORACLE_PROBLEM = llama_oracle.check_oracle(_write_probe_model)
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        llama_oracle.refuse_import("llama_cpp", _LLAMA_ORACLE_PROBLEM)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _LLAMA_ORACLE_PROBLEM is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _LLAMA_ORACLE_PROBLEM is not None:
+        terminalreporter.section("llama.cpp oracle", red=True, bold=True)
+        terminalreporter.line(_LLAMA_ORACLE_PROBLEM)
 
 
 def available_cpu_kernels() -> list[str]:
@@ -22,9 +98,32 @@ def available_cpu_kernels() -> list[str]:
     return kernels
 
 
+@dataclass(frozen=True)
+class Backend:
+    """One value of the cross-backend axis: where an op or a model runs. `kw` goes to pyspecla.ops
+    calls and Model.load as keyword arguments."""
+
+    name: str
+    device: str
+    cpu_kernels: str = "auto"
+
+    @property
+    def kw(self) -> dict:
+        return {"device": self.device, "cpu_kernels": self.cpu_kernels}
+
+
+def available_backends() -> list:
+    """Every CPU kernel set of this machine, then the GPU (marked `gpu`: skipped with a reason where
+    this build or machine has none)."""
+    cpus = [pytest.param(Backend(f"cpu-{k}", "cpu", k), id=f"cpu-{k}") for k in available_cpu_kernels()]
+    return cpus + [pytest.param(Backend("cuda", "cuda"), id="cuda", marks=pytest.mark.gpu)]
+
+
 def pytest_generate_tests(metafunc):
     if "cpu_kernels" in metafunc.fixturenames:
         metafunc.parametrize("cpu_kernels", available_cpu_kernels())
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", available_backends())
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,7 +133,7 @@ def pytest_collection_modifyitems(config, items):
     from pyspecla import _native
 
     if _native.cuda_device_count() == 0:
-        skip = pytest.mark.skip(reason="no CUDA device on this machine")
+        skip = pytest.mark.skip(reason="no CUDA device visible to this build (GPU tests run where one is)")
         for item in gpu_items:
             item.add_marker(skip)
 
@@ -50,7 +149,7 @@ _MODEL_CACHE: dict = {}
 @pytest.fixture(scope="session")
 def tiny_model_path(test_model_dir):
     """tiny_model_path(quant, seed=0) -> path of a tiny synthetic qwen35 GGUF (written once)."""
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     def get(quant: str = "f32", seed: int = 0, preset: str = "tiny") -> str:
         key = (preset, quant, seed)

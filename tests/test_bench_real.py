@@ -328,7 +328,7 @@ def test_draft_probability_is_a_softmax_over_the_top_10():
 @pytest.fixture(scope="module")
 def qwen2_model(tmp_path_factory):
     from pyspecla import Model
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     path = tmp_path_factory.mktemp("bench_real") / "tiny-qwen2-f32.gguf"
     write_test_model(path, preset="tiny", quant="f32", seed=0, arch="qwen2")
@@ -406,12 +406,12 @@ def test_main_end_to_end_without_llama(qwen2_model, tmp_path, monkeypatch):
 
 
 def test_draft_model_settings_with_the_target_as_its_own_draft(qwen2_model, tmp_path):
-    """The draft-* settings through pyspecla.cli.make_drafter with an ordinary qwen2 draft: a draft
+    """The draft-* settings through pyspecla.speculative.factory.make_drafter with an ordinary qwen2 draft: a draft
     identical to the target proposes exactly the target's tokens, so every drafted chain token is
     accepted (the speculation invariant), and the output equals AR."""
-    drafters = pytest.importorskip("pyspecla.spec.drafters")
+    drafters = pytest.importorskip("pyspecla.speculative.drafters")
     if not hasattr(drafters, "ModelDrafter"):
-        pytest.skip("no autoregressive draft-model drafter in pyspecla.spec.drafters yet")
+        pytest.skip("no autoregressive draft-model drafter in pyspecla.speculative.drafters yet")
     options = bench_real.SpecOptions(draft=qwen2_model.file.path, draft_max=4, draft_p_min=0.0)
     p = FAKE_PROMPTS[0]
     ids = qwen2_model.tokenize(p.text)
@@ -580,7 +580,7 @@ def test_draft_head_benchmark_writes_its_rows(tmp_path):
     """tools/bench_draft_head.py end to end on a tiny qwen35 target (its DFlash draft written next
     to it): one dflash-propose and one save-state row with positive timings."""
     import bench_draft_head
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     target = tmp_path / "tiny.gguf"
     write_test_model(target, preset="tiny", quant="f32", seed=0)

@@ -119,7 +119,7 @@ def test_demo_builds_its_models_once_and_runs_every_mode(tmp_path):
 
 @pytest.fixture(scope="module")
 def draft_pair(tiny_model_path, tmp_path_factory):
-    from pyspecla.testmodels import write_test_draft
+    from pyspecla.testing.drafts import write_test_draft
 
     target = tiny_model_path("q8_0", preset="tiny8")
     draft = str(tmp_path_factory.mktemp("draft") / "draft.gguf")
@@ -172,7 +172,8 @@ def test_run_with_the_oracle_drafter(draft_pair):
     ],
 )
 def test_speculative_bad_input_is_one_clear_line(draft_pair, tiny_model_path, tmp_path, args, needle):
-    from pyspecla.testmodels import write_test_draft, write_test_model
+    from pyspecla.testing.drafts import write_test_draft
+    from pyspecla.testing.models import write_test_model
 
     target, draft = draft_pair
     other_target, other_draft = str(tmp_path / "other.gguf"), str(tmp_path / "other-draft.gguf")
@@ -201,7 +202,7 @@ def test_inspect_describes_a_draft(draft_pair):
 
 def test_make_drafter_gives_a_dflash_draft_its_reduced_vocabulary(draft_pair):
     from pyspecla import Model
-    from pyspecla.cli import DRAFT_VOCAB, make_drafter
+    from pyspecla.speculative.factory import DRAFT_VOCAB, make_drafter
 
     target, draft = draft_pair
     model = Model.load(target)

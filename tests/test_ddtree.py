@@ -1,8 +1,8 @@
-"""DDTree construction (pyspecla.spec.ddtree) and the greedy accept walk (pyspecla.spec.accept),
-against the rules of the shared spec ddtree-dflash.md §2-3 checked directly.
+"""DDTree construction (pyspecla.speculative.tree) and the greedy accept walk (pyspecla.speculative.accept),
+against the rules of docs/ddtree-dflash.md §2-3 checked directly.
 
 The builder is compared node for node with `reference_paths`, which derives the expected insertion
-order from nothing but the spec's definitions: the rank-0 chain first (when seeded), then every
+order from nothing but the definitions of docs/ddtree-dflash.md §2: the rank-0 chain first (when seeded), then every
 other in-window node sorted by (-score, depth, rank path), cut at the budget. That list is computed
 by exhaustive enumeration of the nodes above a score threshold, not by a heap. Independent of that,
 `check_tree` asserts the structural rules (root, topological, ancestor-closed, scores, tokens, ranks,
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyspecla.errors import UsageError
-from pyspecla.spec.accept import emitted_tokens, greedy_accept
-from pyspecla.spec.ddtree import DraftTree, build_chain, build_ddtree
+from pyspecla.speculative.accept import emitted_tokens, greedy_accept
+from pyspecla.speculative.tree import DraftTree, build_chain, build_ddtree
 
 ROOT = 151_000
 
@@ -53,13 +53,13 @@ def tables_from_logprobs(top_logprobs: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 # ---------------------------------------------------------------------------------------------
-# The spec's definitions, computed directly
+# The definitions of docs/ddtree-dflash.md §2, computed directly
 
 
 def path_score(logprobs: np.ndarray, path: tuple[int, ...]) -> float:
     score = 0.0
     for depth, rank in enumerate(path):
-        score = score + float(logprobs[depth, rank])  # left to right, as the spec's running sum
+        score = score + float(logprobs[depth, rank])  # left to right, as the definition's running sum
     return score
 
 
@@ -95,7 +95,7 @@ def all_nodes(n_depths: int, k: int) -> list[tuple[int, ...]]:
 
 
 def reference_paths(logprobs: np.ndarray, budget: int, tau, chain_seed: bool) -> list[tuple[int, ...]]:
-    """The expected insertion order (rank paths of nodes 1..n) from the spec's definitions."""
+    """The expected insertion order (rank paths of nodes 1..n) from those definitions."""
     n_depths, _ = logprobs.shape
     floor = tau_floor(logprobs, tau)
     chain: list[tuple[int, ...]] = []

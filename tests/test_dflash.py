@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from pyspecla.dflash_model import DraftFile, check_against_target, open_draft_and_target
+from pyspecla.loader.dflash import DraftFile, check_against_target, open_draft_and_target
 from pyspecla.errors import GGUFError, NativeError, UsageError
-from pyspecla.gguf_model import ModelFile
+from pyspecla.loader.target import ModelFile
 from pyspecla.reference.dflash import DFlashReference, topk
-from pyspecla.testmodels import dflash_target_layer_ids, write_test_draft, write_test_model
+from pyspecla.testing.drafts import dflash_target_layer_ids, write_test_draft
+from pyspecla.testing.models import write_test_model
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHS = ("qwen35-dflash-draft", "dflash-draft", "dflash")
@@ -278,7 +279,7 @@ def _free_loaded_models():
 def loaded(target: str, draft: str, cpu_kernels: str = "auto"):
     """(Model, DFlashDraft, DFlashReference) for a target/draft pair, loaded once per kernel set."""
     from pyspecla import Model
-    from pyspecla.draft import DFlashDraft
+    from pyspecla.dflash_draft import DFlashDraft
 
     key = (target, draft, cpu_kernels)
     if key not in _LOADED:
@@ -440,28 +441,28 @@ def test_bad_arguments_fail_with_a_message(target_path, draft_path):
 
 
 def test_native_model_create_validates_against_the_target(target_path, draft_path):
-    from pyspecla import Model, dflash_native
+    from pyspecla import Model, _native
 
     model, draft, _ = loaded(target_path(), draft_path())
 
     def create(hparams, weights, target_handle) -> None:
         handle = ctypes.c_void_p()
-        dflash_native.check(dflash_native.lib.specla_draft_model_create(
+        _native.check(_native.lib.specla_draft_model_create(
             ctypes.byref(hparams), ctypes.byref(weights), target_handle, ctypes.byref(handle)))
-        dflash_native.lib.specla_draft_model_free(handle)
+        _native.lib.specla_draft_model_free(handle)
 
     create(draft._hparams_struct, draft._weights, model._handle)  # as loaded: fine
-    hp = dflash_native.DraftHParams.from_buffer_copy(draft._hparams_struct)
+    hp = _native.DraftHParams.from_buffer_copy(draft._hparams_struct)
     hp.mask_token_id = model.hparams.n_vocab
     with pytest.raises(NativeError, match="mask_token_id 1024 is outside the target vocabulary"):
         create(hp, draft._weights, model._handle)
-    hp = dflash_native.DraftHParams.from_buffer_copy(draft._hparams_struct)
+    hp = _native.DraftHParams.from_buffer_copy(draft._hparams_struct)
     hp.sliding_window = 0
     with pytest.raises(NativeError, match="layer 0 is a sliding-window layer but sliding_window is 0"):
         create(hp, draft._weights, model._handle)
-    layers = (dflash_native.DraftLayerWeights * 2)(*[draft._layers[i] for i in range(2)])
+    layers = (_native.DraftLayerWeights * 2)(*[draft._layers[i] for i in range(2)])
     layers[1].attn_k.ne1 = 64
-    weights = dflash_native.DraftWeights(draft._weights.fc, draft._weights.hidden_norm, draft._weights.output_norm,
+    weights = _native.DraftWeights(draft._weights.fc, draft._weights.hidden_norm, draft._weights.output_norm,
                                          None, layers)
     expected = r"draft tensor blk.1.attn_k.weight: shape \{256, 64\}, expected \{256, 128\}"
     with pytest.raises(NativeError, match=expected):
@@ -469,14 +470,14 @@ def test_native_model_create_validates_against_the_target(target_path, draft_pat
     narrow = Model.load(target_path("tiny", n_embd=128, n_ff=256))
     with pytest.raises(NativeError, match="n_embd 256 differs from the target model's n_embd 128"):
         create(draft._hparams_struct, draft._weights, narrow._handle)
-    from pyspecla.draft import DFlashDraft
+    from pyspecla.dflash_draft import DFlashDraft
 
     with pytest.raises(GGUFError, match="hidden size mismatch"):
         DFlashDraft.load(draft_path(), narrow)
 
 
 def test_propose_over_chosen_head_rows(target_path, draft_path):
-    """specla_draft_context_set_logit_head: the block scored over chosen rows of the target's LM
+    """specla_draft_context_set_logit_rows: the block scored over chosen rows of the target's LM
     head ranks and normalises over those rows only, exactly as the reference restricted to them;
     top_k is bounded by their number; None gives the whole head back."""
     model, draft, reference = loaded(target_path(), draft_path())
@@ -491,7 +492,7 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
     for n in (5, V // 3):
         ids = np.sort(rng.permutation(V)[:n]).astype(np.int32)
         dctx = draft.new_context(n_ctx=64)
-        dctx.set_logit_head(model.lm_head_rows(ids), ids)
+        dctx.set_logit_rows(ids)
         tokens, logprobs = dctx.propose(ctx, root, 6, 4)
         want_index, want_logprobs = topk(block[:, ids], 6, 4)
         assert np.abs(logprobs - want_logprobs).max() <= 1e-4
@@ -501,8 +502,8 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
         assert np.isin(tokens, ids).all()
         with pytest.raises(NativeError, match=f"top_k {n + 1} not in \\[1, rows of the chosen logit head = {n}\\]"):
             dctx.propose(ctx, root, 6, n + 1)
-        dctx.set_logit_head(None)
+        dctx.set_logit_rows(None)
         again_tokens, again_logprobs = dctx.propose(ctx, root, 6, 4)
         assert np.array_equal(again_tokens, full_tokens) and np.array_equal(again_logprobs, full_logprobs)
-    with pytest.raises(UsageError, match="3 rows but 2 token ids"):
-        full.set_logit_head(model.lm_head_rows([1, 2, 3]), [1, 2])
+    with pytest.raises(UsageError, match=r"token ids must be in \[0, "):
+        full.set_logit_rows([1, 2, V])

@@ -1,5 +1,5 @@
 """A draft's reduced vocabulary: a context that scores chosen rows of the LM head
-(specla_context_set_logit_head, Context.set_logit_head) and the DraftVocabulary that picks them
+(specla_context_set_logit_rows, Context.set_logit_rows) and the DraftVocabulary that picks them
 (the first n ids, the control tokens, the generation's own tokens). Every logit must equal the
 full head's logit of the same token bit for bit (a row's dot products do not depend on which other
 rows are scored), and speculative output with a reduced draft vocabulary must still equal plain
@@ -12,10 +12,10 @@ import pytest
 
 from pyspecla import Model
 from pyspecla.errors import NativeError, UsageError
-from pyspecla.spec.draft_vocab import DraftVocabulary
-from pyspecla.spec.drafters import ModelDrafter
-from pyspecla.spec.loop import SpecConfig, generate
-from pyspecla.testmodels import write_test_model
+from pyspecla.speculative.drafters.vocabulary import DraftVocabulary
+from pyspecla.speculative.drafters import ModelDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
+from pyspecla.testing.models import write_test_model
 from pyspecla.tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
 
 
@@ -49,7 +49,7 @@ def test_chosen_rows_score_exactly_what_the_full_head_scores(models, name):
     for n in (1, 7, 300, model.hparams.n_vocab):
         ids = random_ids(rng, model, n)
         ctx = model.new_context(n_ctx=32, max_batch=8)
-        ctx.set_logit_head(model.lm_head_rows(ids), ids)
+        ctx.set_logit_rows(ids)
         assert ctx.n_logits == n
         ours = ctx.eval(prompt, logits_all=True)
         assert ours.shape == (len(prompt), n)
@@ -62,14 +62,24 @@ def test_chosen_rows_score_exactly_what_the_full_head_scores(models, name):
     full_ctx.close()
 
 
-def test_a_leading_slice_of_a_larger_buffer_and_going_back_to_the_full_head(models):
+def test_growing_shrinking_and_going_back_to_the_full_head(models):
+    """The native side gathers only rows after the unchanged prefix of ids: a set that grows, one
+    that changes in the middle and one that shrinks back must each score exactly their rows."""
     model = models["untied_f32"]
     ids = np.arange(50, 250, dtype=np.int32)
-    buffer = model.lm_head_rows(ids)
     ctx = model.new_context(n_ctx=16)
-    ctx.set_logit_head(buffer[:120], ids[:120])
+    ctx.set_logit_rows(ids[:60])
+    ctx.set_logit_rows(ids[:120])  # grows: rows 60..119 gathered
     part = ctx.eval([3, 4, 5])
-    ctx.set_logit_head(None)
+    changed = ids[:120].copy()
+    changed[30] = 7  # a change inside the prefix: everything after it is gathered again
+    ctx.set_logit_rows(changed)
+    ctx.truncate(2)
+    assert np.array_equal(ctx.eval([5])[31:], part[31:]) and ctx.logit_tokens[30] == 7
+    ctx.set_logit_rows(ids[:40])  # shrinks back
+    ctx.truncate(2)
+    assert np.array_equal(ctx.eval([5]), part[:40])
+    ctx.set_logit_rows(None)
     assert ctx.n_logits == model.hparams.n_vocab and ctx.logit_tokens is None
     ctx.truncate(2)
     whole = ctx.eval([5])
@@ -84,7 +94,7 @@ def test_tree_verify_argmax_is_a_token_id(models):
     plain.eval([1, 2, 3])
     want, logits = plain.verify_tree(tree_tokens, parents, want_logits=True)
     reduced = model.new_context(n_ctx=32, max_tree_nodes=4)
-    reduced.set_logit_head(model.lm_head_rows(ids), ids)
+    reduced.set_logit_rows(ids)
     reduced.eval([1, 2, 3])
     got, sub_logits = reduced.verify_tree(tree_tokens, parents, want_logits=True)
     assert np.array_equal(sub_logits, logits[:, 900:])
@@ -92,25 +102,23 @@ def test_tree_verify_argmax_is_a_token_id(models):
     assert want.tolist() == [int(np.argmax(row)) for row in logits]  # the full context: every id
 
 
-def test_bad_heads_are_clear_errors(models):
+def test_bad_rows_are_clear_errors(models):
     model = models["untied_f32"]
     ctx = model.new_context(n_ctx=16)
-    rows = model.lm_head_rows(np.arange(10))
-    with pytest.raises(UsageError, match="10 rows but 9 token ids"):
-        ctx.set_logit_head(rows, np.arange(9))
-    with pytest.raises(UsageError, match="C-contiguous"):
-        ctx.set_logit_head(rows[:, :-4], np.arange(10))
-    with pytest.raises(UsageError, match="C-contiguous"):
-        ctx.set_logit_head(rows.astype(np.int8), np.arange(10))
-    with pytest.raises(UsageError, match=r"token ids must be a 1-D list in \[0, 1024\)"):
-        model.lm_head_rows([3, 1024])
-    # the native side checks what it gets too: more rows than the vocabulary, no rows
-    too_many = np.ascontiguousarray(np.concatenate([model.lm_head_rows(np.arange(1024)), rows[:1]]))
-    with pytest.raises(NativeError, match=r"1025 rows, must be in \[1, n_vocab = 1024\]"):
-        ctx.set_logit_head(too_many, np.arange(1025) % 1024)
-    with pytest.raises(NativeError, match=r"0 rows"):
-        ctx.set_logit_head(rows[:0], np.arange(0))
-    assert ctx.n_logits == model.hparams.n_vocab  # a refused head changes nothing
+    with pytest.raises(UsageError, match=r"token ids must be in \[0, 1024\)"):
+        ctx.set_logit_rows([3, 1024])
+    with pytest.raises(UsageError, match=r"token ids must be in \[0, 1024\)"):
+        ctx.set_logit_rows([-1])
+    with pytest.raises(UsageError, match="non-empty 1-D list of integers"):
+        ctx.set_logit_rows([])
+    with pytest.raises(UsageError, match="non-empty 1-D list of integers"):
+        ctx.set_logit_rows([[1, 2]])
+    with pytest.raises(UsageError, match="non-empty 1-D list of integers"):
+        ctx.set_logit_rows([1.5])
+    # the native side checks what it gets too: more rows than the vocabulary
+    with pytest.raises(NativeError, match=r"1025 rows, must be in \[0, n_vocab = 1024\]"):
+        ctx.set_logit_rows(np.arange(1025) % 1024)
+    assert ctx.n_logits == model.hparams.n_vocab  # a refused set changes nothing
     assert ctx.eval([1]).shape == (model.hparams.n_vocab,)
 
 

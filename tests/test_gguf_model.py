@@ -1,4 +1,4 @@
-"""pyspecla.gguf_model: a valid qwen35 GGUF loads with the right hyper-parameters and zero-copy tensor
+"""pyspecla.loader.target: a valid qwen35 GGUF loads with the right hyper-parameters and zero-copy tensor
 views; every kind of bad file fails with one GGUFError that starts with the path and names the key or
 tensor at fault, and a truncated or corrupt file never crashes or hangs the process."""
 
@@ -19,7 +19,7 @@ from gguf.constants import GGUFValueType
 
 from gguf_fixtures import DROP, Typed, write_minimal_qwen35
 from pyspecla.errors import GGUFError
-from pyspecla.gguf_model import SUPPORTED_TYPES, ModelFile, tensor_type_name
+from pyspecla.loader.target import SUPPORTED_TYPES, ModelFile, tensor_type_name
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -229,7 +229,7 @@ def test_type_names_and_supported_set():
 
 
 def test_model_written_by_project_test_models_validates(tmp_path):
-    testmodels = pytest.importorskip("pyspecla.testmodels")
+    testmodels = pytest.importorskip("pyspecla.testing.models")
     path = str(tmp_path / "tiny.gguf")
     testmodels.write_test_model(path, preset="tiny", quant="f32", seed=0)
     assert ModelFile.open(path).hparams.n_layer >= 1
@@ -500,7 +500,7 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from pyspecla.errors import GGUFError
-    from pyspecla.gguf_model import ModelFile
+    from pyspecla.loader.target import ModelFile
     status = 0
     for path in sys.argv[1:]:
         try:

@@ -1,4 +1,4 @@
-"""The loss guard (pyspecla/spec/guard.py) on simulated step costs: a drafter that is always wrong
+"""The loss guard (pyspecla/speculative/guard.py) on simulated step costs: a drafter that is always wrong
 costs at most one failed smallest verify (one extra node) plus the regain allowance; one that is
 always right grows to the largest trees within a few steps; the loss bound holds for mixed luck."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyspecla.spec.guard import LossGuard
+from pyspecla.speculative.guard import LossGuard
 
 PLAIN = 1.0    # seconds of a plain step (simulated)
 PER_NODE = 0.4  # extra seconds per extra verified node
@@ -101,8 +101,8 @@ class SimulatedGuard(LossGuard):
 def test_loop_skips_a_drafter_that_is_always_wrong(tiny_model_path, monkeypatch):
     """Through the real loop: the output stays exact and most steps are plain decode steps."""
     from pyspecla.model import Model
-    from pyspecla.spec import loop
-    from pyspecla.spec.loop import SpecConfig, generate
+    from pyspecla.speculative import loop
+    from pyspecla.speculative.loop import SpecConfig, generate
 
     monkeypatch.setattr(loop, "LossGuard", SimulatedGuard)
 

@@ -1,7 +1,7 @@
 """The proof that the numpy reference and the synthetic test models are right: llama.cpp (through
 llama-cpp-python, the vendored llama.cpp the contract was checked against) loads the synthetic
 files and computes the same logits as pyspecla.reference.forward, and llama-quantize places the
-quant types exactly as pyspecla.testmodels does.
+quant types exactly as pyspecla.testing.models does.
 
 F32 weights, F32 KV cache, flash attention off: the contract reports ~5e-5 agreement; we require
 1e-3 on every logit of 40 tokens (evaluated as two batches so the recurrent and KV state carry)."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pyspecla.reference.forward import ReferenceModel
-from pyspecla.testmodels import write_test_model
+from pyspecla.testing.models import write_test_model
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from pyspecla import Model
-from pyspecla.cli import DRAFT_MAX, main
+from pyspecla.cli import main
+from pyspecla.speculative.factory import DRAFT_MAX
 from pyspecla.errors import NativeError, UsageError
-from pyspecla.spec.drafters import ModelDrafter
-from pyspecla.spec.loop import SpecConfig, generate
-from pyspecla.testmodels import write_test_model
+from pyspecla.speculative.drafters import ModelDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
+from pyspecla.testing.models import write_test_model
 
 PROMPTS = ["def add(a, b):\n    return", "import numpy as np\n", "x = ", "class Cache:\n\tdef get(self, key"]
 N_TOKENS = 64

@@ -15,9 +15,9 @@ import pytest
 
 from pyspecla import Model
 from pyspecla.errors import UsageError
-from pyspecla.spec.ddtree import build_chain, build_ddtree
-from pyspecla.spec.drafters import NgramDrafter
-from pyspecla.spec.loop import SpecConfig, generate
+from pyspecla.speculative.tree import build_chain, build_ddtree
+from pyspecla.speculative.drafters import NgramDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
 
 N_TOKENS = 128
 MODES = [("chain", False), ("chain", True), ("ddtree", False), ("ddtree", True)]

@@ -28,29 +28,29 @@ def assert_close(actual, expected, tol, seed, what):
 
 
 @pytest.mark.parametrize("rows,n", [(1, 1), (1, 7), (5, 33), (3, 128), (64, 1024), (2, 5120)])
-def test_rms_norm(cpu_kernels, rows, n):
+def test_rms_norm(backend, rows, n):
     r, seed = rng()
     x = r.standard_normal((rows, n)).astype(np.float32) * 3
     w = r.standard_normal(n).astype(np.float32)
-    assert_close(ops.rms_norm(x, w, 1e-6, cpu_kernels=cpu_kernels), ref.rms_norm(x, w, 1e-6), RTOL, seed, "rms_norm")
-    assert_close(ops.rms_norm(x, None, 1e-6, cpu_kernels=cpu_kernels), ref.rms_norm(x, None, 1e-6), RTOL, seed,
+    assert_close(ops.rms_norm(x, w, 1e-6, **backend.kw), ref.rms_norm(x, w, 1e-6), RTOL, seed, "rms_norm")
+    assert_close(ops.rms_norm(x, None, 1e-6, **backend.kw), ref.rms_norm(x, None, 1e-6), RTOL, seed,
                  "rms_norm without weight")
 
 
 @pytest.mark.parametrize("rows,n", [(1, 1), (3, 33), (48, 128)])
-def test_l2_norm(cpu_kernels, rows, n):
+def test_l2_norm(backend, rows, n):
     r, seed = rng()
     x = r.standard_normal((rows, n)).astype(np.float32)
-    assert_close(ops.l2_norm(x, 1e-6, cpu_kernels=cpu_kernels), ref.l2_norm(x, 1e-6), RTOL, seed, "l2_norm")
+    assert_close(ops.l2_norm(x, 1e-6, **backend.kw), ref.l2_norm(x, 1e-6), RTOL, seed, "l2_norm")
 
 
 @pytest.mark.parametrize("T,C,K", [(1, 1, 4), (1, 96, 4), (33, 96, 4), (5, 10240, 4), (7, 65, 2), (3, 17, 6)])
-def test_causal_conv(cpu_kernels, T, C, K):
+def test_causal_conv(backend, T, C, K):
     r, seed = rng()
     x = r.standard_normal((T, C)).astype(np.float32)
     w = r.standard_normal((C, K)).astype(np.float32) * 0.5
     state = r.standard_normal((K - 1, C)).astype(np.float32)
-    y, new_state = ops.causal_conv(x, w, state, cpu_kernels=cpu_kernels)
+    y, new_state = ops.causal_conv(x, w, state, **backend.kw)
     y_ref, state_ref = ref.causal_conv(x, w, state)
     assert_close(y, y_ref, RTOL, seed, "causal_conv output")
     # the state is a copy of raw inputs: exact
@@ -71,35 +71,35 @@ def _gdn_inputs(r, T, Hk, Hv, S):
     "T,Hk,Hv,S",
     [(1, 1, 1, 16), (1, 2, 6, 32), (33, 2, 6, 32), (4, 16, 48, 128), (17, 3, 9, 8), (63, 1, 3, 64)],
 )
-def test_gated_delta_rule(cpu_kernels, T, Hk, Hv, S):
+def test_gated_delta_rule(backend, T, Hk, Hv, S):
     r, seed = rng()
     q, k, v, g, beta, state = _gdn_inputs(r, T, Hk, Hv, S)
-    out, new_state = ops.gated_delta_rule(q, k, v, g, beta, state, cpu_kernels=cpu_kernels)
+    out, new_state = ops.gated_delta_rule(q, k, v, g, beta, state, **backend.kw)
     out_ref, state_ref = ref.gated_delta_rule(q, k, v, g, beta, state)
     assert_close(out, out_ref, 1e-4, seed, "gdn output")
     assert_close(new_state, state_ref, 1e-4, seed, "gdn state")
 
 
-def test_gated_delta_rule_chunks_equal_whole(cpu_kernels):
+def test_gated_delta_rule_chunks_equal_whole(backend):
     """Running T tokens at once or in pieces gives the same bits: the state carries everything."""
     r, _ = rng()
     q, k, v, g, beta, state = _gdn_inputs(r, 20, 2, 6, 32)
-    whole, s_whole = ops.gated_delta_rule(q, k, v, g, beta, state, cpu_kernels=cpu_kernels)
+    whole, s_whole = ops.gated_delta_rule(q, k, v, g, beta, state, **backend.kw)
     s = state
     parts = []
     for a, b in [(0, 1), (1, 8), (8, 20)]:
-        o, s = ops.gated_delta_rule(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], s, cpu_kernels=cpu_kernels)
+        o, s = ops.gated_delta_rule(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], s, **backend.kw)
         parts.append(o)
     assert np.array_equal(np.concatenate(parts), whole)
     assert np.array_equal(s, s_whole)
 
 
 @pytest.mark.parametrize("T,n_heads,D,n_rot", [(1, 1, 2, 2), (5, 6, 32, 16), (3, 24, 256, 64), (7, 2, 64, 64)])
-def test_rope_neox(cpu_kernels, T, n_heads, D, n_rot):
+def test_rope_neox(backend, T, n_heads, D, n_rot):
     r, seed = rng()
     x = r.standard_normal((T, n_heads, D)).astype(np.float32)
     pos = r.integers(0, 100000, T).astype(np.int32)
-    assert_close(ops.rope_neox(x, pos, n_rot, 1e7, cpu_kernels=cpu_kernels), ref.rope_neox(x, pos, n_rot, 1e7),
+    assert_close(ops.rope_neox(x, pos, n_rot, 1e7, **backend.kw), ref.rope_neox(x, pos, n_rot, 1e7),
                  1e-5, seed, "rope")
 
 
@@ -107,14 +107,14 @@ def test_rope_neox(cpu_kernels, T, n_heads, D, n_rot):
     "T,n_kv,nh,nkv,D",
     [(1, 1, 1, 1, 8), (1, 40, 6, 1, 32), (5, 33, 6, 1, 32), (4, 65, 24, 4, 256), (3, 20, 12, 4, 16)],
 )
-def test_attention(cpu_kernels, T, n_kv, nh, nkv, D):
+def test_attention(backend, T, n_kv, nh, nkv, D):
     """Causal GQA attention, including group ratio 6 (nh 6, nkv 1) and 27B's 24/4."""
     r, seed = rng()
     q = r.standard_normal((T, nh, D)).astype(np.float32)
     kc = r.standard_normal((n_kv, nkv, D)).astype(np.float32)
     vc = r.standard_normal((n_kv, nkv, D)).astype(np.float32)
     pos = np.sort(r.integers(0, n_kv, T)).astype(np.int32)
-    assert_close(ops.attention(q, kc, vc, pos, cpu_kernels=cpu_kernels), ref.attention(q, kc, vc, pos), 1e-5, seed,
+    assert_close(ops.attention(q, kc, vc, pos, **backend.kw), ref.attention(q, kc, vc, pos), 1e-5, seed,
                  "attention")
 
 

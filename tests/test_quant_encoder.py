@@ -1,7 +1,7 @@
-"""pyspecla.quant encoder: layout against gguf's decoder, error bounds, a literal llama.cpp oracle.
+"""pyspecla.testing.quant encoder: layout against gguf's decoder, error bounds, a literal llama.cpp oracle.
 
 Three independent witnesses: gguf.quants.dequantize (the decoder everyone else uses), a scalar
-packer written line by line from the contract (§4) for hand-built blocks, and a slow per-block
+packer written line by line from docs/qwen35.md §4 for hand-built blocks, and a slow per-block
 transcription of llama.cpp's quantize_row_q{4,5,6}_K_ref that the fast encoder must match."""
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants as gguf_quants
 
-from pyspecla import quant
+from pyspecla.testing import quant
 from pyspecla.errors import UsageError
 
 LEGACY_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1]
@@ -602,7 +602,7 @@ def test_qwen35_file_with_q5_0_and_other_legacy_matrices_loads(tmp_path):
     1-D tensor in one of them is still refused (it must be F32)."""
     from gguf_fixtures import write_minimal_qwen35
     from pyspecla.errors import GGUFError
-    from pyspecla.gguf_model import ModelFile
+    from pyspecla.loader.target import ModelFile
 
     types = {"blk.0.ffn_up.weight": T.Q5_0, "blk.0.ffn_gate.weight": T.Q4_0,
              "blk.0.ffn_down.weight": T.Q5_1, "blk.3.attn_v.weight": T.Q4_1, "token_embd.weight": T.Q5_0}

@@ -14,8 +14,8 @@ from conftest import assert_close_up_to_code_flips
 
 from pyspecla import Model
 from pyspecla.reference.forward import ReferenceModel
-from pyspecla.spec.drafters import OracleDrafter
-from pyspecla.spec.loop import SpecConfig, generate
+from pyspecla.speculative.drafters import OracleDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
 
 CACHE = Path(os.environ.get("PYSPECLA_MODELS", Path.home() / ".cache" / "pyspecla" / "models"))
 REAL = {"0.5b": CACHE / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "1.5b": CACHE / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
@@ -44,7 +44,7 @@ def has_close_elements(numbers: List[float], threshold: float) -> bool:
 
 @pytest.fixture(scope="module")
 def qwen2_path(tmp_path_factory):
-    from pyspecla.testmodels import write_test_model
+    from pyspecla.testing.models import write_test_model
 
     def get(quant, arch="qwen2"):
         path = str(tmp_path_factory.mktemp(arch) / f"{arch}-tiny-{quant}.gguf")
@@ -123,7 +123,7 @@ def test_real_qwen25_top1_matches_llama_cpp(which):
     products, but sum in different orders (and llama.cpp repacks some weights), so near-ties can
     flip: measured (llama-cpp-python 0.3.36 built with AVX2, F32 KV cache, 160 positions of this
     text) 0.981 for the 0.5B and 0.994 for the 1.5B. Over 3162 positions of HumanEval + MT-Bench
-    text (tools/top1_agreement.py, docs/top1-agreement-a270c40.jsonl) we agree with llama.cpp at
+    text (tools/top1_agreement.py, results/top1-agreement-a270c40.jsonl) we agree with llama.cpp at
     0.985 / 0.983 (0.5B / 1.5B), and llama.cpp's AVX2 and AVX-512 builds agree with EACH OTHER at
     only 0.988 / 0.982: 0.98 is the floor this noise allows, not a loosened bar."""
     path = _real(which)

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as QT
 
 from pyspecla.reference import ops
 from pyspecla.reference.forward import ReferenceModel
-from pyspecla.testmodels import PRESETS, tensor_plan, write_test_model
+from pyspecla.testing.models import PRESETS, tensor_plan, write_test_model
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pyspecla import Model
-from pyspecla.spec.drafters import OracleDrafter
-from pyspecla.spec.loop import SpecConfig, generate
+from pyspecla.speculative.drafters import OracleDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
 
 N_TOKENS = 128
 
@@ -142,8 +142,8 @@ def test_stops_at_eos_like_plain_decoding(model):
 
 @pytest.fixture(scope="module")
 def dflash(model, tiny_model_path, tmp_path_factory):
-    from pyspecla.draft import DFlashDraft
-    from pyspecla.testmodels import write_test_draft
+    from pyspecla.dflash_draft import DFlashDraft
+    from pyspecla.testing.drafts import write_test_draft
 
     path = str(tmp_path_factory.mktemp("dflash") / "draft.gguf")
     write_test_draft(path, model.file.path, seed=5)
@@ -152,7 +152,7 @@ def dflash(model, tiny_model_path, tmp_path_factory):
 
 @pytest.mark.parametrize("mode,specla", MODES, ids=lambda x: str(x))
 def test_dflash_draft_modes_are_lossless(model, dflash, mode, specla):
-    from pyspecla.spec.drafters import DFlashDrafter
+    from pyspecla.speculative.drafters import DFlashDrafter
 
     for prompt in prompts(3, model.hparams.n_vocab, seed=11):
         drafter = DFlashDrafter(dflash, n_ctx=len(prompt) + N_TOKENS + 64)
@@ -167,7 +167,7 @@ def test_dflash_draft_with_a_reduced_vocabulary_is_lossless(model, dflash, mode,
     """--draft-vocab for a DFlash draft: the block is scored over a subset of the target's head
     (the first ids + control tokens + the generation's own tokens); the output stays AR's, and
     every proposed token lies in the subset."""
-    from pyspecla.spec.drafters import DFlashDrafter
+    from pyspecla.speculative.drafters import DFlashDrafter
     from pyspecla.tokenizer import TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED
 
     n_frequent = model.hparams.n_vocab // 8

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspecla import ops
 from pyspecla.errors import NativeError, UsageError
 from pyspecla.reference import specla as ut
-from pyspecla.spec.hld import build_schedule
-from pyspecla.spec.recurrent import COMMIT_METHODS, VERIFY_METHODS, FactorBanks, RecurrentShape
+from pyspecla.speculative.hld import build_schedule
+from pyspecla.speculative.recurrent import COMMIT_METHODS, VERIFY_METHODS, FactorBanks, RecurrentShape
 
 
 # --- trees and inputs ------------------------------------------------------------------------
@@ -134,6 +134,28 @@ def test_every_node_equals_sequential_decoding_bit_for_bit(tree, dims, verify_me
         out, _, y, _ = sequential(r["layer"], path, r["before"][0], r["before"][1], r["conv_w"])
         assert same_bits(r["out"][t], out[-1]), f"GDN output of node {t} differs from sequential decoding"
         assert same_bits(r["y"][t], y[-1]), f"conv output of node {t} differs from sequential decoding"
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+@pytest.mark.parametrize("verify_method", VERIFY_METHODS)
+def test_work_counters_show_which_method_ran(tree, verify_method):
+    """The kernels count their work (value head 0): SpecLA's chains step every node once and copy
+    the state only into boundary slots; replay steps every root-to-leaf path and reloads per leaf;
+    dense checkpoints copy a state per node. A verify that silently fell back would show here."""
+    parents = TREES[tree]
+    r = verify_one_step(parents, SHAPES["small-odd"], seed=7, verify_method=verify_method)
+    stats = r["banks"].stats()
+    n = len(parents)
+    leaves = [t for t in range(n) if t not in set(parents[1:])]
+    assert stats["n_nodes"] == n and stats["n_layers"] == 1
+    if verify_method == "hld_chains":
+        assert stats["node_steps"] == n
+        assert stats["state_copies"] == int(r["sched"][5])  # the schedule's boundary count
+    elif verify_method == "root_to_leaf":
+        assert stats["node_steps"] == sum(len(root_path(parents, t)) for t in leaves)
+        assert stats["state_copies"] == len(leaves)
+    else:
+        assert stats["node_steps"] == n and stats["state_copies"] == n
 
 
 @pytest.mark.parametrize("tree", ["chain16", "random24"])
@@ -345,3 +367,28 @@ def test_bank_memory_is_factors_not_states():
     dense = FactorBanks(RecurrentShape(1, Hk, Hv, S, C, K, N), "dense_checkpoints", "checkpoint_restore").nbytes
     assert dense == 2 * N * (Hk * S + Hv * S + Hv + C) * 4 + N * (Hv * S * S + (K - 1) * C) * 4
     assert dense * L > 10 * specla
+
+
+def test_two_chains_sharing_one_boundary_slot_are_refused():
+    """A schedule whose node 1 stores its state in node 0's boundary slot (and whose chain from node
+    0 reads that slot) would verify the chain [2] from node 1's state: silently wrong. The validator
+    behind the public tree ops must refuse it (slots are numbered 0, 1, ... in node order)."""
+    # header ints 13 and 15 hold the offsets of chain_parent_boundary and node_boundary (specla.h)
+    parents = [-1, 0, 0, 1, 1]
+    good = build_schedule(parents)
+    chain_parent_boundary_at, node_boundary_at = int(good[13]), int(good[15])
+    assert good[node_boundary_at:][:5].tolist() == [0, 1, -1, -1, -1]  # node 0 -> slot 0, node 1 -> slot 1
+    bad = good.copy()
+    bad[node_boundary_at + 1] = 0  # node 1 writes slot 0 too
+    chains_from_slot_1 = np.flatnonzero(bad[chain_parent_boundary_at:][:3] == 1)
+    assert len(chains_from_slot_1) == 1
+    bad[chain_parent_boundary_at + chains_from_slot_1] = 0  # its chain now reads slot 0
+    rng = np.random.default_rng(0)
+    banks = FactorBanks(RecurrentShape(1, 1, 3, 16, 96, 4, 8))
+    L = Layer(rng, 5, 1, 3, 16, 96, 4)
+    gdn, conv = fresh_states(rng, 1, 3, 16, 96, 4)
+    with pytest.raises(NativeError, match="boundary slot"):
+        banks.conv_tree(bad, 0, L.x, np.ones((96, 4), np.float32), conv[0])
+    with pytest.raises(NativeError, match="boundary slot"):
+        banks.verify_gdn(bad, 0, L.q, L.k, L.v, L.g, L.beta, gdn[0])
+    banks.conv_tree(good, 0, L.x, np.ones((96, 4), np.float32), conv[0])  # the builder's schedule passes

@@ -10,7 +10,7 @@ import gguf
 import pytest
 
 from pyspecla.errors import GGUFError
-from pyspecla.synthetic_vocab import (
+from pyspecla.testing.vocab import (
     CONTROL_TOKENS,
     MIN_VOCAB,
     USER_DEFINED_TOKENS,

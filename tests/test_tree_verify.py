@@ -74,6 +74,24 @@ def test_speculative_steps_continue_exactly_like_plain_decoding(model, methods):
     assert np.array_equal(continued, expected)
 
 
+def test_specla_verify_steps_each_node_once_per_recurrent_layer(model):
+    """Through the whole model: a SpecLA verify of N nodes makes N node steps (value head 0) in each
+    recurrent layer, the replay baseline more on a branching tree."""
+    tokens, parents = [5, 6, 7, 8, 9, 10], [-1, 0, 1, 0, 3, 3]
+    n_recurrent = sum(model.hparams.layer_is_recurrent)
+    steps = {}
+    for methods in (("hld_chains", "deferred_factors"), ("root_to_leaf", "deferred_factors")):
+        ctx = model.new_context(n_ctx=64, max_tree_nodes=8, verify_method=methods[0], commit_method=methods[1])
+        ctx.eval([1, 2, 3])
+        ctx.verify_tree(tokens, parents)
+        stats = ctx.tree_stats()
+        assert stats["n_nodes"] == 6 and stats["n_layers"] == n_recurrent
+        steps[methods[0]] = stats["node_steps"]
+        ctx.close()
+    assert steps["hld_chains"] == 6 * n_recurrent
+    assert steps["root_to_leaf"] == (3 + 3 + 3) * n_recurrent  # leaves 2, 4, 5 at depth 2
+
+
 def test_plain_decode_after_a_step_folds_the_pending_path_itself(model):
     rng = np.random.default_rng(3)
     V = model.hparams.n_vocab

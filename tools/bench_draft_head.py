@@ -47,9 +47,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from pyspecla import Model
-    from pyspecla.draft import DFlashDraft
-    from pyspecla.spec.draft_vocab import DraftVocabulary
-    from pyspecla.testmodels import write_test_draft, write_test_model
+    from pyspecla.dflash_draft import DFlashDraft
+    from pyspecla.speculative.drafters.vocabulary import DraftVocabulary
+    from pyspecla.testing.drafts import write_test_draft
+    from pyspecla.testing.models import write_test_model
 
     target_path = Path(args.target)
     if not target_path.exists():

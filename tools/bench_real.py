@@ -19,7 +19,7 @@ Settings (--settings; one row per setting, prompt and EOS handling):
                 top-1 chain
   ngram-ddtree  the same drafter, DDTree (budget 22, tau 6, top-4)
   draft-chain   pyspecla, the autoregressive draft model (--draft, default the 0.5B file) through
-                pyspecla.cli.make_drafter; a setting whose drafter cannot be built or run is
+                pyspecla.speculative.factory.make_drafter; a setting whose drafter cannot be built or run is
                 recorded as skipped, with the error; --draft-max / --draft-p-min reach
                 make_drafter only when given (else its defaults); the rows record what was used
   draft-ddtree  the same, DDTree
@@ -348,8 +348,8 @@ def parse_setting(setting: str, options: SpecOptions) -> tuple[str, str, SpecOpt
 def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, options: SpecOptions) -> dict:
     """One generation. Returns figures + tokens, or {'skipped': True, 'error': ...} when a draft-model
     drafter cannot be built or run."""
-    from pyspecla.cli import make_drafter
-    from pyspecla.spec.loop import SpecConfig, generate
+    from pyspecla.speculative.factory import make_drafter
+    from pyspecla.speculative.loop import SpecConfig, generate
 
     kind, mode, options = parse_setting(setting, options)
     drafter = None
@@ -400,7 +400,7 @@ def _draft_vocab_size(drafter) -> int | None:
 def prefill_draft(drafter, prompt_ids) -> float | None:
     """Run a draft model over the prompt before the clock starts, as llama.cpp does (and as
     DraftModelProposer.start does for the llama.cpp rows), so that neither runtime's decode time
-    holds the draft's prompt pass. Uses only the drafter protocol of pyspecla.spec.loop: set
+    holds the draft's prompt pass. Uses only the drafter protocol of pyspecla.speculative.loop: set
     `history` to the prompt and propose one depth after its last token; a drafter that keeps the
     longest prefix its context shares with the next history (ModelDrafter) then evaluates just the
     new tokens at the first real step. Returns the ms, or None when the drafter has no history hook."""

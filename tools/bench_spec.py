@@ -40,8 +40,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from pyspecla import Model
-    from pyspecla.cli import make_drafter
-    from pyspecla.spec.loop import SpecConfig, generate
+    from pyspecla.speculative.factory import make_drafter
+    from pyspecla.speculative.loop import SpecConfig, generate
 
     import numpy as np
 

@@ -138,7 +138,7 @@ def tree_stats(parents: list[int]) -> dict:
              "root_to_leaf_node_steps": sum(depth[t] + 1 for t in leaves)}
     try:
         from pyspecla.reference.hld import ScheduleView
-        from pyspecla.spec.hld import build_schedule
+        from pyspecla.speculative.hld import build_schedule
 
         view = ScheduleView(build_schedule(parents))
         stats.update(n_chains=view.n_chains, n_waves=view.n_waves, n_boundaries=view.n_boundaries)
@@ -219,7 +219,7 @@ class Bench:
         return self.args.repeats if layers > QUICK_LAYER_CAP else self.args.repeats * 3
 
     def banks(self, layers, max_nodes, verify_method, commit_method):
-        from pyspecla.spec.recurrent import FactorBanks, RecurrentShape
+        from pyspecla.speculative.recurrent import FactorBanks, RecurrentShape
 
         return FactorBanks(RecurrentShape(layers, HK, HV, S, C, K, max_nodes), verify_method, commit_method,
                            n_threads=self.args.threads)
@@ -259,7 +259,7 @@ class Bench:
 
     # 1. tree verify: state-resident HLD chains vs root-to-leaf replay
     def tree_verify(self):
-        from pyspecla.spec.hld import build_schedule
+        from pyspecla.speculative.hld import build_schedule
 
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, max(len(p) for p, _ in TREES.values()), seed=1)
@@ -298,7 +298,7 @@ class Bench:
 
     # 2. commit of the accepted path: fold the factors now vs replay the tokens
     def commit(self):
-        from pyspecla.spec.hld import build_schedule
+        from pyspecla.speculative.hld import build_schedule
 
         parents = chain_tree(16)
         sched = build_schedule(parents)
@@ -332,7 +332,7 @@ class Bench:
 
     # 3. deferred commit (fold inside the next verify) vs a separate fold at accept
     def deferred_commit(self, accepted: int = 8):
-        from pyspecla.spec.hld import build_schedule
+        from pyspecla.speculative.hld import build_schedule
 
         parents, _ = TREES["ddtree-22"]
         n = len(parents)

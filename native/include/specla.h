@@ -35,7 +35,10 @@ extern "C" {
 #define SPECLA_API __attribute__((visibility("default")))
 #endif
 
-#define SPECLA_ABI_VERSION 7
+/* ABI history: 8 added the backend / device fields of specla_context_params and specla_op_options
+ * and specla_context_set_logit_rows / specla_draft_context_set_logit_rows (a reduced vocabulary
+ * named by row ids, so a GPU never re-uploads head rows). */
+#define SPECLA_ABI_VERSION 8
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -68,6 +71,14 @@ typedef enum specla_cpu_kernels {
     SPECLA_CPU_AVX512 = 3, /* AVX-512 F/BW/VL + VNNI for the 8-bit matmuls; the AVX2 kernels otherwise.
                               The same results as AVX2, bit for bit. */
 } specla_cpu_kernels;
+
+/* Where a context's state lives and its ops run. AUTO picks the first GPU when this build has a
+ * working GPU backend and a device is present, else the CPU. */
+typedef enum specla_backend_kind {
+    SPECLA_BACKEND_AUTO = 0,
+    SPECLA_BACKEND_CPU = 1,
+    SPECLA_BACKEND_CUDA = 2, /* CUDA, or HIP in a HIP build */
+} specla_backend_kind;
 
 SPECLA_API int specla_abi_version(void);
 /* Message of the last failed call on this thread ("" if none). Valid until the next call. */
@@ -189,6 +200,8 @@ typedef struct specla_context_params {
     int32_t n_capture_layers; /* trunk layers whose output rows a draft model reads (DFlash) */
     const int32_t *capture_layers; /* [n_capture_layers] 0-based trunk layer indices; the feature of
                                       a position is the residual stream after each listed layer */
+    int32_t backend;          /* specla_backend_kind */
+    int32_t device;           /* GPU index for SPECLA_BACKEND_CUDA (ignored on the CPU) */
 } specla_context_params;
 
 typedef struct specla_context specla_context;
@@ -196,6 +209,15 @@ typedef struct specla_context specla_context;
 SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
                                                specla_context **out_context);
 SPECLA_API void specla_context_free(specla_context *context);
+
+/* Kernel launches and host waits (downloads, stream syncs) of a context's backend since the last
+ * call (which resets them); -1 each on a backend that does not count (the CPU). For benchmarks:
+ * launches per token, host synchronisations per step. */
+SPECLA_API specla_status specla_context_launch_counters(specla_context *context, int64_t *launches,
+                                                        int64_t *host_waits);
+
+/* The backend a context resolved to (SPECLA_BACKEND_CPU or SPECLA_BACKEND_CUDA). */
+SPECLA_API int32_t specla_context_backend(const specla_context *context);
 /* Forget every token: n_past = 0, KV rows dropped, conv and GDN states zeroed. */
 SPECLA_API specla_status specla_context_reset(specla_context *context);
 /* Tokens committed to the durable state so far. */
@@ -224,6 +246,10 @@ SPECLA_API specla_status specla_context_save_state(specla_context *context);
  * ties). The caller keeps head's bytes alive while the context uses them; head = NULL goes back to
  * the model's LM head. */
 SPECLA_API specla_status specla_context_set_logit_head(specla_context *context, const specla_tensor *head);
+/* The same, with the rows named by id: logits are scored over rows ids[0..n) of the model's own LM
+ * head (0 <= id < n_vocab, in the order given), gathered inside the context's backend memory once
+ * per call; n = 0 (ids may be NULL) goes back to the whole head. The ids are copied. */
+SPECLA_API specla_status specla_context_set_logit_rows(specla_context *context, const int32_t *ids, int32_t n);
 
 /* One forward pass over a batch of tokens: the only call a generation step makes.
  * positions[i] must be n_past + i for now (a plain sequence continuation); tree batches, whose
@@ -278,6 +304,9 @@ SPECLA_API specla_status specla_context_read_features(const specla_context *cont
 typedef struct specla_op_options {
     int32_t n_threads;   /* <= 0: all cores */
     int32_t cpu_kernels; /* specla_cpu_kernels */
+    int32_t backend;     /* specla_backend_kind (AUTO = the CPU for single ops); arguments stay host
+                            pointers: a GPU backend uploads them, runs, and downloads the outputs */
+    int32_t device;
 } specla_op_options;
 
 /* The 8-bit activation blocks a matmul with weight_type uses (Q8_0/Q4_0/Q5_0: blocks of 32;
@@ -406,6 +435,19 @@ SPECLA_API int32_t specla_factor_banks_pending(const specla_factor_banks *banks)
  * [n][Hv][S], 2 = g [n][Hv], 3 = raw conv input x [n][C]. */
 SPECLA_API specla_status specla_factor_banks_read(const specla_factor_banks *banks, int32_t bank, int32_t layer,
                                                   int32_t field, int32_t n, float *out);
+/* What the last verify did in the recurrent layers, summed over them, for value head 0 (the other
+ * heads do the same): SpecLA's state-resident chains step every node exactly once and copy the
+ * state only into boundary slots; root-to-leaf replay steps shared prefixes again and reloads per
+ * leaf; dense checkpoints copy a state per node. -1 where the backend does not count. */
+typedef struct specla_tree_stats {
+    int32_t n_nodes;      /* nodes of the last verified tree */
+    int32_t n_layers;     /* recurrent layers verified */
+    int64_t node_steps;   /* recurrent token updates, all layers */
+    int64_t state_copies; /* whole-state copies, all layers */
+} specla_tree_stats;
+SPECLA_API specla_status specla_factor_banks_stats(const specla_factor_banks *banks, specla_tree_stats *out);
+SPECLA_API specla_status specla_context_tree_stats(const specla_context *context, specla_tree_stats *out);
+
 /* Bytes the banks hold, and bytes of state kept per verified node by the chosen methods. */
 SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *banks);
 
@@ -511,6 +553,9 @@ SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *contex
  * caller keeps its bytes alive and maps the returned indices back to token ids. NULL: the
  * target's whole head again. */
 SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_context *context, const specla_tensor *head);
+/* Rows of the target's LM head by id, as specla_context_set_logit_rows. */
+SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_context *context, const int32_t *ids,
+                                                             int32_t n);
 
 /* One draft block after the target context's committed tokens: takes in the feature rows the
  * target committed since the last call, runs [root_token, MASK x (block_size-1)] and returns, for

@@ -1,32 +1,115 @@
 /* The single-op entry points of the C ABI (specla.h, "Single ops"). Each one validates every argument
  * at the boundary — a bad one becomes a status code plus a message naming the op and the values —
- * resolves the kernel options against this CPU, then calls the CPU kernel with plain, checked
- * arguments. */
+ * opens the backend the options name, sized for this call, and runs the backend's op on the checked
+ * arguments. Single ops take host pointers: on a backend whose memory is host memory they are
+ * passed through; on a device backend the inputs are uploaded, the op runs, the outputs come back
+ * (a staging area per call: these entry points serve tests and tools, not the generation loop). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "activation_q8.h"
-#include "cpu_ops.h"
+#include "activation_blocks.h"
+#include "backend_registry.h"
 #include "error.h"
 #include "tensor_types.h"
 
 #define FAIL_INVALID(...) specla_fail(SPECLA_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* NULL options mean defaults: all cores, AUTO kernels. */
-static specla_status resolve_options(const char *op, const specla_op_options *opt, cpu_exec *ex) {
-    const int n_threads = opt ? opt->n_threads : 0;
-    const int kernels = opt ? opt->cpu_kernels : SPECLA_CPU_AUTO;
-    const specla_status status = cpu_exec_resolve(n_threads, kernels, ex);
+/* The backend of a single-op call (NULL options: AUTO, all cores, AUTO kernels), ready for `limits`.
+ * Messages are prefixed with the op's name. */
+static specla_status open_backend(const char *op, const specla_op_options *opt, backend_limits limits, backend **be) {
+    const specla_status status = backend_open(opt ? opt->backend : SPECLA_BACKEND_AUTO, opt ? opt->device : 0,
+                                              opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO,
+                                              &limits, be);
     if (status != SPECLA_OK) {
-        /* prefix the op name to the resolver's message */
         char message[512];
         snprintf(message, sizeof message, "%s", specla_last_error());
         return specla_fail(status, "%s: %s", op, message);
     }
     return SPECLA_OK;
+}
+
+static backend_limits rows_limits(int rows, int width, int kv_rows) {
+    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0, 0, 0, 0, 0};
+    return limits;
+}
+
+/* One single-op call: its backend and the device copies of its arguments. */
+#define OP_CALL_MAX_ARGS 8
+typedef struct op_call {
+    const char *op;
+    backend *be;
+    int n;
+    void *device[OP_CALL_MAX_ARGS];
+    void *host_out[OP_CALL_MAX_ARGS]; /* where an output goes back to, NULL for inputs */
+    size_t bytes[OP_CALL_MAX_ARGS];
+    int failed;
+} op_call;
+
+static specla_status op_begin(op_call *c, const char *op, const specla_op_options *opt, backend_limits limits) {
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    return open_backend(op, opt, limits, &c->be);
+}
+
+/* The backend's view of a host argument: the pointer itself on a host-memory backend, else a device
+ * copy (uploaded when `in`, downloaded by op_end when `out`). NULL stays NULL. */
+static void *op_arg(op_call *c, const void *host, size_t bytes, int in, int out) {
+    if (!host || c->be->ops->host_memory) return (void *)host;
+    void *dev = c->n < OP_CALL_MAX_ARGS ? c->be->ops->alloc(c->be, bytes) : NULL;
+    if (!dev) {
+        c->failed = 1;
+        return NULL;
+    }
+    if (in) c->be->ops->upload(c->be, dev, host, bytes);
+    c->device[c->n] = dev;
+    c->host_out[c->n] = out ? (void *)host : NULL;
+    c->bytes[c->n] = bytes;
+    c->n++;
+    return dev;
+}
+#define OP_IN(c, ptr, bytes) op_arg(c, ptr, bytes, 1, 0)
+#define OP_OUT(c, ptr, bytes) op_arg(c, ptr, bytes, 0, 1)
+#define OP_INOUT(c, ptr, bytes) op_arg(c, ptr, bytes, 1, 1)
+
+/* A weight as the backend reads it (a device backend takes its own upload, laid out for the matmul). */
+static int op_weight(op_call *c, const specla_tensor *host, specla_tensor *out) {
+    *out = *host;
+    if (c->be->ops->host_memory) return 1;
+    const size_t bytes = c->be->ops->weight_bytes(c->be, host, WEIGHT_MATMUL);
+    void *dev = bytes && c->n < OP_CALL_MAX_ARGS ? c->be->ops->alloc(c->be, bytes) : NULL;
+    if (!dev || c->be->ops->upload_weight(c->be, host, dev, WEIGHT_MATMUL) != SPECLA_OK) {
+        if (dev) c->be->ops->free(c->be, dev);
+        c->failed = 1;
+        return 0;
+    }
+    c->device[c->n] = dev;
+    c->host_out[c->n] = NULL;
+    c->bytes[c->n] = bytes;
+    c->n++;
+    out->data = dev;
+    return 1;
+}
+
+/* Whether the arguments are in place (else the call ends here with a message). */
+static int op_ready(op_call *c) { return !c->failed; }
+
+/* Waits for the op, brings the outputs back, frees everything. */
+static specla_status op_end(op_call *c) {
+    specla_status st = SPECLA_OK;
+    if (c->failed) {
+        st = specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of %s memory for the arguments", c->op, c->be->ops->name);
+    } else {
+        st = c->be->ops->sync(c->be);
+        for (int i = 0; st == SPECLA_OK && i < c->n; i++)
+            if (c->host_out[i]) c->be->ops->download(c->be, c->host_out[i], c->device[i], c->bytes[i]);
+        if (st == SPECLA_OK) st = c->be->ops->sync(c->be);
+    }
+    for (int i = 0; i < c->n; i++) c->be->ops->free(c->be, c->device[i]);
+    c->be->ops->destroy(c->be);
+    return st;
 }
 
 #define CHECK_NOT_NULL(op, ptr)                                                                         \
@@ -42,7 +125,8 @@ static specla_status resolve_options(const char *op, const specla_op_options *op
 static specla_status check_type(const char *op, int32_t type) {
     if (type_block_elements(type) == 0)
         return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "%s: type %d is not supported (F32=0, F16=1, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14, BF16=30)",
+                           "%s: type %d is not supported (F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q5_K=13, "
+                           "Q6_K=14, BF16=30)",
                            op, (int)type);
     return SPECLA_OK;
 }
@@ -64,13 +148,13 @@ SPECLA_API specla_status specla_op_dequantize(const specla_op_options *opt, int3
     if (n_elements % block != 0)
         return FAIL_INVALID("%s: n_elements = %lld is not a multiple of the %s block (%d)", op,
                             (long long)n_elements, type_name(type), block);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    if (cpu_uses_avx2(&ex))
-        cpu_dequantize_row_avx2(type, src, n_elements, dst);
-    else
-        cpu_dequantize_row_scalar(type, src, n_elements, dst);
-    return SPECLA_OK;
+    op_call c;
+    if ((status = op_begin(&c, op, opt, rows_limits(1, 1, 1))) != SPECLA_OK) return status;
+    const size_t src_bytes = (size_t)(n_elements / block) * (size_t)type_block_bytes(type);
+    const void *s = OP_IN(&c, src, src_bytes);
+    float *d = (float *)OP_OUT(&c, dst, sizeof(float) * (size_t)n_elements);
+    if (op_ready(&c)) c.be->ops->dequantize(c.be, type, s, n_elements, d);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const specla_tensor *w, const float *x,
@@ -93,10 +177,14 @@ SPECLA_API specla_status specla_op_matmul(const specla_op_options *opt, const sp
     if (w->nbytes != expected)
         return FAIL_INVALID("%s: w->nbytes = %lld but a %s tensor of %d x %d needs %lld bytes", op,
                             (long long)w->nbytes, type_name(w->type), w->ne1, w->ne0, (long long)expected);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_matmul(&ex, w, x, n_batch, y);
-    return SPECLA_OK;
+    op_call c;
+    if ((status = op_begin(&c, op, opt, rows_limits(n_batch, w->ne0, 1))) != SPECLA_OK) return status;
+    specla_tensor wd;
+    op_weight(&c, w, &wd);
+    const float *xd = (const float *)OP_IN(&c, x, sizeof(float) * (size_t)n_batch * (size_t)w->ne0);
+    float *yd = (float *)OP_OUT(&c, y, sizeof(float) * (size_t)n_batch * (size_t)w->ne1);
+    if (op_ready(&c)) c.be->ops->matmul(c.be, &wd, xd, n_batch, yd);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options *opt, int32_t weight_type,
@@ -115,17 +203,13 @@ SPECLA_API specla_status specla_op_quantize_activations(const specla_op_options 
     CHECK_POSITIVE(op, n);
     const int block = kind == ACT_Q8_K ? 256 : 32;
     if (n % block != 0) return FAIL_INVALID("%s: n = %d is not a multiple of %d", op, n, block);
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    void *acts = cpu_quantize_activations(kind, x, n, n_rows);
-    if (!acts) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", op);
-    for (int64_t k = 0; k < (int64_t)n_rows * (n / block); k++) {
-        const int8_t *qs = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].qs : ((const act_q8_0 *)acts)[k].qs;
-        scales[k] = kind == ACT_Q8_K ? ((const act_q8_k *)acts)[k].d : ((const act_q8_0 *)acts)[k].d;
-        memcpy(codes + k * block, qs, (size_t)block);
-    }
-    free(acts);
-    return SPECLA_OK;
+    op_call c;
+    if ((status = op_begin(&c, op, opt, rows_limits(n_rows, n, 1))) != SPECLA_OK) return status;
+    const float *xd = (const float *)OP_IN(&c, x, sizeof(float) * (size_t)n_rows * (size_t)n);
+    int8_t *cd = (int8_t *)OP_OUT(&c, codes, (size_t)n_rows * (size_t)n);
+    float *sd = (float *)OP_OUT(&c, scales, sizeof(float) * (size_t)n_rows * (size_t)(n / block));
+    if (op_ready(&c)) c.be->ops->quantize_activations(c.be, weight_type, xd, n_rows, n, cd, sd);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_rms_norm(const specla_op_options *opt, const float *x, const float *weight,
@@ -137,10 +221,14 @@ SPECLA_API specla_status specla_op_rms_norm(const specla_op_options *opt, const 
     CHECK_POSITIVE(op, n);
     specla_status status = check_eps(op, eps);
     if (status != SPECLA_OK) return status;
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_rms_norm(x, weight, n_rows, n, eps, y);
-    return SPECLA_OK;
+    op_call c;
+    if ((status = op_begin(&c, op, opt, rows_limits(1, 1, 1))) != SPECLA_OK) return status;
+    const size_t bytes = sizeof(float) * (size_t)n_rows * (size_t)n;
+    const float *xd = (const float *)OP_IN(&c, x, bytes);
+    const float *wd = (const float *)OP_IN(&c, weight, sizeof(float) * (size_t)n);
+    float *yd = (float *)OP_OUT(&c, y, bytes);
+    if (op_ready(&c)) c.be->ops->rms_norm(c.be, xd, wd, n_rows, n, eps, yd);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_l2_norm(const specla_op_options *opt, const float *x, int32_t n_rows, int32_t n,
@@ -152,10 +240,13 @@ SPECLA_API specla_status specla_op_l2_norm(const specla_op_options *opt, const f
     CHECK_POSITIVE(op, n);
     specla_status status = check_eps(op, eps);
     if (status != SPECLA_OK) return status;
-    cpu_exec ex;
-    if ((status = resolve_options(op, opt, &ex)) != SPECLA_OK) return status;
-    cpu_l2_norm(x, n_rows, n, eps, y);
-    return SPECLA_OK;
+    op_call c;
+    if ((status = op_begin(&c, op, opt, rows_limits(1, 1, 1))) != SPECLA_OK) return status;
+    const size_t bytes = sizeof(float) * (size_t)n_rows * (size_t)n;
+    const float *xd = (const float *)OP_IN(&c, x, bytes);
+    float *yd = (float *)OP_OUT(&c, y, bytes);
+    if (op_ready(&c)) c.be->ops->l2_norm(c.be, xd, n_rows, n, eps, yd);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, const float *x, const float *weight,
@@ -169,11 +260,16 @@ SPECLA_API specla_status specla_op_causal_conv(const specla_op_options *opt, con
     CHECK_POSITIVE(op, K);
     if (K > 1 && conv_state == NULL) return FAIL_INVALID("%s: conv_state is NULL but K = %d needs %d rows", op, K, K - 1);
     if (K > 64) return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: conv kernel K = %d > 64", op, K);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_causal_conv(&ex, x, weight, T, C, K, conv_state, y);
-    return SPECLA_OK;
+    op_call c;
+    specla_status status;
+    if ((status = op_begin(&c, op, opt, rows_limits(T, 1, 1))) != SPECLA_OK) return status;
+    const size_t rows = sizeof(float) * (size_t)C;
+    const float *xd = (const float *)OP_IN(&c, x, rows * (size_t)T);
+    const float *wd = (const float *)OP_IN(&c, weight, rows * (size_t)K);
+    float *sd = (float *)OP_INOUT(&c, conv_state, rows * (size_t)(K - 1));
+    float *yd = (float *)OP_OUT(&c, y, rows * (size_t)T);
+    if (op_ready(&c)) c.be->ops->causal_conv(c.be, xd, wd, T, C, K, sd, yd);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_gated_delta_rule(const specla_op_options *opt, const float *q, const float *k,
@@ -192,11 +288,19 @@ SPECLA_API specla_status specla_op_gated_delta_rule(const specla_op_options *opt
     CHECK_POSITIVE(op, Hv);
     CHECK_POSITIVE(op, S);
     if (Hv % Hk != 0) return FAIL_INVALID("%s: Hv = %d is not a multiple of Hk = %d", op, Hv, Hk);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_gated_delta_rule(&ex, q, k, v, g, beta, T, Hk, Hv, S, state, out);
-    return SPECLA_OK;
+    op_call c;
+    specla_status status;
+    if ((status = op_begin(&c, op, opt, rows_limits(T, 1, 1))) != SPECLA_OK) return status;
+    const size_t f = sizeof(float), t = (size_t)T;
+    const float *qd = (const float *)OP_IN(&c, q, f * t * (size_t)Hk * (size_t)S);
+    const float *kd = (const float *)OP_IN(&c, k, f * t * (size_t)Hk * (size_t)S);
+    const float *vd = (const float *)OP_IN(&c, v, f * t * (size_t)Hv * (size_t)S);
+    const float *gd = (const float *)OP_IN(&c, g, f * t * (size_t)Hv);
+    const float *bd = (const float *)OP_IN(&c, beta, f * t * (size_t)Hv);
+    float *sd = (float *)OP_INOUT(&c, state, f * (size_t)Hv * (size_t)S * (size_t)S);
+    float *od = (float *)OP_OUT(&c, out, f * t * (size_t)Hv * (size_t)S);
+    if (op_ready(&c)) c.be->ops->gated_delta_rule(c.be, qd, kd, vd, gd, bd, T, Hk, Hv, S, sd, od);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float *x, const int32_t *positions,
@@ -215,11 +319,13 @@ SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float
         return FAIL_INVALID("%s: freq_base = %g must be finite and > 0", op, (double)freq_base);
     for (int32_t t = 0; t < T; t++)
         if (positions[t] < 0) return FAIL_INVALID("%s: positions[%d] = %d is negative", op, t, positions[t]);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_rope_neox(x, positions, T, n_heads, head_dim, n_rot, freq_base);
-    return SPECLA_OK;
+    op_call c;
+    specla_status status;
+    if ((status = op_begin(&c, op, opt, rows_limits(T, 1, 1))) != SPECLA_OK) return status;
+    float *xd = (float *)OP_INOUT(&c, x, sizeof(float) * (size_t)T * (size_t)n_heads * (size_t)head_dim);
+    const int32_t *pd = (const int32_t *)OP_IN(&c, positions, sizeof(int32_t) * (size_t)T);
+    if (op_ready(&c)) c.be->ops->rope_neox(c.be, xd, pd, T, n_heads, head_dim, n_rot, freq_base);
+    return op_end(&c);
 }
 
 SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const float *q, const float *k_cache,
@@ -240,9 +346,19 @@ SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const
     for (int32_t t = 0; t < T; t++)
         if (positions[t] < 0 || positions[t] >= n_kv)
             return FAIL_INVALID("%s: positions[%d] = %d is outside the cache rows [0, %d)", op, t, positions[t], n_kv);
-    cpu_exec ex;
-    const specla_status status = resolve_options(op, opt, &ex);
-    if (status != SPECLA_OK) return status;
-    cpu_attention(&ex, q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out);
-    return SPECLA_OK;
+    op_call c;
+    specla_status status;
+    backend_limits limits = rows_limits(T, 1, n_kv);
+    limits.attn_heads = nh;
+    limits.attn_head_dim = D;
+    if ((status = op_begin(&c, op, opt, limits)) != SPECLA_OK) return status;
+    const size_t f = sizeof(float), q_bytes = f * (size_t)T * (size_t)nh * (size_t)D;
+    const size_t cache_bytes = f * (size_t)n_kv * (size_t)nkv * (size_t)D;
+    const float *qd = (const float *)OP_IN(&c, q, q_bytes);
+    const float *kd = (const float *)OP_IN(&c, k_cache, cache_bytes);
+    const float *vd = (const float *)OP_IN(&c, v_cache, cache_bytes);
+    const int32_t *pd = (const int32_t *)OP_IN(&c, positions, sizeof(int32_t) * (size_t)T);
+    float *od = (float *)OP_OUT(&c, out, q_bytes);
+    if (op_ready(&c)) c.be->ops->attention(c.be, qd, kd, vd, pd, T, n_kv, nh, nkv, D, od);
+    return op_end(&c);
 }

@@ -7,42 +7,67 @@
 #include "error.h"
 #include "factor_banks.h"
 #include "hld_schedule.h"
-#include "qwen35.h"
+#include "backend_registry.h"
+#include "context.h"
 #include "tensor_types.h"
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
-static void free_array(float **arr, int n) {
+/* Every buffer of a context comes from its backend and goes back to it here. */
+static void release(const backend *be, void *ptr) {
+    if (ptr) be->ops->free(be, ptr);
+}
+
+static void free_array(const backend *be, float **arr, int n) {
     if (!arr) return;
-    for (int i = 0; i < n; i++) free(arr[i]);
+    for (int i = 0; i < n; i++) release(be, arr[i]);
     free(arr);
 }
 
-static void free_scratch(forward_scratch *s) {
-    float *bufs[] = {s->hidden, s->normed, s->layer_out, s->proj, s->conv_out, s->q, s->k, s->v,
-                     s->gate, s->beta, s->g, s->mix, s->ffn_a, s->ffn_b, s->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+static void free_scratch(const backend *be, forward_scratch *s) {
+    void *bufs[] = {s->hidden, s->normed, s->layer_out, s->proj, s->conv_out, s->q, s->k, s->v, s->gate,
+                    s->beta, s->g, s->mix, s->ffn_a, s->ffn_b, s->logits, s->argmax, s->tokens, s->positions,
+                    s->rows, s->move_from, s->move_to};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(be, bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
 SPECLA_API void specla_context_free(specla_context *ctx) {
     if (!ctx) return;
     const specla_model *m = ctx->model;
-    free_array(ctx->k_cache, m->n_attention_layers);
-    free_array(ctx->v_cache, m->n_attention_layers);
-    free_array(ctx->conv_state, m->n_recurrent_layers);
-    free_array(ctx->gdn_state, m->n_recurrent_layers);
-    free_array(ctx->saved_conv_state, m->n_recurrent_layers);
-    free_array(ctx->saved_gdn_state, m->n_recurrent_layers);
-    free_scratch(&ctx->scratch);
+    backend *be = ctx->be;
+    if (be) {
+        free_array(be, ctx->k_cache, m->n_attention_layers);
+        free_array(be, ctx->v_cache, m->n_attention_layers);
+        free_array(be, ctx->conv_state, m->n_recurrent_layers);
+        free_array(be, ctx->gdn_state, m->n_recurrent_layers);
+        free_array(be, ctx->saved_conv_state, m->n_recurrent_layers);
+        free_array(be, ctx->saved_gdn_state, m->n_recurrent_layers);
+        free_scratch(be, &ctx->scratch);
+        release(be, ctx->features);
+        specla_factor_banks_free(ctx->tree.banks);
+        release(be, ctx->tree.schedule_on_backend);
+        logit_rows_release(&ctx->logit_rows, be);
+    }
     free(ctx->capture_layers);
     free(ctx->capture_slot);
-    free(ctx->features);
-    specla_factor_banks_free(ctx->tree.banks);
     free(ctx->tree.schedule);
+    free(ctx->tree.hld_scratch);
     free(ctx->tree.positions);
     free(ctx->tree.rows);
+    if (be) be->ops->destroy(be);
     free(ctx);
+}
+
+SPECLA_API int32_t specla_context_backend(const specla_context *ctx) { return ctx ? ctx->be->kind : -1; }
+
+SPECLA_API specla_status specla_context_launch_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits) {
+    if (!ctx || !launches || !host_waits)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_launch_counters: NULL argument");
+    int64_t out[2];
+    ctx->be->ops->launch_counters(ctx->be, out);
+    *launches = out[0], *host_waits = out[1];
+    return SPECLA_OK;
 }
 
 /* Bytes of one recurrent layer's conv window [K-1][C] and GDN state [Hv][S][S]. */
@@ -53,7 +78,31 @@ static size_t gdn_state_bytes(const specla_model *m) {
     return sizeof(float) * (size_t)m->hp.ssm_time_step_rank * (size_t)m->hp.ssm_state_size * (size_t)m->hp.ssm_state_size;
 }
 
-static float *alloc_floats(int64_t n) { return (float *)calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+static float *alloc_floats(const backend *be, int64_t n) {
+    return (float *)be->ops->alloc(be, sizeof(float) * (size_t)(n > 0 ? n : 1));
+}
+static int32_t *alloc_ints(const backend *be, int64_t n) {
+    return (int32_t *)be->ops->alloc(be, sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+}
+
+/* What the backend's workspace must be ready for: the widest matmul input, the most rows, the
+ * longest attention row list, the tree kernels' states. */
+static backend_limits context_limits(const specla_model *m, const specla_context_params *p) {
+    const specla_hparams *hp = &m->hp;
+    const int S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
+    backend_limits limits;
+    limits.max_rows = imax(imax(p->max_batch, p->max_tree_nodes), 1);
+    limits.max_width = imax(imax(hp->n_embd, hp->n_ff), imax(hp->n_head * hp->head_dim, Hv * S));
+    limits.max_kv_rows = p->n_ctx;
+    limits.max_nodes = p->max_tree_nodes;
+    limits.gdn_head_size = m->n_recurrent_layers > 0 ? S * S : 0;
+    limits.conv_window = m->n_recurrent_layers > 0 ? (hp->ssm_conv_kernel - 1) * m->conv_channels : 0;
+    limits.gdn_heads = m->n_recurrent_layers > 0 ? Hv : 0;
+    limits.attn_heads = hp->n_head;
+    limits.attn_head_dim = hp->head_dim;
+    limits.n_vocab = hp->n_vocab;
+    return limits;
+}
 
 SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
                                                specla_context **out_context) {
@@ -75,18 +124,27 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
         if (params->capture_layers[i] < 0 || params->capture_layers[i] >= model->hp.n_layer)
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "context: capture_layers[%d] = %d outside the %d trunk layers",
                                i, params->capture_layers[i], model->hp.n_layer);
-    cpu_exec exec;
-    specla_status st = cpu_exec_resolve(params->n_threads, params->cpu_kernels, &exec);
+    const backend_limits limits = context_limits(model, params);
+    backend *be = NULL;
+    specla_status st =
+        backend_open(params->backend, params->device, params->n_threads, params->cpu_kernels, &limits, &be);
     if (st != SPECLA_OK) return st;
 
     specla_context *ctx = (specla_context *)calloc(1, sizeof *ctx);
-    if (!ctx) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "context: out of memory");
+    if (!ctx) {
+        be->ops->destroy(be);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "context: out of memory");
+    }
     ctx->model = model;
     ctx->params = *params;
     ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
-    ctx->exec = exec;
-    ctx->logit_head = model->output;
+    ctx->be = be;
     ctx->saved_n_past = -1;
+    if ((st = model_weights_for(model, be, &ctx->weights)) != SPECLA_OK) {
+        specla_context_free(ctx);
+        return st;
+    }
+    ctx->logit_head = ctx->weights.output;
 
     const specla_hparams *hp = &model->hp;
     const int C = model->conv_channels, S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
@@ -100,42 +158,53 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     ctx->gdn_state = (float **)calloc((size_t)imax(model->n_recurrent_layers, 1), sizeof(float *));
     ok = ctx->k_cache && ctx->v_cache && ctx->conv_state && ctx->gdn_state;
     for (int i = 0; ok && i < model->n_attention_layers; i++) {
-        ctx->k_cache[i] = alloc_floats((int64_t)params->n_ctx * kv_row);
-        ctx->v_cache[i] = alloc_floats((int64_t)params->n_ctx * kv_row);
+        ctx->k_cache[i] = alloc_floats(be, (int64_t)params->n_ctx * kv_row);
+        ctx->v_cache[i] = alloc_floats(be, (int64_t)params->n_ctx * kv_row);
         ok = ctx->k_cache[i] && ctx->v_cache[i];
     }
     for (int i = 0; ok && i < model->n_recurrent_layers; i++) {
-        ctx->conv_state[i] = alloc_floats((int64_t)(hp->ssm_conv_kernel - 1) * C);
-        ctx->gdn_state[i] = alloc_floats((int64_t)Hv * S * S);
+        ctx->conv_state[i] = alloc_floats(be, (int64_t)(hp->ssm_conv_kernel - 1) * C);
+        ctx->gdn_state[i] = alloc_floats(be, (int64_t)Hv * S * S);
         ok = ctx->conv_state[i] && ctx->gdn_state[i];
     }
 
     /* a tree batch uses the same scratch as a plain batch */
-    const int64_t B = imax(params->max_batch, params->max_tree_nodes);
+    const int64_t B = limits.max_rows;
     forward_scratch *s = &ctx->scratch;
     if (ok) {
-        s->hidden = alloc_floats(B * hp->n_embd);
-        s->normed = alloc_floats(B * hp->n_embd);
-        s->layer_out = alloc_floats(B * hp->n_embd);
-        s->proj = alloc_floats(B * imax(C, 2 * nh * D));
-        s->conv_out = alloc_floats(B * C);
-        s->q = alloc_floats(B * imax(Hk * S, nh * D));
-        s->k = alloc_floats(B * imax(Hk * S, nkv * D));
-        s->v = alloc_floats(B * imax(Hv * S, nkv * D));
-        s->gate = alloc_floats(B * imax(Hv * S, nh * D));
-        s->beta = alloc_floats(B * Hv);
-        s->g = alloc_floats(B * Hv);
-        s->mix = alloc_floats(B * imax(Hv * S, nh * D));
-        s->ffn_a = alloc_floats(B * hp->n_ff);
-        s->ffn_b = alloc_floats(B * hp->n_ff);
+        s->hidden = alloc_floats(be, B * hp->n_embd);
+        s->normed = alloc_floats(be, B * hp->n_embd);
+        s->layer_out = alloc_floats(be, B * hp->n_embd);
+        s->proj = alloc_floats(be, B * imax(C, 2 * nh * D));
+        s->conv_out = alloc_floats(be, B * C);
+        s->q = alloc_floats(be, B * imax(Hk * S, nh * D));
+        s->k = alloc_floats(be, B * imax(Hk * S, nkv * D));
+        s->v = alloc_floats(be, B * imax(Hv * S, nkv * D));
+        s->gate = alloc_floats(be, B * imax(Hv * S, nh * D));
+        s->beta = alloc_floats(be, B * Hv);
+        s->g = alloc_floats(be, B * Hv);
+        s->mix = alloc_floats(be, B * imax(Hv * S, nh * D));
+        s->ffn_a = alloc_floats(be, B * hp->n_ff);
+        s->ffn_b = alloc_floats(be, B * hp->n_ff);
+        /* logits pass through the scratch in chunks of logit_rows rows when they cannot land in the
+         * caller's buffer directly (argmax only, or a device backend) */
+        s->logit_rows = (int32_t)(B < 64 ? B : 64);
+        s->logits = alloc_floats(be, (int64_t)s->logit_rows * hp->n_vocab);
+        s->argmax = alloc_ints(be, B);
+        s->tokens = alloc_ints(be, B);
+        s->positions = alloc_ints(be, B);
+        s->rows = alloc_ints(be, B);
+        s->move_from = alloc_ints(be, params->max_tree_nodes);
+        s->move_to = alloc_ints(be, params->max_tree_nodes);
         ok = s->hidden && s->normed && s->layer_out && s->proj && s->conv_out && s->q && s->k && s->v && s->gate &&
-             s->beta && s->g && s->mix && s->ffn_a && s->ffn_b;
+             s->beta && s->g && s->mix && s->ffn_a && s->ffn_b && s->logits && s->argmax && s->tokens &&
+             s->positions && s->rows && s->move_from && s->move_to;
     }
     if (ok && params->n_capture_layers > 0) {
         ctx->n_capture = params->n_capture_layers;
         ctx->capture_layers = (int32_t *)malloc(sizeof(int32_t) * (size_t)ctx->n_capture);
         ctx->capture_slot = (int32_t *)malloc(sizeof(int32_t) * (size_t)hp->n_layer);
-        ctx->features = alloc_floats((int64_t)params->n_ctx * ctx->n_capture * hp->n_embd);
+        ctx->features = alloc_floats(be, (int64_t)params->n_ctx * ctx->n_capture * hp->n_embd);
         ok = ctx->capture_layers && ctx->capture_slot && ctx->features;
         if (ok) {
             for (int il = 0; il < hp->n_layer; il++) ctx->capture_slot[il] = -1;
@@ -152,16 +221,18 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     }
     if (ok && params->max_tree_nodes > 0) {
         tree_state *tr = &ctx->tree;
-        tr->schedule_ints = specla_hld_size(params->max_tree_nodes);
+        const int cap = params->max_tree_nodes;
+        tr->schedule_ints = specla_hld_size(cap);
         tr->schedule = (int32_t *)malloc(sizeof(int32_t) * (size_t)tr->schedule_ints);
-        tr->positions = (int32_t *)malloc(sizeof(int32_t) * (size_t)params->max_tree_nodes);
-        tr->rows = (int32_t *)malloc(sizeof(int32_t) * (size_t)params->max_tree_nodes);
-        ok = tr->schedule && tr->positions && tr->rows;
+        tr->schedule_on_backend = alloc_ints(be, tr->schedule_ints);
+        tr->hld_scratch = (int32_t *)malloc(sizeof(int32_t) * HLD_SCRATCH_INTS_PER_NODE * (size_t)cap);
+        tr->positions = (int32_t *)malloc(sizeof(int32_t) * (size_t)cap);
+        tr->rows = (int32_t *)malloc(sizeof(int32_t) * (size_t)cap);
+        ok = tr->schedule && tr->schedule_on_backend && tr->hld_scratch && tr->positions && tr->rows;
         if (ok && model->n_recurrent_layers > 0) {
             const specla_recurrent_shape shape = {model->n_recurrent_layers, Hk, Hv, S, C, hp->ssm_conv_kernel,
-                                                  params->max_tree_nodes, params->verify_method,
-                                                  params->commit_method};
-            st = specla_factor_banks_create(&shape, &tr->banks);
+                                                  cap, params->verify_method, params->commit_method};
+            st = factor_banks_create(&shape, be, &tr->banks);
             if (st != SPECLA_OK) {
                 specla_context_free(ctx);
                 return st;
@@ -180,23 +251,36 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
 SPECLA_API specla_status specla_context_set_logit_head(specla_context *ctx, const specla_tensor *head) {
     if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_set_logit_head: NULL context");
     if (!head) {
-        ctx->logit_head = ctx->model->output;
+        ctx->logit_head = ctx->weights.output;
         return SPECLA_OK;
     }
     const specla_hparams *hp = &ctx->model->hp;
     specla_status st = logit_head_check(head, hp->n_embd, hp->n_vocab, "specla_context_set_logit_head");
     if (st != SPECLA_OK) return st;
+    if (!ctx->be->ops->host_memory)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "specla_context_set_logit_head: host rows cannot feed a %s context; name the rows by id "
+                           "(specla_context_set_logit_rows)",
+                           ctx->be->ops->name);
     ctx->logit_head = *head;
     return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_context_set_logit_rows(specla_context *ctx, const int32_t *ids, int32_t n) {
+    static const char op[] = "specla_context_set_logit_rows";
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL context", op);
+    return logit_rows_select(&ctx->logit_rows, ctx->be, &ctx->weights.output, ctx->model->hp.n_vocab, ids, n,
+                             &ctx->logit_head, op);
 }
 
 SPECLA_API specla_status specla_context_reset(specla_context *ctx) {
     if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_reset: NULL context");
     const specla_model *m = ctx->model;
     /* KV rows beyond n_past are never read, so only the recurrent states need zeroing. */
+    const backend *be = ctx->be;
     for (int i = 0; i < m->n_recurrent_layers; i++) {
-        memset(ctx->conv_state[i], 0, conv_state_bytes(m));
-        memset(ctx->gdn_state[i], 0, gdn_state_bytes(m));
+        be->ops->fill(be, ctx->conv_state[i], 0.0f, (int64_t)(conv_state_bytes(m) / sizeof(float)));
+        be->ops->fill(be, ctx->gdn_state[i], 0.0f, (int64_t)(gdn_state_bytes(m) / sizeof(float)));
     }
     ctx->n_past = 0;
     ctx->saved_n_past = -1; /* the saved state belongs to the forgotten sequence */
@@ -224,9 +308,10 @@ SPECLA_API specla_status specla_context_truncate(specla_context *ctx, int32_t n_
                                "back except to a saved position (specla_context_save_state; saved: %d), not to %d",
                                op, m->n_recurrent_layers, ctx->saved_n_past, n_past);
         factor_banks_discard(ctx->tree.banks); /* a pending path lies after the saved position */
+        const backend *be = ctx->be;
         for (int i = 0; i < m->n_recurrent_layers; i++) {
-            memcpy(ctx->conv_state[i], ctx->saved_conv_state[i], conv_state_bytes(m));
-            memcpy(ctx->gdn_state[i], ctx->saved_gdn_state[i], gdn_state_bytes(m));
+            be->ops->copy(be, ctx->conv_state[i], ctx->saved_conv_state[i], conv_state_bytes(m));
+            be->ops->copy(be, ctx->gdn_state[i], ctx->saved_gdn_state[i], gdn_state_bytes(m));
         }
     }
     /* KV and feature rows at positions >= n_past are never read again (reads stop at n_past) and
@@ -241,26 +326,28 @@ SPECLA_API specla_status specla_context_save_state(specla_context *ctx) {
     const specla_model *m = ctx->model;
     specla_status st = specla_context_finish_speculative_state(ctx);
     if (st != SPECLA_OK) return st;
+    const backend *be = ctx->be;
     if (m->n_recurrent_layers > 0 && !ctx->saved_conv_state) {
+        /* the slot is allocated by the first save: only autoregressive drafts ever save */
         const size_t n = (size_t)m->n_recurrent_layers;
         float **conv = (float **)calloc(n, sizeof(float *)), **gdn = (float **)calloc(n, sizeof(float *));
         int ok = conv && gdn;
         for (size_t i = 0; ok && i < n; i++) {
-            conv[i] = (float *)malloc(conv_state_bytes(m));
-            gdn[i] = (float *)malloc(gdn_state_bytes(m));
+            conv[i] = (float *)be->ops->alloc(be, conv_state_bytes(m));
+            gdn[i] = (float *)be->ops->alloc(be, gdn_state_bytes(m));
             ok = conv[i] && gdn[i];
         }
         if (!ok) {
-            free_array(conv, (int)n);
-            free_array(gdn, (int)n);
+            free_array(be, conv, (int)n);
+            free_array(be, gdn, (int)n);
             return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_context_save_state: out of memory");
         }
         ctx->saved_conv_state = conv;
         ctx->saved_gdn_state = gdn;
     }
     for (int i = 0; i < m->n_recurrent_layers; i++) {
-        memcpy(ctx->saved_conv_state[i], ctx->conv_state[i], conv_state_bytes(m));
-        memcpy(ctx->saved_gdn_state[i], ctx->gdn_state[i], gdn_state_bytes(m));
+        be->ops->copy(be, ctx->saved_conv_state[i], ctx->conv_state[i], conv_state_bytes(m));
+        be->ops->copy(be, ctx->saved_gdn_state[i], ctx->gdn_state[i], gdn_state_bytes(m));
     }
     ctx->saved_n_past = ctx->n_past;
     return SPECLA_OK;
@@ -291,7 +378,7 @@ SPECLA_API specla_status specla_forward(specla_context *ctx, const specla_batch 
     specla_status st = specla_context_finish_speculative_state(ctx);
     if (st != SPECLA_OK) return st;
     ctx->tree.n_verified = 0;
-    st = qwen35_forward(ctx, batch);
+    st = model_forward(ctx, batch);
     if (st == SPECLA_OK) ctx->n_past += batch->n_tokens;
     return st;
 }
@@ -302,18 +389,22 @@ static specla_recurrent_states recurrent_states(specla_context *ctx) {
     return states;
 }
 
-static specla_op_options op_options(const specla_context *ctx) {
-    specla_op_options opt = {ctx->exec.n_threads, ctx->exec.kernels};
-    return opt;
-}
-
 SPECLA_API specla_status specla_context_finish_speculative_state(specla_context *ctx) {
     if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_finish_speculative_state: NULL context");
-    if (!ctx->tree.banks) return SPECLA_OK;
-    const specla_op_options opt = op_options(ctx);
-    const specla_recurrent_states states = recurrent_states(ctx);
     ctx->tree.n_verified = 0;
-    return specla_finish_speculative_state(&opt, ctx->tree.banks, &states);
+    if (!ctx->tree.banks) return SPECLA_OK;
+    const specla_recurrent_states states = recurrent_states(ctx);
+    factor_banks_finish(ctx->tree.banks, ctx->be, &states);
+    return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_context_tree_stats(const specla_context *ctx, specla_tree_stats *out) {
+    if (!ctx || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_tree_stats: NULL argument");
+    if (!ctx->tree.banks) {
+        *out = (specla_tree_stats){0, 0, 0, 0}; /* no recurrent layers (or no tree verify): nothing to count */
+        return SPECLA_OK;
+    }
+    return specla_factor_banks_stats(ctx->tree.banks, out);
 }
 
 SPECLA_API int32_t specla_context_pending(const specla_context *ctx) {
@@ -339,7 +430,8 @@ SPECLA_API specla_status specla_verify_tree(specla_context *ctx, const specla_tr
         if (tree->tokens[i] < 0 || tree->tokens[i] >= ctx->model->hp.n_vocab)
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: token %d of node %d is outside [0, %d)", op,
                                tree->tokens[i], i, ctx->model->hp.n_vocab);
-    specla_status st = specla_hld_build(tree->parents, N, ctx->params.max_tree_nodes, tr->schedule, tr->schedule_ints);
+    specla_status st =
+        hld_build_into(tree->parents, N, ctx->params.max_tree_nodes, tr->schedule, tr->schedule_ints, tr->hld_scratch);
     if (st != SPECLA_OK) return st; /* the builder names the bad parent */
     const int32_t *depth = tr->schedule + tr->schedule[HLD_OFF_NODE_DEPTH];
     for (int i = 0; i < N; i++) {
@@ -347,7 +439,7 @@ SPECLA_API specla_status specla_verify_tree(specla_context *ctx, const specla_tr
         tr->rows[i] = ctx->n_past + i;
     }
     tr->n_verified = 0;
-    st = qwen35_forward_tree(ctx, tree);
+    st = model_forward_tree(ctx, tree);
     if (st == SPECLA_OK) tr->n_verified = N;
     return st;
 }
@@ -361,30 +453,33 @@ SPECLA_API specla_status specla_accept_path(specla_context *ctx, const int32_t *
     if (st != SPECLA_OK) return st;
     if (tr->banks) {
         const specla_recurrent_states states = recurrent_states(ctx);
-        if ((st = factor_banks_accept(tr->banks, &ctx->exec, path, n, &states)) != SPECLA_OK) return st;
+        if ((st = factor_banks_accept(tr->banks, ctx->be, path, n, &states)) != SPECLA_OK) return st;
     }
     /* KV and feature compaction: the row of path[i] moves to position n_past + i. Ascending i is
      * safe in place: path[i] >= i, and no later source path[j] (j > i) can be a destination < j. */
     const specla_model *m = ctx->model;
-    const int64_t kv_row = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
-    const int64_t feature_row = (int64_t)ctx->n_capture * m->hp.n_embd;
-    for (int i = 1; i < n; i++) {
-        const int64_t from = ctx->n_past + path[i], to = ctx->n_past + i;
-        if (from == to) continue;
+    const backend *be = ctx->be;
+    const int kv_row = m->hp.n_head_kv * m->hp.head_dim;
+    const int feature_row = ctx->n_capture * m->hp.n_embd;
+    if (n > 1) {
+        int32_t *from = tr->positions, *to = tr->rows; /* host scratch of the verified tree, free now */
+        for (int i = 1; i < n; i++) from[i - 1] = ctx->n_past + path[i], to[i - 1] = ctx->n_past + i;
+        be->ops->upload(be, ctx->scratch.move_from, from, sizeof(int32_t) * (size_t)(n - 1));
+        be->ops->upload(be, ctx->scratch.move_to, to, sizeof(int32_t) * (size_t)(n - 1));
         for (int l = 0; l < m->n_attention_layers; l++) {
-            memcpy(ctx->k_cache[l] + to * kv_row, ctx->k_cache[l] + from * kv_row, sizeof(float) * (size_t)kv_row);
-            memcpy(ctx->v_cache[l] + to * kv_row, ctx->v_cache[l] + from * kv_row, sizeof(float) * (size_t)kv_row);
+            be->ops->move_rows(be, ctx->k_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to, n - 1);
+            be->ops->move_rows(be, ctx->v_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to, n - 1);
         }
         if (ctx->features)
-            memcpy(ctx->features + to * feature_row, ctx->features + from * feature_row,
-                   sizeof(float) * (size_t)feature_row);
+            be->ops->move_rows(be, ctx->features, feature_row, feature_row, ctx->scratch.move_from,
+                               ctx->scratch.move_to, n - 1);
     }
     ctx->n_past += n;
     tr->n_verified = 0;
     return SPECLA_OK;
 }
 
-const float *qwen35_context_features(const specla_context *ctx, int32_t pos) {
+const float *context_features(const specla_context *ctx, int32_t pos) {
     if (!ctx || !ctx->features || pos < 0 || pos >= ctx->n_past) return NULL;
     return ctx->features + (int64_t)pos * ctx->n_capture * ctx->model->hp.n_embd;
 }
@@ -398,6 +493,6 @@ SPECLA_API specla_status specla_context_read_features(const specla_context *ctx,
                            "specla_context_read_features: rows [%d, %d) are not committed (n_past %d)", first, first + n,
                            ctx->n_past);
     const int64_t row = (int64_t)ctx->n_capture * ctx->model->hp.n_embd;
-    memcpy(out, ctx->features + (int64_t)first * row, sizeof(float) * (size_t)(row * n));
+    ctx->be->ops->download(ctx->be, out, ctx->features + (int64_t)first * row, sizeof(float) * (size_t)(row * n));
     return SPECLA_OK;
 }

@@ -11,13 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
 #include "error.h"
 #include "factor_banks.h"
 #include "hld_schedule.h"
 
 struct specla_factor_banks {
     specla_recurrent_shape shape;
+    const backend *be;        /* whose memory holds the banks (the context's, or own_backend) */
+    backend *own_backend;     /* banks created through the public ABI own a CPU backend */
+    float *replay_scratch;    /* REPLAY: the accepted path's inputs gathered in order, and outputs */
     float *bank[2];
     int64_t layer_floats;                    /* floats of one layer's block in one bank */
     int64_t off_k, off_delta, off_g, off_x;  /* offsets inside a layer block */
@@ -26,11 +28,14 @@ struct specla_factor_banks {
     int32_t n_pending;
     int32_t n_verified;
     uint8_t *gdn_folded, *conv_folded, *gdn_verified, *conv_verified; /* [n_layers] */
+    specla_tree_stats stats; /* of the verify running now / last run (counted by the backend) */
     float *checkpoints;  /* DENSE_CHECKPOINTS: [n_layers][max_nodes][Hv][S][S] */
     float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
 };
 
-static void copy_rows(float *dst, const float *src, int64_t n) { memcpy(dst, src, sizeof(float) * (size_t)n); }
+static void copy_rows(const backend *be, float *dst, const float *src, int64_t n) {
+    be->ops->copy(be, dst, src, sizeof(float) * (size_t)n);
+}
 
 static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
     return b->bank[bank] + (int64_t)layer * b->layer_floats;
@@ -38,17 +43,46 @@ static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
 
 SPECLA_API void specla_factor_banks_free(specla_factor_banks *b) {
     if (!b) return;
-    free(b->bank[0]);
-    free(b->bank[1]);
+    const backend *be = b->be;
+    void *buffers[] = {b->bank[0], b->bank[1], b->checkpoints, b->conv_windows, b->replay_scratch};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if (buffers[i]) be->ops->free(be, buffers[i]);
     free(b->gdn_folded);
-    free(b->checkpoints);
-    free(b->conv_windows);
+    if (b->own_backend) b->own_backend->ops->destroy(b->own_backend);
     free(b);
+}
+
+/* Floats per accepted token of the REPLAY scratch: k [Hk*S], v [Hv*S], g [Hv], beta [Hv], the
+ * conv input x [C] and the discarded outputs [Hv*S]. */
+static int64_t replay_row_floats(const specla_recurrent_shape *s) {
+    return (int64_t)s->Hk * s->S + 2 * (int64_t)s->Hv * s->S + 2 * (int64_t)s->Hv + s->C;
+}
+
+/* Limits a CPU backend needs to run the tree ops of these banks (public ABI calls). */
+static backend_limits tree_limits(const specla_recurrent_shape *s) {
+    const backend_limits limits = {s->max_nodes, 0, 0, s->max_nodes, s->S * s->S, (s->K - 1) * s->C, s->Hv, 0, 0, 0};
+    return limits;
 }
 
 SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape *shape,
                                                     specla_factor_banks **out_banks) {
     if (!shape || !out_banks) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_factor_banks_create: NULL argument");
+    *out_banks = NULL;
+    backend *own = NULL;
+    const backend_limits limits = tree_limits(shape);
+    specla_status st = backend_open(SPECLA_BACKEND_CPU, 0, 1, SPECLA_CPU_SCALAR, &limits, &own);
+    if (st != SPECLA_OK) return st;
+    st = factor_banks_create(shape, own, out_banks);
+    if (st != SPECLA_OK) {
+        own->ops->destroy(own);
+        return st;
+    }
+    (*out_banks)->own_backend = own;
+    return SPECLA_OK;
+}
+
+specla_status factor_banks_create(const specla_recurrent_shape *shape, const backend *be,
+                                  specla_factor_banks **out_banks) {
     *out_banks = NULL;
     const specla_recurrent_shape *s = shape;
     if (s->n_layers <= 0 || s->Hk <= 0 || s->Hv <= 0 || s->S <= 0 || s->C <= 0 || s->K < 2 || s->K > 64 ||
@@ -70,6 +104,7 @@ SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape
     specla_factor_banks *b = (specla_factor_banks *)calloc(1, sizeof *b);
     if (!b) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "factor banks: out of memory");
     b->shape = *s;
+    b->be = be;
     const int64_t N = s->max_nodes;
     int64_t off = 0;
     b->off_k = off, off += N * s->Hk * s->S;
@@ -84,7 +119,7 @@ SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape
     b->layer_floats = off;
     int ok = 1;
     for (int i = 0; i < 2 && ok; i++) {
-        b->bank[i] = (float *)calloc((size_t)(off * s->n_layers), sizeof(float));
+        b->bank[i] = (float *)be->ops->alloc(be, sizeof(float) * (size_t)(off * s->n_layers));
         ok = b->bank[i] != NULL;
     }
     b->gdn_folded = (uint8_t *)calloc((size_t)s->n_layers * 4, 1);
@@ -95,9 +130,14 @@ SPECLA_API specla_status specla_factor_banks_create(const specla_recurrent_shape
         b->conv_verified = b->gdn_folded + 3 * s->n_layers;
     }
     if (ok && s->verify_method == SPECLA_VERIFY_DENSE_CHECKPOINTS) {
-        b->checkpoints = (float *)malloc(sizeof(float) * (size_t)(s->n_layers * N * s->Hv) * (size_t)s->S * (size_t)s->S);
-        b->conv_windows = (float *)malloc(sizeof(float) * (size_t)(s->n_layers * N * (s->K - 1)) * (size_t)s->C);
+        b->checkpoints = (float *)be->ops->alloc(be, sizeof(float) * (size_t)(s->n_layers * N * s->Hv) * (size_t)s->S *
+                                                          (size_t)s->S);
+        b->conv_windows = (float *)be->ops->alloc(be, sizeof(float) * (size_t)(s->n_layers * N * (s->K - 1)) * (size_t)s->C);
         ok = b->checkpoints && b->conv_windows;
+    }
+    if (ok && s->commit_method == SPECLA_COMMIT_REPLAY) {
+        b->replay_scratch = (float *)be->ops->alloc(be, sizeof(float) * (size_t)(N * replay_row_floats(s)));
+        ok = b->replay_scratch != NULL;
     }
     if (!ok) {
         specla_factor_banks_free(b);
@@ -122,7 +162,7 @@ SPECLA_API specla_status specla_factor_banks_read(const specla_factor_banks *b, 
     const int64_t offsets[4] = {b->off_k, b->off_delta, b->off_g, b->off_x};
     const int64_t widths[4] = {(int64_t)s->Hk * s->S, (int64_t)s->Hv * s->S, s->Hv, s->C};
     const float *block = layer_block(b, bank == 0 ? b->write_bank ^ 1 : b->write_bank, layer);
-    copy_rows(out, block + offsets[field], widths[field] * n);
+    b->be->ops->download(b->be, out, block + offsets[field], sizeof(float) * (size_t)(widths[field] * n));
     return SPECLA_OK;
 }
 
@@ -136,19 +176,25 @@ SPECLA_API int64_t specla_factor_banks_bytes(const specla_factor_banks *b) {
     return bytes;
 }
 
-static specla_status resolve(const specla_op_options *opt, cpu_exec *ex) {
-    return cpu_exec_resolve(opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, ex);
+/* A public tree op runs on a CPU backend of the caller's options (threads, kernel set), created for
+ * the call: the banks' memory is host memory, which every CPU backend reads. */
+static specla_status call_backend(const specla_factor_banks *b, const specla_op_options *opt, backend **out) {
+    if (opt && opt->backend != SPECLA_BACKEND_AUTO && opt->backend != SPECLA_BACKEND_CPU)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "factor banks: the public tree ops run on the CPU backend only");
+    const backend_limits limits = tree_limits(&b->shape);
+    return backend_open(SPECLA_BACKEND_CPU, 0, opt ? opt->n_threads : 0, opt ? opt->cpu_kernels : SPECLA_CPU_AUTO, &limits,
+                        out);
 }
 
 /* What every per-layer tree op checks of arguments handed in through the ABI: the schedule in
  * full (hld_check), the layer index, the options. */
 static specla_status check_layer_op(const specla_factor_banks *b, const specla_op_options *opt,
-                                    const int32_t *schedule, int32_t layer, const char *op, cpu_exec *ex) {
+                                    const int32_t *schedule, int32_t layer, const char *op, backend **be) {
     specla_status st = hld_check(schedule, b->shape.max_nodes, op);
     if (st != SPECLA_OK) return st;
     if (layer < 0 || layer >= b->shape.n_layers)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: layer %d outside [0, %d)", op, layer, b->shape.n_layers);
-    return resolve(opt, ex);
+    return call_backend(b, opt, be);
 }
 
 SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt, specla_factor_banks *b,
@@ -156,17 +202,19 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     static const char op[] = "specla_op_gdn_tree_verify";
     if (!b || !a || !a->q || !a->k || !a->v || !a->g || !a->beta || !a->state || !a->out)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    cpu_exec ex;
-    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &ex);
+    backend *be;
+    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &be);
     if (st != SPECLA_OK) return st;
-    factor_banks_verify_gdn(b, &ex, a);
+    factor_banks_verify_gdn(b, be, a->schedule, a);
+    be->ops->destroy(be);
     return SPECLA_OK;
 }
 
-void factor_banks_verify_gdn(specla_factor_banks *b, const cpu_exec *exec, const specla_gdn_tree_args *a) {
-    const cpu_exec ex = *exec;
+void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const int32_t *host_schedule,
+                             const specla_gdn_tree_args *a) {
+    const backend_ops *ops = be->ops;
     const specla_recurrent_shape *s = &b->shape;
-    const int N = hld_n_nodes(a->schedule), l = a->layer;
+    const int N = hld_n_nodes(host_schedule), l = a->layer;
 
     /* deferred commit: the previous step's accepted path enters the durable state here, once;
      * the chain kernel fuses it into its per-head loop, the baselines fold in a separate pass */
@@ -175,7 +223,7 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const cpu_exec *exec, const
         const float *bank = layer_block(b, b->write_bank ^ 1, l);
         pending = (gdn_pending){bank + b->off_k, bank + b->off_delta, bank + b->off_g, b->n_pending};
         if (s->verify_method != SPECLA_VERIFY_HLD_CHAINS) {
-            cpu_gdn_fold(&ex, a->state, pending.k, pending.delta, pending.g, pending.n, s->Hk, s->Hv, s->S);
+            ops->gdn_fold(be, a->state, pending.k, pending.delta, pending.g, pending.n, s->Hk, s->Hv, s->S);
             pending.n = 0;
         }
         b->gdn_folded[l] = 1;
@@ -184,28 +232,50 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const cpu_exec *exec, const
     float *delta = bank + b->off_delta;
     switch (s->verify_method) {
     case SPECLA_VERIFY_HLD_CHAINS:
-        cpu_gdn_tree_chains(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state, &pending,
+        ops->gdn_tree_chains(be, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state, &pending,
                             a->out, delta);
         break;
     case SPECLA_VERIFY_ROOT_TO_LEAF:
-        cpu_gdn_tree_root_to_leaf(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
+        ops->gdn_tree_root_to_leaf(be, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
                                   a->out, delta);
         break;
     default: {
         const int64_t per_layer = (int64_t)s->max_nodes * s->Hv * s->S * s->S;
-        cpu_gdn_tree_checkpoints(&ex, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
+        ops->gdn_tree_checkpoints(be, a->schedule, a->q, a->k, a->v, a->g, a->beta, s->Hk, s->Hv, s->S, a->state,
                                  a->out, delta, b->checkpoints + l * per_layer);
     }
     }
     /* k and g are inputs, recorded as they are (they are half of every node's factors) */
-    copy_rows(bank + b->off_k, a->k, (int64_t)N * s->Hk * s->S);
-    copy_rows(bank + b->off_g, a->g, (int64_t)N * s->Hv);
+    copy_rows(be, bank + b->off_k, a->k, (int64_t)N * s->Hk * s->S);
+    copy_rows(be, bank + b->off_g, a->g, (int64_t)N * s->Hv);
     if (b->off_v >= 0) {
-        copy_rows(bank + b->off_v, a->v, (int64_t)N * s->Hv * s->S);
-        copy_rows(bank + b->off_beta, a->beta, (int64_t)N * s->Hv);
+        copy_rows(be, bank + b->off_v, a->v, (int64_t)N * s->Hv * s->S);
+        copy_rows(be, bank + b->off_beta, a->beta, (int64_t)N * s->Hv);
     }
+    /* A verify starts when no layer is verified yet, or when this layer already was (the tree is
+     * verified again before any accept): its statistics and "verified" marks start afresh. */
+    int new_verify = b->gdn_verified[l];
+    if (!new_verify) {
+        new_verify = 1;
+        for (int i = 0; i < s->n_layers; i++) new_verify &= !b->gdn_verified[i];
+    }
+    if (new_verify) {
+        memset(b->gdn_verified, 0, (size_t)s->n_layers);
+        b->stats = (specla_tree_stats){N, 0, 0, 0};
+    }
+    int64_t counts[2];
+    ops->tree_counters(be, counts);
+    b->stats.n_layers++;
+    b->stats.node_steps = counts[0] < 0 || b->stats.node_steps < 0 ? -1 : b->stats.node_steps + counts[0];
+    b->stats.state_copies = counts[1] < 0 || b->stats.state_copies < 0 ? -1 : b->stats.state_copies + counts[1];
     b->gdn_verified[l] = 1;
     b->n_verified = N;
+}
+
+SPECLA_API specla_status specla_factor_banks_stats(const specla_factor_banks *b, specla_tree_stats *out) {
+    if (!b || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_factor_banks_stats: NULL argument");
+    *out = b->stats;
+    return SPECLA_OK;
 }
 
 SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specla_factor_banks *b,
@@ -213,25 +283,26 @@ SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specl
     static const char op[] = "specla_op_conv_tree";
     if (!b || !a || !a->x || !a->weight || !a->conv_state || !a->y)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL argument", op);
-    cpu_exec ex;
-    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &ex);
+    backend *be;
+    const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &be);
     if (st != SPECLA_OK) return st;
-    factor_banks_conv_tree(b, &ex, a);
+    factor_banks_conv_tree(b, be, a->schedule, a);
+    be->ops->destroy(be);
     return SPECLA_OK;
 }
 
-void factor_banks_conv_tree(specla_factor_banks *b, const cpu_exec *exec, const specla_conv_tree_args *a) {
-    const cpu_exec ex = *exec;
+void factor_banks_conv_tree(specla_factor_banks *b, const backend *be, const int32_t *host_schedule,
+                            const specla_conv_tree_args *a) {
     const specla_recurrent_shape *s = &b->shape;
-    const int N = hld_n_nodes(a->schedule), l = a->layer;
+    const int N = hld_n_nodes(host_schedule), l = a->layer;
 
     if (b->n_pending > 0 && !b->conv_folded[l]) {
-        cpu_conv_fold(a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x, b->n_pending, s->C, s->K);
+        be->ops->conv_fold(be, a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x, b->n_pending, s->C, s->K);
         b->conv_folded[l] = 1;
     }
     float *windows = b->conv_windows ? b->conv_windows + (int64_t)l * s->max_nodes * (s->K - 1) * s->C : NULL;
-    cpu_conv_tree(&ex, a->schedule, a->x, a->weight, s->C, s->K, a->conv_state, a->y, windows);
-    copy_rows(layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
+    be->ops->conv_tree(be, a->schedule, a->x, a->weight, s->C, s->K, a->conv_state, a->y, windows);
+    copy_rows(be, layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
     b->conv_verified[l] = 1;
     b->n_verified = N;
 }
@@ -243,13 +314,13 @@ static int is_prefix_path(const int32_t *path, int32_t n) {
 }
 
 /* Fold the pending path of layer l into its durable states (the parts not folded yet). */
-static void fold_layer(const cpu_exec *ex, specla_factor_banks *b, int l, const specla_recurrent_states *states) {
+static void fold_layer(const backend *be, specla_factor_banks *b, int l, const specla_recurrent_states *states) {
     const specla_recurrent_shape *s = &b->shape;
     const float *pending = layer_block(b, b->write_bank ^ 1, l);
     if (!b->gdn_folded[l])
-        cpu_gdn_fold(ex, states->gdn[l], pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending,
+        be->ops->gdn_fold(be, states->gdn[l], pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending,
                      s->Hk, s->Hv, s->S);
-    if (!b->conv_folded[l]) cpu_conv_fold(states->conv[l], pending + b->off_x, b->n_pending, s->C, s->K);
+    if (!b->conv_folded[l]) be->ops->conv_fold(be, states->conv[l], pending + b->off_x, b->n_pending, s->C, s->K);
 }
 
 static void reset_step_flags(specla_factor_banks *b) { memset(b->gdn_folded, 0, (size_t)b->shape.n_layers * 4); }
@@ -274,15 +345,16 @@ SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt
         return specla_fail(SPECLA_ERR_STATE, "%s: schedule has %d nodes, the last verify had %d", op,
                            hld_n_nodes(schedule), b->n_verified);
     if ((st = hld_check_path(schedule, path, n, op)) != SPECLA_OK) return st;
-    cpu_exec ex;
-    if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
-    return factor_banks_accept(b, &ex, path, n, states);
+    backend *be;
+    if ((st = call_backend(b, opt, &be)) != SPECLA_OK) return st;
+    st = factor_banks_accept(b, be, path, n, states);
+    be->ops->destroy(be);
+    return st;
 }
 
-specla_status factor_banks_accept(specla_factor_banks *b, const cpu_exec *exec, const int32_t *path, int32_t n,
+specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, const int32_t *path, int32_t n,
                                   const specla_recurrent_states *states) {
     static const char op[] = "specla_factor_banks_accept";
-    const cpu_exec ex = *exec;
     const specla_recurrent_shape *s = &b->shape;
     specla_status st;
     for (int l = 0; l < s->n_layers; l++)
@@ -303,38 +375,42 @@ specla_status factor_banks_accept(specla_factor_banks *b, const cpu_exec *exec, 
                 float *to = layer_block(b, dst, l);
                 for (int i = 0; i < n; i++) {
                     const int64_t u = path[i];
-                    copy_rows(to + b->off_k + i * s->Hk * s->S, from + b->off_k + u * s->Hk * s->S, (int64_t)s->Hk * s->S);
-                    copy_rows(to + b->off_delta + i * s->Hv * s->S, from + b->off_delta + u * s->Hv * s->S,
+                    copy_rows(be, to + b->off_k + i * s->Hk * s->S, from + b->off_k + u * s->Hk * s->S, (int64_t)s->Hk * s->S);
+                    copy_rows(be, to + b->off_delta + i * s->Hv * s->S, from + b->off_delta + u * s->Hv * s->S,
                               (int64_t)s->Hv * s->S);
-                    copy_rows(to + b->off_g + i * s->Hv, from + b->off_g + u * s->Hv, s->Hv);
-                    copy_rows(to + b->off_x + i * s->C, from + b->off_x + u * s->C, s->C);
+                    copy_rows(be, to + b->off_g + i * s->Hv, from + b->off_g + u * s->Hv, s->Hv);
+                    copy_rows(be, to + b->off_x + i * s->C, from + b->off_x + u * s->C, s->C);
                 }
             }
         }
         b->n_pending = n;
         reset_step_flags(b);
         if (s->commit_method == SPECLA_COMMIT_FACTORS_NOW) {
-            for (int l = 0; l < s->n_layers; l++) fold_layer(&ex, b, l, states);
+            for (int l = 0; l < s->n_layers; l++) fold_layer(be, b, l, states);
             b->n_pending = 0;
         }
         break;
     case SPECLA_COMMIT_REPLAY: {
         /* the durable state was never written during verify: it is the snapshot; decode the
-         * accepted tokens again, sequentially, from their recorded inputs */
-        float *scratch = (float *)malloc(sizeof(float) * (size_t)(s->Hv * s->S + s->C));
-        if (!scratch) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", op);
+         * accepted tokens again from their recorded inputs, gathered into path order, in one call
+         * of the sequential kernels per layer */
+        const int64_t hks = (int64_t)s->Hk * s->S, hvs = (int64_t)s->Hv * s->S;
+        float *k = b->replay_scratch, *v = k + n * hks, *g = v + n * hvs, *beta = g + (int64_t)n * s->Hv;
+        float *x = beta + (int64_t)n * s->Hv, *out = x + (int64_t)n * s->C;
         for (int l = 0; l < s->n_layers; l++) {
             const float *bank = layer_block(b, b->write_bank, l);
             for (int i = 0; i < n; i++) {
                 const int64_t u = path[i];
-                const float *k = bank + b->off_k + u * s->Hk * s->S;
-                /* outputs are discarded: q only feeds the output read, so k stands in for it */
-                cpu_gated_delta_rule(&ex, k, k, bank + b->off_v + u * s->Hv * s->S, bank + b->off_g + u * s->Hv,
-                                     bank + b->off_beta + u * s->Hv, 1, s->Hk, s->Hv, s->S, states->gdn[l], scratch);
-                cpu_conv_fold(states->conv[l], bank + b->off_x + u * s->C, 1, s->C, s->K);
+                copy_rows(be, k + i * hks, bank + b->off_k + u * hks, hks);
+                copy_rows(be, v + i * hvs, bank + b->off_v + u * hvs, hvs);
+                copy_rows(be, g + (int64_t)i * s->Hv, bank + b->off_g + u * s->Hv, s->Hv);
+                copy_rows(be, beta + (int64_t)i * s->Hv, bank + b->off_beta + u * s->Hv, s->Hv);
+                copy_rows(be, x + (int64_t)i * s->C, bank + b->off_x + u * s->C, s->C);
             }
+            /* outputs are discarded: q only feeds the output read, so k stands in for it */
+            be->ops->gated_delta_rule(be, k, k, v, g, beta, n, s->Hk, s->Hv, s->S, states->gdn[l], out);
+            be->ops->conv_fold(be, states->conv[l], x, n, s->C, s->K);
         }
-        free(scratch);
         reset_step_flags(b);
         break;
     }
@@ -342,8 +418,8 @@ specla_status factor_banks_accept(specla_factor_banks *b, const cpu_exec *exec, 
         const int leaf = path[n - 1];
         const int64_t gdn_node = (int64_t)s->Hv * s->S * s->S, conv_node = (int64_t)(s->K - 1) * s->C;
         for (int l = 0; l < s->n_layers; l++) {
-            copy_rows(states->gdn[l], b->checkpoints + ((int64_t)l * s->max_nodes + leaf) * gdn_node, gdn_node);
-            copy_rows(states->conv[l], b->conv_windows + ((int64_t)l * s->max_nodes + leaf) * conv_node, conv_node);
+            copy_rows(be, states->gdn[l], b->checkpoints + ((int64_t)l * s->max_nodes + leaf) * gdn_node, gdn_node);
+            copy_rows(be, states->conv[l], b->conv_windows + ((int64_t)l * s->max_nodes + leaf) * conv_node, conv_node);
         }
         reset_step_flags(b);
     }
@@ -359,15 +435,23 @@ SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options
     if (b->n_pending > 0) {
         specla_status st = check_states(b, states, op);
         if (st != SPECLA_OK) return st;
-        cpu_exec ex;
-        if ((st = resolve(opt, &ex)) != SPECLA_OK) return st;
-        for (int l = 0; l < b->shape.n_layers; l++) fold_layer(&ex, b, l, states);
+        backend *be;
+        if ((st = call_backend(b, opt, &be)) != SPECLA_OK) return st;
+        factor_banks_finish(b, be, states);
+        be->ops->destroy(be);
+    }
+    factor_banks_finish(b, b->be, states); /* nothing pending now: only drops an unaccepted verify */
+    return SPECLA_OK;
+}
+
+void factor_banks_finish(specla_factor_banks *b, const backend *be, const specla_recurrent_states *states) {
+    if (b->n_pending > 0) {
+        for (int l = 0; l < b->shape.n_layers; l++) fold_layer(be, b, l, states);
         b->n_pending = 0;
     }
     /* an unaccepted verify (a cancelled step) is dropped: its factors are never used */
     reset_step_flags(b);
     b->n_verified = 0;
-    return SPECLA_OK;
 }
 
 void factor_banks_discard(specla_factor_banks *b) {

@@ -61,6 +61,20 @@ static specla_status check_parents(const int32_t *parents, int32_t n_nodes) {
 
 SPECLA_API specla_status specla_hld_build(const int32_t *parents, int32_t n_nodes, int32_t capacity,
                                           int32_t *schedule, int32_t schedule_ints) {
+    /* a bad count or capacity is reported by hld_build_into before it touches the scratch */
+    if (n_nodes < 1 || n_nodes > capacity || specla_hld_size(capacity) < 0)
+        return hld_build_into(parents, n_nodes, capacity, schedule, schedule_ints, NULL);
+    int32_t *scratch = malloc(sizeof(int32_t) * HLD_SCRATCH_INTS_PER_NODE * (size_t)n_nodes);
+    if (scratch == NULL)
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_hld_build: cannot allocate scratch for %d nodes",
+                           (int)n_nodes);
+    const specla_status st = hld_build_into(parents, n_nodes, capacity, schedule, schedule_ints, scratch);
+    free(scratch);
+    return st;
+}
+
+specla_status hld_build_into(const int32_t *parents, int32_t n_nodes, int32_t capacity, int32_t *schedule,
+                             int32_t schedule_ints, int32_t *scratch) {
     static const char op[] = "specla_hld_build";
     if (parents == NULL) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: parents is NULL", op);
     if (schedule == NULL) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: schedule is NULL", op);
@@ -80,9 +94,6 @@ SPECLA_API specla_status specla_hld_build(const int32_t *parents, int32_t n_node
 
     const int32_t n = n_nodes;
     /* Scratch, 8 arrays of n. `parent` is a copy so that the input may alias the output buffer. */
-    int32_t *scratch = malloc(sizeof(int32_t) * 8 * (size_t)n);
-    if (scratch == NULL)
-        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: cannot allocate scratch for %d nodes", op, (int)n);
     int32_t *parent = scratch;             /* [n] copy of the input */
     int32_t *subtree = parent + n;         /* [n] nodes in the subtree of each node */
     int32_t *heavy = subtree + n;          /* [n] heavy child, -1 for a leaf */
@@ -191,8 +202,6 @@ SPECLA_API specla_status specla_hld_build(const int32_t *parents, int32_t n_node
     schedule[HLD_CAPACITY_AT] = capacity;
     schedule[HLD_TOTAL_AT] = total;
     for (int a = 0; a < HLD_N_ARRAYS; a++) schedule[HLD_OFF_PARENTS + a] = offsets[a];
-
-    free(scratch);
     return SPECLA_OK;
 }
 
@@ -246,6 +255,21 @@ specla_status hld_check(const int32_t *schedule, int32_t max_nodes, const char *
 
     if (parents[0] != -1 || node_depth[0] != 0)
         return HLD_BAD("%s: schedule: node 0 is not the root", what);
+    /* Each boundary slot belongs to one node: the builder numbers them 0, 1, ... in node order, so a
+     * slot two nodes write (one chain would then start from another node's state) is refused. */
+    int32_t next_slot = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (node_boundary[t] >= 0) {
+            if (node_boundary[t] != next_slot)
+                return HLD_BAD("%s: schedule: node %d has boundary slot %d, expected %d (slots are numbered 0, 1, "
+                               "... in node order, one per node)",
+                               what, (int)t, (int)node_boundary[t], (int)next_slot);
+            next_slot++;
+        }
+    }
+    if (next_slot != n_boundaries)
+        return HLD_BAD("%s: schedule: %d nodes have a boundary slot, the header says %d", what, (int)next_slot,
+                       (int)n_boundaries);
     for (int32_t t = 0; t < n; t++) {
         if (t > 0 && (parents[t] < 0 || parents[t] >= t || node_depth[t] != node_depth[parents[t]] + 1))
             return HLD_BAD("%s: schedule: parent or depth of node %d is invalid", what, (int)t);

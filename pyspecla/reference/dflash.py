@@ -1,4 +1,4 @@
-"""The DFlash draft forward in numpy (shared/spec/ddtree-dflash.md §1): the oracle of
+"""The DFlash draft forward in numpy (docs/ddtree-dflash.md §1): the oracle of
 specla_draft_propose. Slow and plain; matmuls in ``dtype`` (float64 by default).
 
 Weights are dequantized float32 arrays in the numpy layout (GGUF ne reversed: a weight {n_in, n_out}
@@ -60,8 +60,8 @@ class DFlashReference:
 
     @classmethod
     def from_gguf(cls, draft_path, target_path, *, dtype=np.float64) -> "DFlashReference":
-        from ..dflash_model import DraftFile
-        from ..gguf_model import ModelFile
+        from ..loader.dflash import DraftFile
+        from ..loader.target import ModelFile
 
         draft = DraftFile.open(draft_path)
         target = ModelFile.open(target_path)

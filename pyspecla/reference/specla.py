@@ -6,7 +6,7 @@ results to float32): these oracles judge each other to ~1e-12 and judge float32 
 A draft tree is a parent array in topological order: ``parents[0] == -1`` (node 0, the root, is the
 first new token) and ``0 <= parents[t] < t`` for t > 0. Node t's root path is [0, ..., parent(t), t].
 
-Two independent formulations of the tree verify (docs: /work/shared/spec/specla.md §2, §3.2):
+Two independent formulations of the tree verify (docs/specla.md §2 and §3 item 2):
 
 - :func:`tree_sequential` replays, for every node, the plain gated delta recurrence token by token
   along the node's root path (the obviously-correct oracle).
@@ -191,7 +191,7 @@ def unit_lower_inverse(a_strict: np.ndarray) -> np.ndarray:
 
 
 def tree_ut(parents, q, k, v, g, beta, state0, *, with_states: bool = True) -> dict:
-    """All nodes of the tree at once from state0 with ancestor masks (specla.md §3.2), float64.
+    """All nodes of the tree at once from state0 with ancestor masks (docs/specla.md §3 item 2), float64.
 
     Returns a dict:
       "out"       (N, Hv, S)      outputs o_t

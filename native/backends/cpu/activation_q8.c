@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "tensor_types.h"
-
-int act_kind_for_weight(int32_t weight_type) {
-    switch (weight_type) {
-    case SPECLA_TYPE_Q8_0:
-    case SPECLA_TYPE_Q4_0:
-    case SPECLA_TYPE_Q5_0: return ACT_Q8_0;
-    case SPECLA_TYPE_Q4_K:
-    case SPECLA_TYPE_Q6_K: return ACT_Q8_K;
-    default: return ACT_FLOAT;
-    }
-}
+#include "element_types.h"
 
 void act_quantize_q8_0(const float *x, int64_t n, act_q8_0 *out) {
     for (int64_t k = 0; k < n / 32; k++, x += 32) {
@@ -75,11 +64,22 @@ void act_quantize_q8_k(const float *x, int64_t n, act_q8_k *out) {
     }
 }
 
-void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch) {
+size_t cpu_matmul_workspace_bytes(int n_batch, int64_t n) {
+    const size_t q8_k = sizeof(act_q8_k) * (size_t)(n / 256) * (size_t)n_batch;
+    const size_t q8_0 = sizeof(act_q8_0) * (size_t)(n / 32) * (size_t)n_batch;
+    /* the AVX-512 legacy kernels prepare two 64-byte vectors per block pair and a scale per block
+     * after the blocks (matmul_avx512.c, build_legacy_acts) */
+    const size_t legacy_lanes = 64 + 2 * 64 * (size_t)((n / 32 + 1) / 2) * (size_t)n_batch +
+                                ((sizeof(float) * (size_t)(n / 32) * (size_t)n_batch + 63) / 64 * 64);
+    const size_t q8_0_total = (q8_0 + 63) / 64 * 64 + legacy_lanes;
+    return q8_k > q8_0_total ? q8_k : q8_0_total;
+}
+
+void *cpu_quantize_activations(const cpu_exec *ex, int kind, const float *x, int64_t n, int n_batch) {
     const size_t block = kind == ACT_Q8_K ? sizeof(act_q8_k) : sizeof(act_q8_0);
     const int64_t per_row = n / (kind == ACT_Q8_K ? 256 : 32);
-    void *acts = malloc(block * (size_t)per_row * (size_t)n_batch);
-    if (!acts) return NULL;
+    if (!ex->ws || block * (size_t)per_row * (size_t)n_batch > ex->ws->acts_bytes) return NULL;
+    void *acts = ex->ws->acts;
     for (int b = 0; b < n_batch; b++) {
         if (kind == ACT_Q8_K)
             act_quantize_q8_k(x + (int64_t)b * n, n, (act_q8_k *)acts + b * per_row);
@@ -87,4 +87,27 @@ void *cpu_quantize_activations(int kind, const float *x, int64_t n, int n_batch)
             act_quantize_q8_0(x + (int64_t)b * n, n, (act_q8_0 *)acts + b * per_row);
     }
     return acts;
+}
+
+int cpu_workspace_init(cpu_workspace *ws, int n_threads, int max_rows, int64_t max_width, int64_t floats_per_thread,
+                       int64_t ints_per_thread) {
+    memset(ws, 0, sizeof *ws);
+    ws->acts_bytes = (cpu_matmul_workspace_bytes(max_rows, max_width) + 63) / 64 * 64;
+    ws->acts = aligned_alloc(64, ws->acts_bytes > 0 ? ws->acts_bytes : 64);
+    ws->floats_per_thread = floats_per_thread > 0 ? floats_per_thread : 1;
+    ws->ints_per_thread = ints_per_thread > 0 ? ints_per_thread : 1;
+    ws->thread_floats = (float *)malloc(sizeof(float) * (size_t)(n_threads * ws->floats_per_thread));
+    ws->thread_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n_threads * ws->ints_per_thread));
+    if (!ws->acts || !ws->thread_floats || !ws->thread_ints) {
+        cpu_workspace_release(ws);
+        return -1;
+    }
+    return 0;
+}
+
+void cpu_workspace_release(cpu_workspace *ws) {
+    free(ws->acts);
+    free(ws->thread_floats);
+    free(ws->thread_ints);
+    memset(ws, 0, sizeof *ws);
 }

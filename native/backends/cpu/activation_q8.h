@@ -27,22 +27,8 @@
 #define SPECLA_ACTIVATION_Q8_H
 #include <stdint.h>
 
+#include "activation_blocks.h"
 #include "specla.h"
-
-typedef struct act_q8_0 {
-    float d;        /* the fp16-rounded scale, as a float */
-    int8_t qs[32];
-} act_q8_0;
-
-typedef struct act_q8_k {
-    float d;
-    int8_t qs[256];
-    int16_t bsums[16]; /* bsums[g] = qs[16g] + ... + qs[16g + 15] */
-} act_q8_k;
-
-/* Which activation blocks a weight type takes: 0 = float activations. */
-enum { ACT_FLOAT = 0, ACT_Q8_0 = 1, ACT_Q8_K = 2 };
-int act_kind_for_weight(int32_t weight_type);
 
 /* n a multiple of 32 (q8_0) or 256 (q8_k); out has n / 32 or n / 256 blocks. */
 void act_quantize_q8_0(const float *x, int64_t n, act_q8_0 *out);

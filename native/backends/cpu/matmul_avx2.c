@@ -33,7 +33,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 #include "weight_unpack_avx2.h"
 
 #define MATMUL_CHUNK 256
@@ -203,7 +203,7 @@ void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x,
     const void *input = x;
     void *acts = NULL;
     if (kind != ACT_FLOAT) {
-        acts = cpu_quantize_activations(kind, x, n, n_batch);
+        acts = cpu_quantize_activations(ex, kind, x, n, n_batch);
         if (!acts) { /* out of memory: the output says so rather than lying */
             cpu_matmul_out_of_memory(w, n_batch, y);
             return;
@@ -222,5 +222,4 @@ void cpu_matmul_avx2(const cpu_exec *ex, const specla_tensor *w, const float *x,
     const int parallel = cpu_matmul_threaded(ex, w, n_batch);
 #pragma omp parallel for if (parallel) num_threads(ex->n_threads) schedule(static)
     for (int64_t o = 0; o < n_rows; o++) row_fn(w, o, input, n_batch, y);
-    free(acts);
 }

@@ -26,7 +26,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 #include "weight_unpack_avx2.h"
 
 /* Output rows multiplied together: their accumulators are independent chains a decode step can
@@ -263,18 +263,20 @@ typedef struct legacy_acts {
     __m512i *minus_bias; /* [row * n_pairs + p] */
     float *d;            /* [row * n_blocks + k]: the blocks' scales */
     int64_t n_pairs, n_blocks;
-    void *memory;
 } legacy_acts;
 
-static int build_legacy_acts(const act_q8_0 *acts, int n_batch, int64_t n_blocks, int offset, legacy_acts *out) {
+/* Laid out in the workspace right after the activation blocks (cpu_matmul_workspace_bytes counts
+ * both); 0 when the workspace is too small. */
+static int build_legacy_acts(const cpu_exec *ex, const act_q8_0 *acts, int n_batch, int64_t n_blocks, int offset,
+                             legacy_acts *out) {
     out->n_blocks = n_blocks;
     out->n_pairs = (n_blocks + 1) / 2;
     const size_t n_vectors = (size_t)n_batch * (size_t)out->n_pairs;
     const size_t vector_bytes = n_vectors * sizeof(__m512i);
     const size_t scale_bytes = ((size_t)n_batch * (size_t)n_blocks * sizeof(float) + 63) / 64 * 64;
-    out->memory = aligned_alloc(64, 2 * vector_bytes + scale_bytes);
-    if (!out->memory) return 0;
-    out->codes = (__m512i *)out->memory;
+    const size_t block_bytes = (sizeof(act_q8_0) * (size_t)n_blocks * (size_t)n_batch + 63) / 64 * 64;
+    if (block_bytes + 2 * vector_bytes + scale_bytes > ex->ws->acts_bytes) return 0;
+    out->codes = (__m512i *)((unsigned char *)ex->ws->acts + block_bytes);
     out->minus_bias = out->codes + n_vectors;
     out->d = (float *)(out->minus_bias + n_vectors);
     const __m512i offset_bytes = _mm512_set1_epi8((char)offset);
@@ -369,7 +371,7 @@ static void matmul_k_quant(const cpu_exec *ex, const specla_tensor *w, const act
 static void matmul_legacy(const cpu_exec *ex, const specla_tensor *w, const act_q8_0 *quantized, int n_batch,
                           float *y) {
     legacy_acts prepared;
-    if (!build_legacy_acts(quantized, n_batch, w->ne0 / 32, legacy_offset(w->type), &prepared)) {
+    if (!build_legacy_acts(ex, quantized, n_batch, w->ne0 / 32, legacy_offset(w->type), &prepared)) {
         cpu_matmul_out_of_memory(w, n_batch, y);
         return;
     }
@@ -381,7 +383,6 @@ static void matmul_legacy(const cpu_exec *ex, const specla_tensor *w, const act_
         FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q4_0);
     else
         FOR_ROW_GROUPS(matmul_rows_legacy, SPECLA_TYPE_Q5_0);
-    free(prepared.memory);
 }
 
 void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {
@@ -390,7 +391,7 @@ void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *
         cpu_matmul_avx2(ex, w, x, n_batch, y);
         return;
     }
-    void *acts = cpu_quantize_activations(kind, x, w->ne0, n_batch);
+    void *acts = cpu_quantize_activations(ex, kind, x, w->ne0, n_batch);
     if (!acts) {
         cpu_matmul_out_of_memory(w, n_batch, y);
         return;
@@ -399,5 +400,4 @@ void cpu_matmul_avx512(const cpu_exec *ex, const specla_tensor *w, const float *
         matmul_k_quant(ex, w, acts, n_batch, y);
     else
         matmul_legacy(ex, w, acts, n_batch, y);
-    free(acts);
 }

@@ -38,7 +38,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 
 #define MATMUL_CHUNK 256
 
@@ -190,7 +190,7 @@ void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *
     const int64_t n_rows = w->ne1;
     const int parallel = cpu_matmul_threaded(ex, w, n_batch);
     const int kind = act_kind_for_weight(w->type);
-    void *acts = kind == ACT_FLOAT ? NULL : cpu_quantize_activations(kind, x, w->ne0, n_batch);
+    void *acts = kind == ACT_FLOAT ? NULL : cpu_quantize_activations(ex, kind, x, w->ne0, n_batch);
     if (kind != ACT_FLOAT && !acts) {
         cpu_matmul_out_of_memory(w, n_batch, y);
         return;
@@ -202,7 +202,6 @@ void cpu_matmul_scalar(const cpu_exec *ex, const specla_tensor *w, const float *
         else
             matmul_row_float(w, o, x, n_batch, y);
     }
-    free(acts);
 }
 
 void cpu_matmul(const cpu_exec *ex, const specla_tensor *w, const float *x, int n_batch, float *y) {

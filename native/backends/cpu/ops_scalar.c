@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cpu_ops.h"
 #include "recurrent_avx2.h"
 #include "recurrent_step.h"
@@ -150,15 +152,15 @@ void cpu_attention(const cpu_exec *ex, const float *q, const float *k_cache, con
     int max_rows = 0;
     for (int t = 0; t < T; t++)
         if (positions[t] + 1 > max_rows) max_rows = positions[t] + 1;
+    (void)max_rows; /* the workspace holds max_kv_rows scores per thread (cpu_backend.c) */
 #pragma omp parallel num_threads(ex->n_threads)
     {
-        float *scores = (float *)malloc(sizeof(float) * (size_t)max_rows);
+        float *scores = cpu_thread_floats(ex, omp_get_thread_num());
 #pragma omp for schedule(static) collapse(2)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < nh; h++)
                 attend_rows(q + ((int64_t)t * nh + h) * D, k_cache, v_cache, nkv, h / group, D, positions[t] + 1, NULL,
                             0, scale, scores, out + ((int64_t)t * nh + h) * D);
-        free(scores);
     }
 }
 
@@ -168,8 +170,8 @@ void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache
     const int group = nh / nkv;
 #pragma omp parallel num_threads(ex->n_threads)
     {
-        float *scores = (float *)malloc(sizeof(float) * (size_t)(n_prefix + T));
-        int32_t *rows = (int32_t *)malloc(sizeof(int32_t) * (size_t)T);
+        float *scores = cpu_thread_floats(ex, omp_get_thread_num());
+        int32_t *rows = cpu_thread_ints(ex, omp_get_thread_num());
 #pragma omp for schedule(static)
         for (int t = 0; t < T; t++) {
             /* the node's ancestors and itself, root first: their K/V rows sit at n_prefix + index */
@@ -181,7 +183,5 @@ void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache
                 attend_rows(q + ((int64_t)t * nh + h) * D, k_cache, v_cache, nkv, h / group, D, n_prefix, rows, n,
                             scale, scores, out + ((int64_t)t * nh + h) * D);
         }
-        free(rows);
-        free(scores);
     }
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 #include "weight_unpack_avx2.h"
 
 /* Eight int32 lanes -> (scale * float(q)) - offset, stored to y[0..8). */

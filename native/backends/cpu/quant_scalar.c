@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "tensor_types.h"
+#include "element_types.h"
 
 /* Q4_0 / Q4_1 level of element l (0..31): low nibble of qs[l] for l < 16, high nibble of qs[l - 16]. */
 static inline int nibble_level(const uint8_t *qs, int l) { return l < 16 ? qs[l] & 15 : qs[l - 16] >> 4; }

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cpu_ops.h"
-#include "hld_schedule.h"
+#include "hld_layout.h"
 #include "recurrent_step.h"
 
 #define NODE_HEAD(arr, node, heads, h, S) ((arr) + (((int64_t)(node) * (heads) + (h)) * (S)))
@@ -23,6 +25,14 @@ static inline void tree_node_step(const struct gdn_kernels *kern, float *M, int 
     kern->step(M, S, NODE_HEAD(q, node, Hk, kh, S), NODE_HEAD(k, node, Hk, kh, S), NODE_HEAD(v, node, Hv, h, S),
                   expf(g[(int64_t)node * Hv + h]), beta[(int64_t)node * Hv + h], scale, NODE_HEAD(out, node, Hv, h, S),
                   NODE_HEAD(delta_out, node, Hv, h, S));
+}
+
+/* Head 0's work goes to the counters (one thread runs head 0, so no race). */
+static inline void count_tree_work(const cpu_exec *ex, int h, int64_t steps, int64_t copies) {
+    if (h == 0 && ex->tree_counts) {
+        ex->tree_counts[0] += steps;
+        ex->tree_counts[1] += copies;
+    }
 }
 
 void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k, const float *v,
@@ -41,7 +51,7 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
     {
         /* per thread: the live state of the chain being walked ("registers") and the boundary
          * slots, the only states ever materialised */
-        float *live = (float *)malloc(sizeof(float) * (size_t)head_size * (size_t)(1 + n_boundaries));
+        float *live = cpu_thread_floats(ex, omp_get_thread_num()); /* room for 1 + max_nodes heads */
         float *boundaries = live + head_size;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
@@ -61,13 +71,16 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
                 for (int p = chain_offsets[c]; p < chain_offsets[c + 1]; p++) {
                     const int node = order[p];
                     tree_node_step(&kern, live, node, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
-                    if (node_boundary[node] >= 0)
+                    count_tree_work(ex, h, 1, 0);
+                    if (node_boundary[node] >= 0) {
                         memcpy(boundaries + node_boundary[node] * head_size, live, sizeof(float) * (size_t)head_size);
+                        count_tree_work(ex, h, 0, 1);
+                    }
                 }
             }
         }
-        free(live);
     }
+    (void)n_boundaries;
 }
 
 void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
@@ -78,13 +91,13 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
     const int N = hld_n_nodes(schedule);
     const int32_t *parents = hld_parents(schedule);
     const int64_t head_size = (int64_t)S * S;
-    /* leaves = nodes nobody names as parent */
-    char *is_parent = (char *)calloc((size_t)N, 1);
-    for (int t = 1; t < N; t++) is_parent[parents[t]] = 1;
 #pragma omp parallel num_threads(ex->n_threads)
     {
-        float *live = (float *)malloc(sizeof(float) * (size_t)head_size);
-        int *local_path = (int *)malloc(sizeof(int) * (size_t)N);
+        float *live = cpu_thread_floats(ex, omp_get_thread_num());
+        int32_t *local_path = cpu_thread_ints(ex, omp_get_thread_num());
+        int32_t *is_parent = local_path + N; /* leaves = nodes nobody names as parent */
+        for (int t = 0; t < N; t++) is_parent[t] = 0;
+        for (int t = 1; t < N; t++) is_parent[parents[t]] = 1;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
             for (int leaf = 0; leaf < N; leaf++) {
@@ -92,14 +105,12 @@ void cpu_gdn_tree_root_to_leaf(const cpu_exec *ex, const int32_t *schedule, cons
                 int len = 0;
                 for (int t = leaf; t >= 0; t = parents[t]) local_path[len++] = t;
                 memcpy(live, state + h * head_size, sizeof(float) * (size_t)head_size);
+                count_tree_work(ex, h, len, 1);
                 for (int i = len - 1; i >= 0; i--)
                     tree_node_step(&kern, live, local_path[i], h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
             }
         }
-        free(local_path);
-        free(live);
     }
-    free(is_parent);
 }
 
 void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const float *q, const float *k,
@@ -117,6 +128,7 @@ void cpu_gdn_tree_checkpoints(const cpu_exec *ex, const int32_t *schedule, const
             const float *from = t == 0 ? state + h * head_size : checkpoints + parents[t] * node_size + h * head_size;
             memcpy(M, from, sizeof(float) * (size_t)head_size);
             tree_node_step(&kern, M, t, h, Hk, Hv, S, scale, q, k, v, g, beta, out, delta_out);
+            count_tree_work(ex, h, 1, 1);
         }
     }
 }

@@ -8,7 +8,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "tensor_types.h"
+#include "element_types.h"
 
 #define UNPACK_INLINE static inline __attribute__((always_inline))
 

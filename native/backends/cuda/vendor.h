@@ -10,19 +10,33 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorString hipGetErrorString
-/* matmul.cu */
 #define cudaStream_t hipStream_t
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemsetAsync hipMemsetAsync
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaErrorNotSupported hipErrorNotSupported
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
 #define cudaGetDevice hipGetDevice
+#define cudaSetDevice hipSetDevice
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+/* xor butterfly shuffle within groups of 32 lanes (a whole wave32, half a wave64) */
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask), 32)
 #else
 #include <cuda_runtime.h>
+#define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
 #endif
+/* the same shuffle under the name elementwise/attention/logits use */
+#define specla_shfl_xor(v, lane_mask) SPECLA_SHFL_XOR(v, lane_mask)
 #endif

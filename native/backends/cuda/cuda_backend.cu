@@ -1,0 +1,239 @@
+/* The CUDA (and HIP) backend's table (backend.h): device memory, one stream per instance, a
+ * workspace reserved at creation for the instance's limits, and the ops of the other .cu files of
+ * this folder. Uploads of host memory are asynchronous copies on the stream; downloads and sync
+ * are the only places the host waits. A kernel launch error is remembered (the first one) and
+ * reported by the next sync, with the op that launched it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_matmul.h"
+#include "error.h"
+
+typedef struct cuda_instance {
+    cuda_backend pub;
+    cudaError_t first_error;
+    const char *first_error_op;
+    size_t matmul_workspace_bytes;
+    int64_t launches, host_waits; /* since the last launch_counters call */
+} cuda_instance;
+
+static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
+
+extern "C" void cuda_note_launch(const backend *be, const char *op) {
+    const cudaError_t err = cudaGetLastError();
+    cuda_instance *ci = instance_of(be);
+    ci->launches++;
+    if (err != cudaSuccess && ci->first_error == cudaSuccess) {
+        ci->first_error = err;
+        ci->first_error_op = op;
+    }
+}
+
+static void note(const backend *be, cudaError_t err, const char *op) {
+    cuda_instance *ci = instance_of(be);
+    if (err != cudaSuccess && ci->first_error == cudaSuccess) {
+        ci->first_error = err;
+        ci->first_error_op = op;
+    }
+}
+
+static void destroy(backend *be) {
+    cuda_instance *ci = instance_of(be);
+    if (!ci) return;
+    cudaSetDevice(ci->pub.device);
+    if (ci->pub.workspace) cudaFree(ci->pub.workspace);
+    if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
+    free(ci);
+}
+
+static void *alloc(const backend *be, size_t bytes) {
+    void *ptr = NULL;
+    if (cudaMalloc(&ptr, bytes > 0 ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is an answer, not a sticky error */
+        return NULL;
+    }
+    if (cudaMemsetAsync(ptr, 0, bytes, cuda_stream(be)) != cudaSuccess) {
+        cudaFree(ptr);
+        return NULL;
+    }
+    return ptr;
+}
+static void release(const backend *be, void *ptr) {
+    /* the stream may still use the memory: cudaFree waits for the device to be idle */
+    cudaFree(ptr);
+}
+static void upload(const backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)), "upload");
+}
+static void download(const backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)), "download");
+    note(be, cudaStreamSynchronize(cuda_stream(be)), "download");
+    instance_of(be)->host_waits++;
+}
+static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)), "copy");
+}
+
+__global__ void fill_kernel(float *dst, float value, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = value;
+}
+static void fill(const backend *be, float *dst, float value, int64_t n) {
+    if (n <= 0) return;
+    const int64_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+    fill_kernel<<<(unsigned)blocks, 256, 0, cuda_stream(be)>>>(dst, value, n);
+    cuda_note_launch(be, "fill");
+}
+
+static void launch_counters(const backend *be, int64_t out[2]) {
+    cuda_instance *ci = instance_of(be);
+    out[0] = ci->launches, out[1] = ci->host_waits;
+    ci->launches = ci->host_waits = 0;
+}
+
+static specla_status sync(const backend *be) {
+    cuda_instance *ci = instance_of(be);
+    ci->host_waits++;
+    note(be, cudaStreamSynchronize(cuda_stream(be)), "sync");
+    if (ci->first_error != cudaSuccess) {
+        const cudaError_t err = ci->first_error;
+        const char *op = ci->first_error_op;
+        ci->first_error = cudaSuccess;
+        return specla_fail(SPECLA_ERR_STATE, "cuda backend (device %d): %s failed: %s", ci->pub.device, op,
+                           cudaGetErrorString(err));
+    }
+    return SPECLA_OK;
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+static size_t weight_bytes(const backend *be, const specla_tensor *host, int use) {
+    if (use == WEIGHT_MATMUL) return cuda_matmul_prepared_bytes(host->type, host->ne0, host->ne1);
+    return (size_t)host->nbytes;
+}
+static specla_status upload_weight(const backend *be, const specla_tensor *host, void *dst, int use) {
+    const cudaError_t err = use == WEIGHT_MATMUL
+                                ? cuda_matmul_prepare_weight(host, dst)
+                                : cudaMemcpy(dst, host->data, (size_t)host->nbytes, cudaMemcpyHostToDevice);
+    if (err != cudaSuccess)
+        return specla_fail(SPECLA_ERR_STATE, "cuda backend: weight upload failed: %s", cudaGetErrorString(err));
+    return SPECLA_OK;
+}
+
+/* the tree kernels do not count their work on the device yet */
+static void tree_counters(const backend *be, int64_t out[2]) { out[0] = out[1] = -1; }
+
+/* ---- matmul ----------------------------------------------------------------------------------- */
+static cuda_matmul_workspace matmul_ws(const backend *be) {
+    const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes};
+    return ws;
+}
+static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
+    note(be, cuda_matmul(cuda_stream(be), w, x, n_batch, y, matmul_ws(be)), "matmul");
+}
+static void matmul_group(const backend *be, int n_mats, const specla_tensor *const *w, const float *x, int n_batch,
+                         float *const *y) {
+    note(be, cuda_matmul_group(cuda_stream(be), n_mats, w, x, n_batch, y, matmul_ws(be)), "matmul_group");
+}
+static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
+                                 int8_t *codes, float *scales) {
+    /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
+    note(be,
+         cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
+                                          (int16_t *)cuda_of(be)->workspace),
+         "quantize_activations");
+}
+
+static const backend_ops cuda_ops_table = {
+    /* name */ "cuda",
+    /* host_memory */ 0,
+    /* destroy */ destroy,
+    /* alloc */ alloc,
+    /* free */ release,
+    /* upload */ upload,
+    /* download */ download,
+    /* copy */ copy,
+    /* fill */ fill,
+    /* sync */ sync,
+    /* launch_counters */ launch_counters,
+    /* weight_bytes */ weight_bytes,
+    /* upload_weight */ upload_weight,
+    /* matmul */ matmul,
+    /* matmul_group */ matmul_group,
+    /* get_rows */ cuda_get_rows,
+    /* dequantize */ cuda_dequantize,
+    /* quantize_activations */ quantize_activations,
+    /* rms_norm */ cuda_rms_norm,
+    /* l2_norm */ cuda_l2_norm,
+    /* add */ cuda_add,
+    /* add_bias_rows */ cuda_add_bias_rows,
+    /* silu_mul */ cuda_silu_mul,
+    /* sigmoid_mul */ cuda_sigmoid_mul,
+    /* gdn_gates */ cuda_gdn_gates,
+    /* gdn_split_qkv */ cuda_gdn_split_qkv,
+    /* gated_rms_norm */ cuda_gated_rms_norm,
+    /* split_q_gate */ cuda_split_q_gate,
+    /* rope_neox */ cuda_rope_neox,
+    /* scatter_rows */ cuda_scatter_rows,
+    /* move_rows */ cuda_move_rows,
+    /* attention */ cuda_attention,
+    /* attention_tree */ cuda_attention_tree,
+    /* causal_conv */ cuda_causal_conv,
+    /* gated_delta_rule */ cuda_gated_delta_rule,
+    /* gdn_tree_chains */ cuda_gdn_tree_chains,
+    /* gdn_tree_root_to_leaf */ cuda_gdn_tree_root_to_leaf,
+    /* gdn_tree_checkpoints */ cuda_gdn_tree_checkpoints,
+    /* gdn_fold */ cuda_gdn_fold,
+    /* conv_tree */ cuda_conv_tree,
+    /* conv_fold */ cuda_conv_fold,
+    /* tree_counters */ tree_counters,
+    /* argmax_rows */ cuda_argmax_rows,
+    /* topk_log_softmax */ cuda_topk_log_softmax,
+};
+
+extern "C" specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out) {
+    *out = NULL;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "backend cuda: no CUDA device on this machine");
+    }
+    if (device < 0 || device >= count)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: device %d, this machine has %d (0 .. %d)", device,
+                           count, count - 1);
+    if (cudaSetDevice(device) != cudaSuccess)
+        return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot use device %d: %s", device,
+                           cudaGetErrorString(cudaGetLastError()));
+    cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
+    if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
+    ci->pub.base.ops = &cuda_ops_table;
+    ci->pub.base.state = ci;
+    ci->pub.base.kind = SPECLA_BACKEND_CUDA;
+    ci->pub.base.device = device;
+    ci->pub.device = device;
+    ci->pub.limits = *limits;
+    cudaDeviceGetAttribute(&ci->pub.sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (cudaStreamCreateWithFlags(&ci->pub.stream, cudaStreamNonBlocking) != cudaSuccess) {
+        free(ci);
+        return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);
+    }
+    /* one workspace that the op families take turns in (none keeps data there between calls) */
+    size_t bytes = cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width);
+    const size_t others[4] = {cuda_attention_workspace_bytes(limits), cuda_logits_workspace_bytes(limits),
+                              cuda_recurrent_workspace_bytes(limits),
+                              sizeof(int16_t) * (size_t)limits->max_rows * (size_t)(limits->max_width / 16 + 1)};
+    for (int i = 0; i < 4; i++) bytes = others[i] > bytes ? others[i] : bytes;
+    ci->matmul_workspace_bytes = bytes;
+    ci->pub.workspace_bytes = bytes;
+    if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        cudaStreamDestroy(ci->pub.stream);
+        free(ci);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
+                           (double)bytes / 1e6);
+    }
+    *out = &ci->pub.base;
+    return SPECLA_OK;
+}

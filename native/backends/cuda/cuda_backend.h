@@ -1,0 +1,100 @@
+/* The CUDA (and HIP) backend's instance and the op entry points each .cu file of this folder
+ * provides. The table itself is filled in cuda_backend.cu; every op has the signature of its
+ * backend.h slot, runs asynchronously on the instance's stream and reads arguments that are device
+ * memory (backend.h says which are host). One .cu file per op family:
+ *   cuda_backend.cu   memory, stream, workspace, the table, device discovery
+ *   matmul_*.cu       the quantized matmul family and activation quantization (cuda_matmul.h)
+ *   elementwise.cu    norms, gates, splits, residual adds, row scatter / moves, get_rows, dequantize
+ *   attention.cu      RoPE, causal and tree attention
+ *   recurrent.cu      causal conv, gated delta rule, the SpecLA tree ops and folds
+ *   logits.cu         argmax and top-k log-softmax over logit rows */
+#ifndef SPECLA_CUDA_BACKEND_H
+#define SPECLA_CUDA_BACKEND_H
+#include "backend.h"
+#include "vendor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_backend {
+    backend base;
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    backend_limits limits;
+    void *workspace; /* device scratch reserved at creation for the limits (matmul activation
+                        blocks, attention partial sums, tree boundary states) */
+    size_t workspace_bytes;
+} cuda_backend;
+
+static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }
+static inline cudaStream_t cuda_stream(const backend *be) { return cuda_of(be)->stream; }
+
+/* Launch-error check after each kernel: records the first error of the instance's stream in the
+ * sticky error that sync reports (ops themselves return nothing). */
+void cuda_note_launch(const backend *be, const char *op);
+
+/* Device workspace bytes each op family needs for an instance's limits (the families take turns
+ * in the one workspace: no op keeps data there between calls). */
+size_t cuda_attention_workspace_bytes(const backend_limits *limits);
+size_t cuda_logits_workspace_bytes(const backend_limits *limits);
+size_t cuda_recurrent_workspace_bytes(const backend_limits *limits);
+
+/* elementwise.cu */
+void cuda_get_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out);
+void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst);
+void cuda_rms_norm(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps, float *y);
+void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y);
+void cuda_add(const backend *be, float *dst, const float *src, int64_t n);
+void cuda_add_bias_rows(const backend *be, float *x, const float *bias, int rows, int n);
+void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n);
+void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n);
+void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T, int Hv);
+void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
+                        float *k, float *v);
+void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
+                         float eps);
+void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);
+void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows, const float *src, int T,
+                       int width);
+void cuda_move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
+                    int n);
+
+/* attention.cu */
+void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,
+                    float freq_base);
+void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                    const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
+                         const int32_t *parents, int T, int nh, int nkv, int D, float *out);
+
+/* recurrent.cu */
+void cuda_causal_conv(const backend *be, const float *x, const float *weight, int T, int C, int K, float *conv_state,
+                      float *y);
+void cuda_gated_delta_rule(const backend *be, const float *q, const float *k, const float *v, const float *g,
+                           const float *beta, int T, int Hk, int Hv, int S, float *state, float *out);
+void cuda_gdn_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                          const gdn_pending *pending, float *out, float *delta_out);
+void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                const float *state, float *out, float *delta_out);
+void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                               const float *state, float *out, float *delta_out, float *checkpoints);
+void cuda_gdn_fold(const backend *be, float *state, const float *k, const float *delta, const float *g, int P, int Hk,
+                   int Hv, int S);
+void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
+                    const float *conv_state, float *y, float *window_out);
+void cuda_conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K);
+
+/* logits.cu */
+void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
+void cuda_topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
+                           float *logprobs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

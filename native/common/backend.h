@@ -1,0 +1,189 @@
+/* The one op vocabulary of libspecla: every model forward, the factor banks and the context reach
+ * memory and kernels through a backend's table, never by a kernel's own name. A backend (CPU,
+ * CUDA, HIP) fills one `backend_ops` table; the core (native/src) is written once against it.
+ *
+ * Memory: every float / int32 pointer an op takes is BACKEND memory (host memory on the CPU,
+ * device memory on a GPU) unless its comment says "host". Weights are specla_tensor views whose
+ * data is backend memory (the mmap on the CPU, an upload on a GPU). The context allocates all of
+ * its buffers at creation through `alloc`, so a generation step allocates nothing; small per-step
+ * index arrays (positions, rows, parents, schedules, token ids) are uploaded into buffers it owns.
+ *
+ * Ops run in order on one stream; `download` and `sync` are the only points where the host waits.
+ * Shapes and layouts are those of specla.h; arguments arrive validated (the core checks at the ABI),
+ * so ops never fail except for the memory calls, which report through their return values.
+ *
+ * Numerics: each backend computes every output row in one order whatever the batch size (matmuls,
+ * attention, norms), so prefill == decode and a verified tree node == decoding its path, bit for bit,
+ * on that backend. The CPU backend is the oracle the others are tested against. */
+#ifndef SPECLA_BACKEND_H
+#define SPECLA_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specla.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct backend backend;
+
+/* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
+typedef struct backend_limits {
+    int32_t max_rows;      /* most rows any op sees at once (batch, tree nodes, draft block) */
+    int32_t max_width;     /* widest row a matmul reads (n_in) */
+    int32_t max_kv_rows;   /* most cache rows one attention query reads */
+    int32_t max_nodes;     /* largest tree (0: no tree ops) */
+    int32_t gdn_head_size; /* S * S of one recurrent head (0: no recurrent layers) */
+    int32_t conv_window;   /* (K - 1) * C of one recurrent layer */
+    int32_t gdn_heads;     /* Hv, value heads of a recurrent layer (0: none) */
+    int32_t attn_heads;    /* query heads of an attention op (0: none) */
+    int32_t attn_head_dim; /* their head dim */
+    int32_t n_vocab;       /* logit row length of argmax / top-k (0: none) */
+} backend_limits;
+
+/* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
+typedef struct gdn_pending {
+    const float *k, *delta, *g;
+    int n;
+} gdn_pending;
+
+/* What an uploaded weight is read by: a matmul (a backend may lay it out for its kernels) or
+ * anything else (the bytes as stored: vectors, conv weights, embedding rows). */
+enum weight_use { WEIGHT_PLAIN = 0, WEIGHT_MATMUL = 1 };
+
+typedef struct backend_ops {
+    const char *name;
+    int host_memory; /* 1: backend memory is host memory (pointers may be handed to the caller) */
+    void (*destroy)(backend *be); /* frees the instance and its workspace */
+
+    /* --- memory ---------------------------------------------------------------------------- */
+    void *(*alloc)(const backend *be, size_t bytes); /* zero-filled; NULL when out of memory */
+    void (*free)(const backend *be, void *ptr);
+    void (*upload)(const backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(const backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
+    void (*fill)(const backend *be, float *dst, float value, int64_t n);
+    specla_status (*sync)(const backend *be);
+    /* Kernel launches and host waits (downloads, syncs) since the last call, which resets them; -1
+     * each where the backend does not count (the CPU launches nothing). */
+    void (*launch_counters)(const backend *be, int64_t out[2]);
+
+    /* --- weights (backends whose memory is not host memory; a host backend reads the views) ---- */
+    /* bytes a host weight takes in backend memory once uploaded for `use` (weight_use); 0 when this
+     * backend cannot hold it */
+    size_t (*weight_bytes)(const backend *be, const specla_tensor *host, int use);
+    /* copy a host weight into dst (weight_bytes of backend memory), laid out for `use` */
+    specla_status (*upload_weight)(const backend *be, const specla_tensor *host, void *dst, int use);
+
+    /* --- the matmul family ------------------------------------------------------------------- */
+    /* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T (each row batch-invariant) */
+    void (*matmul)(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y);
+    /* several matrices sharing the input x: y[i] = x . W[i]^T, the same bits as separate calls */
+    void (*matmul_group)(const backend *be, int n_mats, const specla_tensor *const *w, const float *x, int n_batch,
+                         float *const *y);
+    /* out[i] = row ids[i] of w as floats (embedding lookup); ids in backend memory */
+    void (*get_rows)(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out);
+
+    /* dst[n] = dequantized src (n a multiple of the type's block) */
+    void (*dequantize)(const backend *be, int32_t type, const void *src, int64_t n, float *dst);
+    /* the 8-bit activation blocks a matmul with weight_type feeds its integer dot products:
+     * codes[n_rows][n], scales[n_rows][n / block] (specla_op_quantize_activations) */
+    void (*quantize_activations)(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
+                                 int8_t *codes, float *scales);
+
+    /* --- norms and element-wise ------------------------------------------------------------- */
+    void (*rms_norm)(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps, float *y);
+    void (*l2_norm)(const backend *be, const float *x, int n_rows, int n, float eps, float *y);
+    void (*add)(const backend *be, float *dst, const float *src, int64_t n);                /* dst += src */
+    void (*add_bias_rows)(const backend *be, float *x, const float *bias, int rows, int n); /* x[r] += bias */
+    void (*silu_mul)(const backend *be, float *a, const float *b, int64_t n);              /* a = silu(a) * b */
+    void (*sigmoid_mul)(const backend *be, float *x, const float *gate, int64_t n);        /* x *= sigmoid(gate) */
+    /* Gated DeltaNet gates in place: beta = sigmoid(beta); g = softplus(g + dt_bias[h]) * ssm_a[h] */
+    void (*gdn_gates)(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T,
+                      int Hv);
+    /* split conv rows [q (Hk*S) | k (Hk*S) | v (Hv*S)] and L2-normalise q and k per head */
+    void (*gdn_split_qkv)(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
+                          float *k, float *v);
+    /* gated RMSNorm of head outputs: x[r] = rms(x[r]) * weight * silu(gate[r]) over rows of n */
+    void (*gated_rms_norm)(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
+                           float eps);
+    /* qwen35 attention: per head [D query | D gate] -> q[T][nh][D], gate[T][nh][D] */
+    void (*split_q_gate)(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);
+    void (*rope_neox)(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim,
+                      int n_rot, float freq_base);
+
+    /* --- rows of caches and features --------------------------------------------------------- */
+    /* dst + rows[t] * dst_stride receives src row t (width floats); rows in backend memory */
+    void (*scatter_rows)(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows, const float *src,
+                         int T, int width);
+    /* in-place compaction of a row buffer: row from[i] moves to row to[i], i ascending (safe when
+     * from[i] >= to[i] and no later source is an earlier destination); from/to in backend memory */
+    void (*move_rows)(const backend *be, float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
+                      int n);
+
+    /* --- attention ------------------------------------------------------------------------------ */
+    /* causal: query t sees cache rows 0 .. positions[t] (GQA h -> h / (nh / nkv)), scale 1/sqrt(D) */
+    void (*attention)(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                      const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+    /* tree: node t sees rows 0 .. n_prefix-1, then n_prefix + a for its ancestors a and itself;
+     * parents in backend memory (topological) */
+    void (*attention_tree)(const backend *be, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
+                           const int32_t *parents, int T, int nh, int nkv, int D, float *out);
+
+    /* --- recurrent layers (layouts in specla.h) ---------------------------------------------------- */
+    void (*causal_conv)(const backend *be, const float *x, const float *weight, int T, int C, int K, float *conv_state,
+                        float *y);
+    void (*gated_delta_rule)(const backend *be, const float *q, const float *k, const float *v, const float *g,
+                             const float *beta, int T, int Hk, int Hv, int S, float *state, float *out);
+
+    /* --- SpecLA tree verify; schedule = packed HLD layout in backend memory ----------------------- */
+    void (*gdn_tree_chains)(const backend *be, const int32_t *schedule, const float *q, const float *k, const float *v,
+                            const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                            const gdn_pending *pending, float *out, float *delta_out);
+    void (*gdn_tree_root_to_leaf)(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                  const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                  const float *state, float *out, float *delta_out);
+    void (*gdn_tree_checkpoints)(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                 const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                 const float *state, float *out, float *delta_out, float *checkpoints);
+    void (*gdn_fold)(const backend *be, float *state, const float *k, const float *delta, const float *g, int P, int Hk,
+                     int Hv, int S);
+    void (*conv_tree)(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
+                      const float *conv_state, float *y, float *window_out);
+    void (*conv_fold)(const backend *be, float *conv_state, const float *x, int P, int C, int K);
+    /* What the three gdn_tree ops did for value head 0 since the last call (which resets them):
+     * out[0] = node steps (recurrent token updates), out[1] = whole-state copies (boundary slots,
+     * per-leaf reloads, checkpoints); -1 each where the backend does not count. Lets a test see a
+     * verify that silently fell back to replay or checkpoints. */
+    void (*tree_counters)(const backend *be, int64_t out[2]);
+
+    /* --- logits ------------------------------------------------------------------------------------ */
+    /* out[r] = argmax of row r (lowest index wins ties); out in backend memory */
+    void (*argmax_rows)(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
+    /* per row the top k as log-softmax over the row, best first (ties to the lower id; NaN never
+     * ranks; missing slots id -1, -inf); tokens/logprobs in backend memory */
+    void (*topk_log_softmax)(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
+                             float *logprobs);
+} backend_ops;
+
+/* One backend instance: the table plus the state of its own (CPU: thread count, kernel set,
+ * workspace; GPU: device, stream, workspace). Created per context, destroyed with it. */
+struct backend {
+    const backend_ops *ops;
+    void *state;
+    int32_t kind;   /* specla_backend_kind */
+    int32_t device; /* device index (GPU), 0 on the CPU */
+};
+
+/* Each backend's one entry point: an instance ready for `limits` (its workspace reserved). */
+specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_limits *limits, backend **out);
+#ifdef SPECLA_WITH_CUDA
+specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

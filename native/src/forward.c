@@ -1,0 +1,105 @@
+/* The trunk forward pass, for every architecture: one call runs a batch of T tokens through every
+ * layer (a Gated DeltaNet or an attention block, then the SwiGLU FFN) and appends it to the
+ * context's durable state. Every op goes through the context's backend; nothing here allocates.
+ *
+ * Every op computes each token row exactly as it would for a batch of one (matmuls are
+ * batch-invariant, the conv and the delta rule walk tokens in order, attention rows are
+ * independent), so prefilling a prompt gives bit-identical logits to decoding it token by token. */
+#include "context.h"
+#include "error.h"
+#include "factor_banks.h"
+#include "hld_schedule.h"
+
+static void swiglu_ffn(specla_context *ctx, int il, const float *x, int T, float *out) {
+    const specla_layer_weights *w = &ctx->weights.layers[il];
+    const backend *be = ctx->be;
+    forward_scratch *s = &ctx->scratch;
+    const int F = ctx->model->hp.n_ff;
+    const specla_tensor *mats[2] = {&w->ffn_gate, &w->ffn_up};
+    float *const outs[2] = {s->ffn_a, s->ffn_b};
+    be->ops->matmul_group(be, 2, mats, x, T, outs);
+    be->ops->silu_mul(be, s->ffn_a, s->ffn_b, (int64_t)T * F);
+    be->ops->matmul(be, &w->ffn_down, s->ffn_a, T, out);
+}
+
+/* The LM head over the last n_logit_rows rows of the residual stream, in chunks of the scratch's
+ * logit rows (a matmul's rows do not depend on the batch, so chunking changes no bits). Logits
+ * land in the caller's host buffer directly when the backend's memory is host memory. */
+static void logits_and_argmax(specla_context *ctx, int T, int n_logit_rows, float *logits_out, int32_t *argmax_out) {
+    const specla_model *m = ctx->model;
+    const backend *be = ctx->be;
+    const backend_ops *ops = be->ops;
+    forward_scratch *s = &ctx->scratch;
+    const int E = m->hp.n_embd;
+    const int64_t V = ctx->logit_head.ne1; /* n_vocab, or the rows of a chosen subset */
+    const float *first = s->hidden + (int64_t)(T - n_logit_rows) * E;
+    ops->rms_norm(be, first, (const float *)ctx->weights.output_norm.data, n_logit_rows, E, m->hp.rms_eps, s->normed);
+    const int direct = ops->host_memory && logits_out;
+    const int chunk = direct ? n_logit_rows : s->logit_rows;
+    for (int r0 = 0; r0 < n_logit_rows; r0 += chunk) {
+        const int n = n_logit_rows - r0 < chunk ? n_logit_rows - r0 : chunk;
+        float *logits = direct ? logits_out + (int64_t)r0 * V : s->logits;
+        ops->matmul(be, &ctx->logit_head, s->normed + (int64_t)r0 * E, n, logits);
+        if (argmax_out) ops->argmax_rows(be, logits, n, (int)V, s->argmax + r0);
+        if (logits_out && !direct) ops->download(be, logits_out + (int64_t)r0 * V, logits, sizeof(float) * (size_t)(n * V));
+    }
+    if (argmax_out) ops->download(be, argmax_out, s->argmax, sizeof(int32_t) * (size_t)n_logit_rows);
+}
+
+/* Embedding, every trunk layer (capturing feature rows where asked), final norm, LM head for the
+ * last n_logit_rows rows, argmax. Token ids and rows are already in the scratch (backend memory). */
+static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
+                               int32_t *argmax_out) {
+    const specla_model *m = ctx->model;
+    const specla_hparams *hp = &m->hp;
+    const backend *be = ctx->be;
+    const backend_ops *ops = be->ops;
+    forward_scratch *s = &ctx->scratch;
+    const int T = bv->T, E = hp->n_embd;
+
+    ops->get_rows(be, &ctx->weights.token_embd, s->tokens, T, s->hidden);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const specla_layer_weights *w = &ctx->weights.layers[il];
+        ops->rms_norm(be, s->hidden, (const float *)w->attn_norm.data, T, E, hp->rms_eps, s->normed);
+        if (m->layer_is_recurrent[il])
+            gated_deltanet_layer(ctx, il, s->normed, bv, s->layer_out);
+        else
+            attention_layer(ctx, il, s->normed, bv, s->layer_out);
+        ops->add(be, s->hidden, s->layer_out, (int64_t)T * E);
+        ops->rms_norm(be, s->hidden, (const float *)w->post_attention_norm.data, T, E, hp->rms_eps, s->normed);
+        swiglu_ffn(ctx, il, s->normed, T, s->layer_out);
+        ops->add(be, s->hidden, s->layer_out, (int64_t)T * E);
+        if (ctx->features && ctx->capture_slot[il] >= 0)
+            ops->scatter_rows(be, ctx->features + (int64_t)ctx->capture_slot[il] * E, (int64_t)ctx->n_capture * E,
+                              bv->rows, s->hidden, T, E);
+    }
+    if (logits_out || argmax_out) logits_and_argmax(ctx, T, n_logit_rows, logits_out, argmax_out);
+    return ops->sync(be);
+}
+
+specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
+    forward_scratch *s = &ctx->scratch;
+    const backend *be = ctx->be;
+    const size_t bytes = sizeof(int32_t) * (size_t)batch->n_tokens;
+    be->ops->upload(be, s->tokens, batch->tokens, bytes);
+    be->ops->upload(be, s->positions, batch->positions, bytes);
+    const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL};
+    return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
+}
+
+specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *tree) {
+    const tree_state *tr = &ctx->tree;
+    forward_scratch *s = &ctx->scratch;
+    const backend *be = ctx->be;
+    if (ctx->model->n_recurrent_layers > 0 && !tr->banks)
+        return specla_fail(SPECLA_ERR_STATE, "specla_verify_tree: no factor banks in this context");
+    const int N = tree->n_nodes;
+    const size_t bytes = sizeof(int32_t) * (size_t)N;
+    be->ops->upload(be, s->tokens, tree->tokens, bytes);
+    be->ops->upload(be, s->positions, tr->positions, bytes);
+    be->ops->upload(be, s->rows, tr->rows, bytes);
+    be->ops->upload(be, tr->schedule_on_backend, tr->schedule, sizeof(int32_t) * (size_t)tr->schedule_ints);
+    const batch_view bv = {N, s->positions, s->rows, tr->schedule_on_backend,
+                           tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS]};
+    return run_model(ctx, &bv, N, tree->logits, tree->argmax);
+}

@@ -1,0 +1,47 @@
+/* The Gated DeltaNet block of a qwen35 trunk layer (docs/qwen35.md, forward pass): x[T][E] (normed)
+ * -> out[T][E], updating the layer's conv window and recurrent state. A plain batch walks its
+ * tokens in order through the sequential kernels; a tree batch goes through the SpecLA ops of the
+ * factor banks (tree conv, state-resident chain verify), which leave the durable state untouched
+ * except for the deferred fold of the previous step's accepted path. */
+#include "context.h"
+#include "factor_banks.h"
+
+void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out) {
+    const int T = bv->T;
+    const specla_model *m = ctx->model;
+    const specla_hparams *hp = &m->hp;
+    const specla_layer_weights *w = &ctx->weights.layers[il];
+    const backend *be = ctx->be;
+    const backend_ops *ops = be->ops;
+    forward_scratch *s = &ctx->scratch;
+    const int C = m->conv_channels, S = hp->ssm_state_size, Hk = hp->ssm_group_count;
+    const int Hv = hp->ssm_time_step_rank, K = hp->ssm_conv_kernel;
+    const int slot = m->state_slot[il];
+
+    /* one pass over x for the four projections: raw conv inputs [T][C], z [T][Hv*S], beta, alpha [T][Hv] */
+    const specla_tensor *mats[4] = {&w->attn_qkv, &w->attn_gate, &w->ssm_beta, &w->ssm_alpha};
+    float *const outs[4] = {s->proj, s->gate, s->beta, s->g};
+    ops->matmul_group(be, 4, mats, x, T, outs);
+    ops->gdn_gates(be, s->beta, s->g, (const float *)w->ssm_dt_bias.data, (const float *)w->ssm_a.data, T, Hv);
+
+    if (bv->schedule) {
+        const specla_conv_tree_args args = {bv->schedule, slot, s->proj, (const float *)w->ssm_conv1d.data,
+                                            ctx->conv_state[slot], s->conv_out};
+        factor_banks_conv_tree(ctx->tree.banks, be, ctx->tree.schedule, &args);
+    } else {
+        ops->causal_conv(be, s->proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
+    }
+    ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, s->k, s->v);
+
+    if (bv->schedule) {
+        const specla_gdn_tree_args args = {bv->schedule, slot, s->q, s->k, s->v, s->g, s->beta, ctx->gdn_state[slot],
+                                           s->mix};
+        factor_banks_verify_gdn(ctx->tree.banks, be, ctx->tree.schedule, &args);
+    } else {
+        ops->gated_delta_rule(be, s->q, s->k, s->v, s->g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
+    }
+
+    /* o_h <- rms(o_h) * ssm_norm * silu(z_h), the same S-vector weight for every head */
+    ops->gated_rms_norm(be, s->mix, (const float *)w->ssm_norm.data, s->gate, T * Hv, S, hp->rms_eps);
+    ops->matmul(be, &w->ssm_out, s->mix, T, out);
+}

@@ -1,0 +1,142 @@
+/* The weights a context's backend reads. A backend whose memory is host memory (the CPU) reads the
+ * model's host views (the caller's mmap) directly. Any other backend gets one upload per model and
+ * device, made by the first context that needs it and kept by the model until it is freed: every
+ * matrix laid out for the backend's matmul, vectors and conv weights as stored, and the embedding
+ * as stored (its rows are looked up; a tied LM head gets a second, matmul copy). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_registry.h"
+#include "context.h"
+#include "error.h"
+
+/* Every tensor field of a layer, with how it is read. */
+#define LAYER_FIELDS(X)                                                                                              \
+    X(attn_norm, WEIGHT_PLAIN) X(post_attention_norm, WEIGHT_PLAIN) X(attn_qkv, WEIGHT_MATMUL)                       \
+    X(attn_gate, WEIGHT_MATMUL) X(ssm_conv1d, WEIGHT_PLAIN) X(ssm_dt_bias, WEIGHT_PLAIN) X(ssm_a, WEIGHT_PLAIN)      \
+    X(ssm_beta, WEIGHT_MATMUL) X(ssm_alpha, WEIGHT_MATMUL) X(ssm_norm, WEIGHT_PLAIN) X(ssm_out, WEIGHT_MATMUL)       \
+    X(attn_q, WEIGHT_MATMUL) X(attn_k, WEIGHT_MATMUL) X(attn_v, WEIGHT_MATMUL) X(attn_output, WEIGHT_MATMUL)         \
+    X(attn_q_norm, WEIGHT_PLAIN) X(attn_k_norm, WEIGHT_PLAIN) X(ffn_gate, WEIGHT_MATMUL) X(ffn_up, WEIGHT_MATMUL)    \
+    X(ffn_down, WEIGHT_MATMUL) X(attn_q_bias, WEIGHT_PLAIN) X(attn_k_bias, WEIGHT_PLAIN) X(attn_v_bias, WEIGHT_PLAIN)
+
+static size_t aligned(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* One pass over every tensor: sums the bytes (dst == NULL) or uploads into `memory`. */
+typedef struct upload_pass {
+    const backend *be;
+    unsigned char *memory; /* NULL: only count */
+    size_t offset;
+    specla_status status;
+    const char *failed;    /* name of the tensor a backend could not take */
+} upload_pass;
+
+static void place(upload_pass *pass, const specla_tensor *host, specla_tensor *dev, int use, const char *name) {
+    *dev = *host;
+    if (!host->data || pass->status != SPECLA_OK) return;
+    const size_t bytes = pass->be->ops->weight_bytes(pass->be, host, use);
+    if (bytes == 0) {
+        pass->status = SPECLA_ERR_UNSUPPORTED;
+        pass->failed = name;
+        return;
+    }
+    if (pass->memory) {
+        dev->data = pass->memory + pass->offset;
+        const specla_status st = pass->be->ops->upload_weight(pass->be, host, (void *)dev->data, use);
+        if (st != SPECLA_OK) {
+            pass->status = st;
+            pass->failed = name;
+        }
+    }
+    pass->offset += aligned(bytes);
+}
+
+static void place_all(upload_pass *pass, const specla_model *m, weight_set *out, specla_layer_weights *layers) {
+    place(pass, &m->token_embd, &out->token_embd, WEIGHT_PLAIN, "token_embd.weight");
+    place(pass, &m->output_norm, &out->output_norm, WEIGHT_PLAIN, "output_norm.weight");
+    place(pass, &m->output, &out->output, WEIGHT_MATMUL, "output.weight");
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const specla_layer_weights *h = &m->layers[il];
+        specla_layer_weights *d = &layers[il];
+#define PLACE_FIELD(field, use) place(pass, &h->field, &d->field, use, #field);
+        LAYER_FIELDS(PLACE_FIELD)
+#undef PLACE_FIELD
+    }
+}
+
+void model_release_device_weights(specla_model *m) {
+    for (int i = 0; i < MODEL_MAX_UPLOADS; i++) {
+        model_upload *u = &m->uploads[i];
+        if (!u->be) continue;
+        if (u->set.device_memory) u->be->ops->free(u->be, u->set.device_memory);
+        free(u->layers);
+        u->be->ops->destroy(u->be);
+        memset(u, 0, sizeof *u);
+    }
+}
+
+specla_status model_weights_for(const specla_model *model, const backend *be, weight_set *out) {
+    if (be->ops->host_memory) {
+        out->token_embd = model->token_embd;
+        out->output_norm = model->output_norm;
+        out->output = model->output;
+        out->layers = model->layers;
+        out->device_memory = NULL;
+        return SPECLA_OK;
+    }
+    /* the upload cache is the one mutable part of a model: contexts share what it holds */
+    specla_model *m = (specla_model *)model;
+    model_upload *slot = NULL;
+    for (int i = 0; i < MODEL_MAX_UPLOADS; i++) {
+        model_upload *u = &m->uploads[i];
+        if (u->be && u->be->kind == be->kind && u->be->device == be->device) {
+            *out = u->set;
+            return SPECLA_OK;
+        }
+        if (!u->be && !slot) slot = u;
+    }
+    if (!slot) return specla_fail(SPECLA_ERR_UNSUPPORTED, "model: weights are already on %d devices", MODEL_MAX_UPLOADS);
+
+    const backend_limits none = {1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+    backend *own = NULL;
+    specla_status st = backend_open(be->kind, be->device, 1, 0, &none, &own);
+    if (st != SPECLA_OK) return st;
+    specla_layer_weights *layers = (specla_layer_weights *)calloc((size_t)m->hp.n_layer, sizeof *layers);
+    if (!layers) {
+        own->ops->destroy(own);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "model: out of memory");
+    }
+    weight_set set;
+    memset(&set, 0, sizeof set);
+    upload_pass count = {own, NULL, 0, SPECLA_OK, NULL};
+    place_all(&count, m, &set, layers);
+    if (count.status != SPECLA_OK) {
+        free(layers);
+        own->ops->destroy(own);
+        return specla_fail(count.status, "model: backend %s cannot hold tensor %s (type or shape not supported there)",
+                           be->ops->name, count.failed);
+    }
+    void *memory = own->ops->alloc(own, count.offset);
+    if (!memory) {
+        free(layers);
+        own->ops->destroy(own);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY,
+                           "model: its weights need %.2f GB on %s device %d, more than it has free",
+                           (double)count.offset / 1e9, be->ops->name, be->device);
+    }
+    upload_pass fill = {own, (unsigned char *)memory, 0, SPECLA_OK, NULL};
+    place_all(&fill, m, &set, layers);
+    if (fill.status != SPECLA_OK) {
+        own->ops->free(own, memory);
+        free(layers);
+        own->ops->destroy(own);
+        return specla_fail(fill.status, "model: uploading tensor %s to %s failed", fill.failed, be->ops->name);
+    }
+    /* the embedding is read by rows as stored; a tied LM head needs the matmul layout as well */
+    set.layers = layers;
+    set.device_memory = memory;
+    slot->be = own;
+    slot->layers = layers;
+    slot->set = set;
+    *out = set;
+    return SPECLA_OK;
+}

@@ -1,0 +1,192 @@
+"""The speculative decoding loop: draft → tree → verify → accept → commit, one loop for every mode.
+
+Modes
+- "ar":     no drafter; each step verifies the root alone (a plain decode step).
+- "chain":  the drafter's top-1 chain, no tree.
+- "ddtree": a DDTree built from the drafter's per-depth top-K.
+State handling (orthogonal): SpecLA (HLD chains + deferred factor commit) or, with specla off, the
+baseline the paper and lucebox compare with: dense per-node checkpoints restored at accept.
+
+Greedy speculative output equals greedy autoregressive output token for token: the target's
+verify computes every node exactly as plain decoding would (see tests/test_tree_verify.py).
+
+Drafter hooks (duck-typed; a drafter without the attribute is left alone):
+- `drafter.generated`: set before each proposal to the number of tokens emitted so far.
+- `drafter.history`: set once per generate() call to a list holding the prompt, to which the loop
+  appends every emitted token (O(1) each), so at each proposal it is prompt + emitted tokens, the
+  last one being the step's root. The same list object all along: a drafter can index it
+  incrementally and tell a new generation by the object changing.
+- An empty proposal (zero depth rows, e.g. the n-gram drafter finding no match) is verified as
+  the root alone: a 1-node tree, i.e. exactly a plain decode step.
+- `drafter.guarded = True`: the loop sizes each step with a LossGuard (guard.py), which bounds
+  what wrong guesses can cost against plain decoding (the n-gram drafter sets it)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UsageError
+from .accept import greedy_accept
+from .tree import DraftTree, build_chain, build_ddtree
+from .guard import LossGuard
+
+
+@dataclass
+class SpecConfig:
+    mode: str = "ddtree"          # "ar" | "chain" | "ddtree"
+    specla: bool = True           # SpecLA state handling; False = dense checkpoints + restore
+    budget: int = 22              # tree nodes besides the root
+    tau: float | None = 6.0       # confidence window; None = off
+    top_k: int = 4
+    chain_seed: bool = True
+    max_depth: int = 15           # depths a draft block gives (block size − 1)
+
+    def validate(self) -> None:
+        if self.mode not in ("ar", "chain", "ddtree"):
+            raise UsageError(f"mode must be ar, chain or ddtree, got {self.mode!r}")
+        if self.budget < 1:
+            raise UsageError(f"--ddtree-budget must be >= 1, got {self.budget}")
+        if self.top_k < 1:
+            raise UsageError(f"--specla-top-k must be >= 1, got {self.top_k}")
+        if self.max_depth < 1:
+            raise UsageError(f"the draft depth must be >= 1, got {self.max_depth}")
+
+    @property
+    def max_tree_nodes(self) -> int:
+        if self.mode == "ar":
+            return 1
+        if self.mode == "chain":
+            return min(self.max_depth, self.budget) + 1
+        return self.budget + 1
+
+    @property
+    def methods(self) -> tuple[str, str]:
+        return ("hld_chains", "deferred_factors") if self.specla else ("dense_checkpoints", "checkpoint_restore")
+
+
+@dataclass
+class SpecStats:
+    mode: str
+    specla: bool
+    tokens: list[int] = field(default_factory=list)
+    steps: int = 0
+    accepted_per_step: list[int] = field(default_factory=list)  # tokens committed by each step
+    tree_nodes_per_step: list[int] = field(default_factory=list)
+    prompt_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    decode_s: float = 0.0
+    tokens_per_s: float = 0.0
+    cancelled: bool = False
+
+    @property
+    def mean_accepted(self) -> float:
+        return float(np.mean(self.accepted_per_step)) if self.accepted_per_step else 0.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["mean_accepted"] = self.mean_accepted
+        return d
+
+
+def _root_only_tree(root: int) -> DraftTree:
+    """The 1-node tree: verifying it is a plain decode step (mode ar, or an empty proposal)."""
+    return DraftTree(tokens=np.array([root], np.int32), parents=np.array([-1], np.int32),
+                     depths=np.zeros(1, np.int32), scores=np.zeros(1), ranks=np.array([-1], np.int32))
+
+
+def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget: int) -> DraftTree:
+    if len(top_tokens) == 0:  # the drafter proposes nothing this step: verify the root alone
+        return _root_only_tree(root)
+    if config.mode == "chain":
+        return build_chain(root, top_tokens, top_logprobs, min(config.max_depth, budget))
+    return build_ddtree(root, top_tokens, top_logprobs, budget, tau=config.tau, chain_seed=config.chain_seed)
+
+
+def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, eos_ids=(),
+             on_tokens: Callable[[list[int]], None] | None = None, context=None) -> tuple[SpecStats, object]:
+    """Greedy generation of up to max_tokens tokens after prompt_ids. Returns (stats, context);
+    the context's pending path is folded (finish) before returning, also on Ctrl-C."""
+    config.validate()
+    if config.mode != "ar" and drafter is None:
+        raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
+    if len(prompt_ids) == 0:
+        raise UsageError("the prompt must contain at least one token")
+    verify_method, commit_method = config.methods
+    n_ctx = len(prompt_ids) + max_tokens + config.max_tree_nodes + 1
+    ctx = context or model.new_context(
+        n_ctx=n_ctx, max_tree_nodes=config.max_tree_nodes, verify_method=verify_method, commit_method=commit_method,
+        capture_layers=getattr(drafter, "capture_layers", None) or None)
+    stats = SpecStats(mode=config.mode, specla=config.specla)
+    # a drafter that guesses without a model is kept from costing more than it saves (guard.py)
+    guard = LossGuard(config.max_tree_nodes) if getattr(drafter, "guarded", False) else None
+    eos = set(eos_ids)
+    out = stats.tokens
+    history = None
+    if drafter is not None and hasattr(drafter, "history"):
+        history = [int(t) for t in prompt_ids]  # + every emitted token, appended by emit()
+        drafter.history = history
+
+    def emit(tokens) -> bool:
+        """Append tokens up to max_tokens / EOS; True when generation is over."""
+        done = False
+        taken = []
+        for t in tokens:
+            if len(out) >= max_tokens:
+                done = True
+                break
+            out.append(int(t))
+            taken.append(int(t))
+            if t in eos:
+                done = True
+                break
+        if history is not None:
+            history.extend(taken)
+        if taken and on_tokens:
+            on_tokens(taken)
+        return done or len(out) >= max_tokens
+
+    t0 = time.perf_counter()
+    try:
+        root = ctx.eval_argmax(list(prompt_ids))
+        stats.prompt_ms = (time.perf_counter() - t0) * 1e3
+        t_decode = time.perf_counter()
+        done = max_tokens == 0 or emit([root])
+        while not done:
+            t_step = time.perf_counter()
+            allowed = guard.allowed_nodes() if guard else config.max_tree_nodes
+            if config.mode == "ar" or allowed <= 1:
+                tree = _root_only_tree(root)
+            else:
+                if hasattr(drafter, "generated"):
+                    drafter.generated = len(out)
+                top_tokens, top_logprobs = drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k)
+                tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
+            t_verify = time.perf_counter()
+            stats.draft_ms += (t_verify - t_step) * 1e3
+            posterior = ctx.verify_tree(tree.tokens, tree.parents)
+            path, bonus = greedy_accept(tree, posterior)
+            ctx.accept(path)
+            t_done = time.perf_counter()
+            stats.verify_ms += (t_done - t_verify) * 1e3
+            if guard:
+                guard.record(len(tree.tokens), len(path), t_done - t_step)
+            stats.steps += 1
+            stats.accepted_per_step.append(len(path))
+            stats.tree_nodes_per_step.append(len(tree.tokens))
+            done = emit([int(tree.tokens[i]) for i in path[1:]] + [bonus])
+            root = bonus
+        stats.decode_s = time.perf_counter() - t_decode
+    except KeyboardInterrupt:
+        stats.cancelled = True
+        stats.decode_s = time.perf_counter() - t0
+    finally:
+        ctx.finish()  # the durable state equals plain decoding of the committed tokens
+    # the first token comes from the prompt pass; the rest are decode steps
+    n_decoded = max(len(out) - 1, 0)
+    stats.tokens_per_s = n_decoded / stats.decode_s if stats.decode_s > 0 else 0.0
+    return stats, ctx
