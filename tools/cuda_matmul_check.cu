@@ -167,7 +167,7 @@ static specla_tensor host_tensor(const std::vector<uint8_t> &w, int32_t type, in
 }
 
 static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, float *y) {
-    specla_op_options opt = {0, g_opt.oracle_kernels};
+    specla_op_options opt = {0, g_opt.oracle_kernels, SPECLA_BACKEND_CPU, 0}; /* the CPU oracle */
     if (specla_op_matmul(&opt, &w, x, n_batch, y) != SPECLA_OK) {
         fprintf(stderr, "cuda_matmul_check: specla_op_matmul(%s %dx%d) failed: %s\n", type_name(w.type), w.ne0, w.ne1,
                 specla_last_error());
@@ -214,7 +214,7 @@ static void term_magnitudes(const specla_tensor &w, int o, double *out) {
         return;
     }
     std::vector<float> wf(w.ne0);
-    specla_op_options opt = {1, SPECLA_CPU_SCALAR};
+    specla_op_options opt = {1, SPECLA_CPU_SCALAR, SPECLA_BACKEND_CPU, 0};
     if (specla_op_dequantize(&opt, w.type, row, w.ne0, wf.data()) != SPECLA_OK) {
         fprintf(stderr, "cuda_matmul_check: specla_op_dequantize(%s) failed: %s\n", type_name(w.type), specla_last_error());
         exit(2);
@@ -642,7 +642,7 @@ static void check_activations(int32_t weight_type, int n, uint64_t seed) {
     std::vector<int8_t> cpu_codes((size_t)rows * n), gpu_codes((size_t)rows * n);
     std::vector<float> cpu_scales((size_t)rows * (n / unit)), gpu_scales((size_t)rows * (n / unit));
     std::vector<int16_t> gpu_bsums((size_t)rows * (n / 16));
-    specla_op_options opt = {0, g_opt.oracle_kernels};
+    specla_op_options opt = {0, g_opt.oracle_kernels, SPECLA_BACKEND_CPU, 0}; /* the CPU oracle */
     if (specla_op_quantize_activations(&opt, weight_type, x.data(), rows, n, cpu_codes.data(), cpu_scales.data()) !=
         SPECLA_OK) {
         fprintf(stderr, "cuda_matmul_check: specla_op_quantize_activations failed: %s\n", specla_last_error());
