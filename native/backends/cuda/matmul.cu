@@ -28,12 +28,14 @@
  * CPU oracle only the float summation order differs (the CPU sums 8 lanes per block, then the
  * lanes); the integers and the activation codes are the same.
  *
- * Work layout: a warp owns one (row group of 32 rows, chunk) unit, a lane per row; the prepared
- * layout (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp access. The
- * warp loads the next load group of blocks while it computes the current one (two groups in
- * flight). Tokens go in tiles of up to 8 per pass over the chunk. With more than one chunk, partial
- * sums go to the workspace and the last warp to finish a row group (an atomic arrival counter) adds
- * them in chunk order; the counters are zeroed by the quantize kernel that starts every call. */
+ * Work layout: a warp owns one (row group of 32 rows, chunk) unit. The dp4a kernel here (one token,
+ * the float types, and every type before sm_80) gives each lane a row; the prepared layout
+ * (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp access, and the
+ * warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
+ * of up to 8 per pass over the chunk. For 2..64 tokens on the 8-bit types matmul_mma.cuh's int8
+ * tensor-core kernel runs the same units. With more than one chunk, partial sums go to the
+ * workspace and the last warp to finish a row group (an atomic arrival counter) adds them in chunk
+ * order; the counters are zeroed by the quantize kernel that starts every call. */
 #include <stdlib.h>
 #include <string.h>
 
