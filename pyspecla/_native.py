@@ -140,6 +140,8 @@ class ContextParams(ctypes.Structure):
         ("capture_layers", c_int32_p),
         ("backend", ctypes.c_int32),
         ("device", ctypes.c_int32),
+        ("no_recorded_steps", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
     ]
 
 

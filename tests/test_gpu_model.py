@@ -62,6 +62,27 @@ def test_prefill_equals_token_by_token_decode_bit_for_bit(gpu_model):
         ctx.close()
 
 
+def test_recorded_decode_steps_equal_eager_steps(gpu_model):
+    """A decode step recorded once (a CUDA graph) and replayed gives the eager step's tokens, and
+    leaves the same state: the logits of a later eager step are the same bits."""
+    _, model = gpu_model
+    V = model.hparams.n_vocab
+    history = prompt(V, 6, seed=4)
+    runs = {}
+    for recorded in (True, False):
+        ctx = model.new_context(n_ctx=96, recorded_steps=recorded)
+        ctx.eval(history)
+        tokens = []
+        token = history[-1]
+        for _ in range(40):
+            token = ctx.eval_argmax([token])
+            tokens.append(token)
+        runs[recorded] = (tokens, ctx.eval([5, 6], logits_all=True))
+        ctx.close()
+    assert runs[True][0] == runs[False][0]
+    assert np.array_equal(runs[True][1].view(np.uint32), runs[False][1].view(np.uint32))
+
+
 @pytest.mark.parametrize("methods", [("hld_chains", "deferred_factors"), ("root_to_leaf", "deferred_factors"),
                                      ("dense_checkpoints", "checkpoint_restore")])
 def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):

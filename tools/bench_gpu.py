@@ -132,24 +132,31 @@ def main(argv=None) -> int:
     bytes_per_token = weight_bytes_per_token(model)
     V = model.hparams.n_vocab
 
-    # decode: one token per call, the plain path
-    ctx.eval([1, 2, 3, 4])
-    for t in range(8):
-        ctx.eval_argmax([(t * 7919) % V])
-    ctx.launch_counters()
-    per_token = []
-    for t in range(args.decode_tokens):
-        t1 = time.perf_counter()
-        ctx.eval_argmax([(t * 104729) % V])
-        per_token.append(time.perf_counter() - t1)
-    launches, waits = ctx.launch_counters()
-    step = statistics.median(per_token)
-    emit("decode", depth=ctx.n_past, tokens=args.decode_tokens, ms_per_token=round(step * 1e3, 3),
-         tokens_per_s=round(1 / step, 1), weight_gb=round(bytes_per_token / 1e9, 3),
-         gbs=round(bytes_per_token / step / 1e9, 1),
-         fraction_of_copy=round(bytes_per_token / step / 1e9 / copy_gbs, 3) if copy_gbs else None,
-         launches_per_token=launches / args.decode_tokens if launches >= 0 else None,
-         host_waits_per_token=waits / args.decode_tokens if waits >= 0 else None)
+    # decode: one token per call, the plain path; a GPU replays the recorded step ("decode"), and
+    # the same step run op by op is the "decode-eager" row (its launches are the step's kernels)
+    def decode(context, mode):
+        context.eval([1, 2, 3, 4])
+        for t in range(8):
+            context.eval_argmax([(t * 7919) % V])
+        context.launch_counters()
+        per_token = []
+        for t in range(args.decode_tokens):
+            t1 = time.perf_counter()
+            context.eval_argmax([(t * 104729) % V])
+            per_token.append(time.perf_counter() - t1)
+        launches, waits = context.launch_counters()
+        step = statistics.median(per_token)
+        emit(mode, depth=context.n_past, tokens=args.decode_tokens, ms_per_token=round(step * 1e3, 3),
+             tokens_per_s=round(1 / step, 1), weight_gb=round(bytes_per_token / 1e9, 3),
+             gbs=round(bytes_per_token / step / 1e9, 1),
+             fraction_of_copy=round(bytes_per_token / step / 1e9 / copy_gbs, 3) if copy_gbs else None,
+             launches_per_token=launches / args.decode_tokens if launches >= 0 else None,
+             host_waits_per_token=waits / args.decode_tokens if waits >= 0 else None)
+
+    eager = model.new_context(n_ctx=256, max_batch=16, recorded_steps=False)
+    decode(eager, "decode-eager")
+    eager.close()
+    decode(ctx, "decode")
 
     # batches of N at each depth, in decode steps measured at that depth
     for depth in depths:

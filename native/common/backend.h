@@ -28,6 +28,9 @@ extern "C" {
 
 typedef struct backend backend;
 
+/* Keys of recorded steps. */
+enum { STEP_DECODE = 0, STEP_KINDS = 1 };
+
 /* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
 typedef struct backend_limits {
     int32_t max_rows;      /* most rows any op sees at once (batch, tree nodes, draft block) */
@@ -65,6 +68,15 @@ typedef struct backend_ops {
     void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
+    /* Recorded steps (CUDA graphs): a backend that can record the ops of a step once and replay
+     * them. The ops between capture_begin and capture_end are recorded, not run; replay runs the
+     * recording of `key` (0 when there is none yet: the caller records it first). The caller keeps
+     * every pointer and launch parameter of a recorded step the same at each replay (data that
+     * changes per step, such as token ids and positions, is read from buffers it uploads before).
+     * NULL where the backend has no such thing (the CPU). */
+    void (*capture_begin)(const backend *be);
+    specla_status (*capture_end)(const backend *be, int key);
+    int (*replay)(const backend *be, int key);
     /* Kernel launches and host waits (downloads, syncs) since the last call, which resets them; -1
      * each where the backend does not count (the CPU launches nothing). */
     void (*launch_counters)(const backend *be, int64_t out[2]);

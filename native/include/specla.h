@@ -202,6 +202,9 @@ typedef struct specla_context_params {
                                       a position is the residual stream after each listed layer */
     int32_t backend;          /* specla_backend_kind */
     int32_t device;           /* GPU index for SPECLA_BACKEND_CUDA (ignored on the CPU) */
+    int32_t no_recorded_steps; /* 1: run every op of a step eagerly. 0 (default): a GPU records a
+                                  decode step once (a CUDA graph) and replays it, same results */
+    int32_t _pad;
 } specla_context_params;
 
 typedef struct specla_context specla_context;

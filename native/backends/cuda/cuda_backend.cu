@@ -17,6 +17,7 @@ typedef struct cuda_instance {
     const char *first_error_op;
     size_t matmul_workspace_bytes;
     int64_t launches, host_waits; /* since the last launch_counters call */
+    cudaGraphExec_t steps[STEP_KINDS]; /* recorded steps (capture_end), NULL until recorded */
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
@@ -43,6 +44,8 @@ static void destroy(backend *be) {
     cuda_instance *ci = instance_of(be);
     if (!ci) return;
     cudaSetDevice(ci->pub.device);
+    for (int i = 0; i < STEP_KINDS; i++)
+        if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -108,6 +111,41 @@ static specla_status sync(const backend *be) {
     return SPECLA_OK;
 }
 
+/* ---- recorded steps -------------------------------------------------------------------------- */
+/* Relaxed capture: the matmul asks the device's attributes while it is recorded; no op of a step
+ * allocates, synchronises or copies to the host. */
+static void capture_begin(const backend *be) {
+    note(be, cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeRelaxed), "capture_begin");
+}
+
+static specla_status capture_end(const backend *be, int key) {
+    cuda_instance *ci = instance_of(be);
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(cuda_stream(be), &graph);
+    if (err == cudaSuccess && ci->first_error != cudaSuccess) err = ci->first_error;
+    if (err == cudaSuccess) {
+        if (ci->steps[key]) cudaGraphExecDestroy(ci->steps[key]);
+        ci->steps[key] = NULL;
+        err = cudaGraphInstantiate(&ci->steps[key], graph, 0);
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+        ci->steps[key] = NULL;
+        ci->first_error = cudaSuccess;
+        cudaGetLastError();
+        return specla_fail(SPECLA_ERR_STATE, "cuda backend: recording step %d failed: %s", key, cudaGetErrorString(err));
+    }
+    return SPECLA_OK;
+}
+
+static int replay(const backend *be, int key) {
+    cuda_instance *ci = instance_of(be);
+    if (!ci->steps[key]) return 0;
+    note(be, cudaGraphLaunch(ci->steps[key], cuda_stream(be)), "replay");
+    ci->launches++;
+    return 1;
+}
+
 /* ---- weights -------------------------------------------------------------------------------- */
 static size_t weight_bytes(const backend *be, const specla_tensor *host, int use) {
     if (use == WEIGHT_MATMUL) return cuda_matmul_prepared_bytes(host->type, host->ne0, host->ne1);
@@ -157,6 +195,9 @@ static const backend_ops cuda_ops_table = {
     /* copy */ copy,
     /* fill */ fill,
     /* sync */ sync,
+    /* capture_begin */ capture_begin,
+    /* capture_end */ capture_end,
+    /* replay */ replay,
     /* launch_counters */ launch_counters,
     /* weight_bytes */ weight_bytes,
     /* upload_weight */ upload_weight,

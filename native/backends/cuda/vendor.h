@@ -31,6 +31,15 @@
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
+#define cudaGraphInstantiate(exec, graph, flags) hipGraphInstantiate((exec), (graph), NULL, NULL, 0)
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphExecDestroy hipGraphExecDestroy
+#define cudaGraphDestroy hipGraphDestroy
 /* xor butterfly shuffle within groups of 32 lanes (a whole wave32, half a wave64) */
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask), 32)
 #else
