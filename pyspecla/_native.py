@@ -38,7 +38,11 @@ BACKEND_NAMES = {BACKEND_CPU: "cpu", BACKEND_CUDA: "cuda"}
 
 def parse_device(device: str) -> tuple[int, int]:
     """'auto', 'cpu', 'cuda' or 'cuda:N' -> (specla_backend_kind, device index). ValueError with the
-    accepted spellings otherwise."""
+    accepted spellings otherwise. 'auto' follows the SPECLA_DEVICE environment variable when it is
+    set (e.g. SPECLA_DEVICE=cpu keeps a GPU machine's runs on the CPU), else the library's choice
+    (the first GPU where one is visible)."""
+    if device == "auto" and os.environ.get("SPECLA_DEVICE", "auto") != "auto":
+        device = os.environ["SPECLA_DEVICE"]
     if not isinstance(device, str):
         raise ValueError(f"device must be a string ('auto', 'cpu', 'cuda' or 'cuda:N'), got {device!r}")
     name, _, index = device.partition(":")

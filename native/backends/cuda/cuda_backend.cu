@@ -241,6 +241,11 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         cudaGetLastError();
         return specla_fail(SPECLA_ERR_UNSUPPORTED, "backend cuda: no CUDA device on this machine");
     }
+    if (limits->gdn_head_size > 128 * 128)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "backend cuda: recurrent state size S = %d > 128 (the GDN kernels keep a head's rows in "
+                           "registers up to S = 128)",
+                           (int)(limits->gdn_head_size > 0 ? __builtin_sqrt((double)limits->gdn_head_size) : 0));
     if (device < 0 || device >= count)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: device %d, this machine has %d (0 .. %d)", device,
                            count, count - 1);
