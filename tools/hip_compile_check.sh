@@ -69,7 +69,7 @@ done
 arch_flags=()
 for arch in $HIP_ARCHS; do arch_flags+=(--offload-arch="$arch"); done
 hip_flags=(-x hip -std=c++17 -O3 "${arch_flags[@]}" --hip-device-lib-path="$OUT_DIR/bitcode" -fPIC
-           -DSPECLA_USE_HIP=1 -I"$ROOT/native/include" -I"$ROOT/native/backends/cuda"
+           -DSPECLA_USE_HIP=1 -I"$ROOT/native/include" -I"$ROOT/native/common" -I"$ROOT/native/backends/cuda"
            -Rpass=amdgpu-remove-incompatible-functions)
 # HIP_CHECK_SOURCES: other files to check (the script's own test feeds it a kernel that must fail)
 sources=${HIP_CHECK_SOURCES:-$(ls "$ROOT"/native/backends/cuda/*.cu)}

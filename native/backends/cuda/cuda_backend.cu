@@ -54,7 +54,7 @@ static void destroy(backend *be) {
 static void *alloc(const backend *be, size_t bytes) {
     void *ptr = NULL;
     if (cudaMalloc(&ptr, bytes > 0 ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError(); /* out of memory is an answer, not a sticky error */
+        (void)cudaGetLastError(); /* out of memory is an answer, not a sticky error */
         return NULL;
     }
     if (cudaMemsetAsync(ptr, 0, bytes, cuda_stream(be)) != cudaSuccess) {
@@ -132,7 +132,7 @@ static specla_status capture_end(const backend *be, int key) {
     if (err != cudaSuccess) {
         ci->steps[key] = NULL;
         ci->first_error = cudaSuccess;
-        cudaGetLastError();
+        (void)cudaGetLastError();
         return specla_fail(SPECLA_ERR_STATE, "cuda backend: recording step %d failed: %s", key, cudaGetErrorString(err));
     }
     return SPECLA_OK;
@@ -238,7 +238,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     *out = NULL;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         return specla_fail(SPECLA_ERR_UNSUPPORTED, "backend cuda: no CUDA device on this machine");
     }
     if (limits->gdn_head_size > 128 * 128)
@@ -274,7 +274,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->matmul_workspace_bytes = bytes;
     ci->pub.workspace_bytes = bytes;
     if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",

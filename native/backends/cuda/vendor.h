@@ -42,6 +42,16 @@
 #define cudaGraphDestroy hipGraphDestroy
 /* xor butterfly shuffle within groups of 32 lanes (a whole wave32, half a wave64) */
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask), 32)
+/* CUDA's warp-synchronous intrinsics: on AMD a wave runs in lock step, so the mask has no work to
+ * do; the cache-hinted loads and stores become plain ones. Widths stay 32 (wave32 on gfx11). */
+#define __shfl_xor_sync(mask, value, lane_mask, ...) __shfl_xor((value), (lane_mask), 32)
+#define __shfl_sync(mask, value, src_lane, ...) __shfl((value), (src_lane), 32)
+#define __shfl_down_sync(mask, value, delta, ...) __shfl_down((value), (delta), 32)
+#define __all_sync(mask, predicate) __all(predicate)
+#define __any_sync(mask, predicate) __any(predicate)
+#define __syncwarp(...) __builtin_amdgcn_wave_barrier()
+#define __ldcg(ptr) (*(ptr))
+#define __stcg(ptr, value) (*(ptr) = (value))
 #else
 #include <cuda_runtime.h>
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
