@@ -217,10 +217,21 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
     const int row = rg * MM_GROUP_ROWS + lane;
     const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
     if (row < M.ne1) {
+        /* the partials are loaded MM_FINISH_BATCH at a time (independent L2 reads in flight
+         * together, not one round trip per chunk: this runs at the very end of the kernel) and
+         * added strictly in chunk order */
+        constexpr int MM_FINISH_BATCH = 8;
         for (int b = 0; b < n_batch; b++) {
             const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
-            float s = __ldcg(p);
-            for (int cc = 1; cc < M.n_chunks; cc++) s = mm_add(s, __ldcg(p + cc * rows_padded));
+            float s = 0.0f;
+            for (int c0 = 0; c0 < M.n_chunks; c0 += MM_FINISH_BATCH) {
+                float v[MM_FINISH_BATCH];
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++) v[j] = c0 + j < M.n_chunks ? __ldcg(p + (c0 + j) * rows_padded) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++)
+                    if (c0 + j < M.n_chunks) s = c0 + j == 0 ? v[j] : mm_add(s, v[j]); /* p_0, then + p_1, ... */
+            }
             M.y[(int64_t)b * M.ne1 + row] = s;
         }
     }
