@@ -1,7 +1,7 @@
 /* Check and benchmark of the CUDA matmul (native/backends/cuda/matmul.cu) against the CPU oracle.
  *
  *   cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] [--self-test]
- *                     [--json PATH] [--commit HASH] [--oracle-kernels N]
+ *                     [--json PATH] [--commit HASH] [--oracle-kernels N] [--no-overlap]
  *
  * Check (default on): for every supported type and a set of shapes (odd row counts, one block up to
  * 17408 inputs), seeded random valid weight blocks and activations:
@@ -27,7 +27,8 @@
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
- * writes one JSON line per (matrix, n_batch). */
+ * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
+ * launch (cuda_matmul_set_overlap(0)) for the whole run, to measure what it gains. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -61,7 +62,7 @@ static const int kBatches[] = {1, 2, 3, 4, 5, 8, 16, 23, 32, 64};
 enum { MAX_BATCH = 64 };
 
 struct Options {
-    bool host_model = false, quick = false, check = true, bench = true, self_test = false;
+    bool host_model = false, quick = false, check = true, bench = true, self_test = false, overlap = true;
     std::string json, commit = "unknown";
     int oracle_kernels = SPECLA_CPU_SCALAR;
 };
@@ -369,10 +370,12 @@ static void emulate_units(const mm_launch_args &args) {
 
 template <int TYPE>
 static void emulate_dispatch(const mm_launch_args &args) { /* the tile count matmul.cu picks */
-    if (args.n_batch <= 8) emulate_units<TYPE, 1>(args);
-    else if (args.n_batch <= 16) emulate_units<TYPE, 2>(args);
-    else if (args.n_batch <= 24) emulate_units<TYPE, 3>(args);
-    else emulate_units<TYPE, 4>(args);
+    switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+    case 1: emulate_units<TYPE, 1>(args); break;
+    case 2: emulate_units<TYPE, 2>(args); break;
+    case 3: emulate_units<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>(args); break;
+    default: emulate_units<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>(args); break;
+    }
 }
 
 /* y[n_batch][ne1] through the tensor-core kernel's code (emulated), partial sums added in chunk
@@ -848,9 +851,9 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
             fprintf(js,
                     "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"gdn_input_group\", \"n_batch\": %d, "
                     "\"weight_bytes\": %.0f, \"copies\": %d, \"separate_us\": %.3f, \"group_us\": %.3f, "
-                    "\"group_gbps\": %.1f, \"copy_gbps\": %.1f}\n",
+                    "\"group_gbps\": %.1f, \"copy_gbps\": %.1f, \"overlap\": %d}\n",
                     g_opt.commit.c_str(), prop.name, n_batch, bytes, copies, us[0], us[1], bytes / (us[1] * 1e-6) / 1e9,
-                    copy_gbps);
+                    copy_gbps, g_opt.overlap ? 1 : 0);
     }
     for (auto &ti : t) cudaFree((void *)ti.data);
     for (int i = 0; i < 4; i++) cudaFree(yd[i]);
@@ -924,9 +927,9 @@ static void run_bench() {
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
                         "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
-                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f}\n",
+                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
-                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us / us1);
+                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us / us1, g_opt.overlap ? 1 : 0);
         }
         printf("\n");
         fflush(stdout);
@@ -942,7 +945,7 @@ static void run_bench() {
 static void usage(const char *msg) {
     fprintf(stderr,
             "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
-            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3]\n",
+            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap]\n",
             msg);
     exit(2);
 }
@@ -955,6 +958,7 @@ int main(int argc, char **argv) {
         else if (a == "--no-check") g_opt.check = false;
         else if (a == "--no-bench") g_opt.bench = false;
         else if (a == "--self-test") g_opt.self_test = true;
+        else if (a == "--no-overlap") g_opt.overlap = false;
         else if (a == "--json" && i + 1 < argc) g_opt.json = argv[++i];
         else if (a == "--commit" && i + 1 < argc) g_opt.commit = argv[++i];
         else if (a == "--oracle-kernels" && i + 1 < argc) {
@@ -968,6 +972,8 @@ int main(int argc, char **argv) {
         int devices = 0;
         if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
             usage("no CUDA device (run with --host-model to check the host model only)");
+        cuda_matmul_set_overlap(g_opt.overlap ? 1 : 0);
+        printf("programmatic dependent launch (sm_90+): %s\n", g_opt.overlap ? "on" : "off (--no-overlap)");
     }
     if (g_opt.self_test) {
         /* every injected fault must be caught, on one small case */

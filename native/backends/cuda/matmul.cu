@@ -35,7 +35,12 @@
  * of up to 8 per pass over the chunk. For 2..64 tokens on the 8-bit types matmul_mma.cuh's int8
  * tensor-core kernel runs the same units. With more than one chunk, partial sums go to the
  * workspace and the last warp to finish a row group (an atomic arrival counter) adds them in chunk
- * order; the counters are zeroed by the quantize kernel that starts every call. */
+ * order; the counters are zeroed by the quantize kernel that starts every call.
+ *
+ * Launch overlap (sm_90+, cuda_matmul_set_overlap): the quantize and matmul kernels are launched
+ * with programmatic stream serialization; each waits (griddepcontrol.wait) for the previous kernel
+ * of the stream to finish before reading or writing anything but the constant weights, so a
+ * matmul's first weight loads overlap the kernel before it. The arithmetic is untouched. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +158,8 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
                                                                   int kind, int8_t *codes, float *scales,
                                                                   int16_t *bsums, unsigned *counters, int n_counters) {
     const int64_t tid = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    mm_wait_prior_grid();  /* x is the previous kernel's output; the counters its matmul's */
+    mm_allow_dependents(); /* the matmul may start loading weights (it waits for this grid's end) */
     if (tid < n_counters) counters[tid] = 0;
     if (kind == MM_ACT_FLOAT) return;
     const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
@@ -210,10 +217,21 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
     const int row = rg * MM_GROUP_ROWS + lane;
     const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
     if (row < M.ne1) {
+        /* the partials are loaded MM_FINISH_BATCH at a time (independent L2 reads in flight
+         * together, not one round trip per chunk: this runs at the very end of the kernel) and
+         * added strictly in chunk order */
+        constexpr int MM_FINISH_BATCH = 8;
         for (int b = 0; b < n_batch; b++) {
             const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
-            float s = __ldcg(p);
-            for (int cc = 1; cc < M.n_chunks; cc++) s = mm_add(s, __ldcg(p + cc * rows_padded));
+            float s = 0.0f;
+            for (int c0 = 0; c0 < M.n_chunks; c0 += MM_FINISH_BATCH) {
+                float v[MM_FINISH_BATCH];
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++) v[j] = c0 + j < M.n_chunks ? __ldcg(p + (c0 + j) * rows_padded) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++)
+                    if (c0 + j < M.n_chunks) s = c0 + j == 0 ? v[j] : mm_add(s, v[j]); /* p_0, then + p_1, ... */
+            }
             M.y[(int64_t)b * M.ne1 + row] = s;
         }
     }
@@ -240,6 +258,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
         mm_frag<TYPE> cur, nxt;
         mm_load(cur, group_base, k_begin, k_end, lane);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         for (int k = k_begin; k < k_end; k += G) {
             if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
 #pragma unroll
@@ -346,43 +365,79 @@ static int mm_device_has_int8_mma(void) {
     return cached[dev] > 0;
 }
 
+static int g_use_overlap = 1;
+
+extern "C" void cuda_matmul_set_overlap(int enable) { g_use_overlap = enable != 0; }
+
+/* programmatic dependent launch needs sm_90; the answer is cached per device */
+static int mm_device_has_pdl(void) {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cached[dev] == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        cached[dev] = major >= 9 ? 1 : -1;
+    }
+    return cached[dev] > 0;
+}
+
+/* A launch on `stream`, with programmatic stream serialization where the device has it and the
+ * overlap is on (the kernels call mm_wait_prior_grid before touching anything an earlier kernel
+ * wrote), else a plain launch. */
+template <typename... KArgs, typename... Args>
+static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream, Args... args) {
+#if !defined(SPECLA_USE_HIP)
+    if (g_use_overlap && mm_device_has_pdl()) {
+        cudaLaunchConfig_t config;
+        memset(&config, 0, sizeof config);
+        config.gridDim = dim3(grid), config.blockDim = dim3(MM_THREADS), config.dynamicSmemBytes = 0;
+        config.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attr, config.numAttrs = 1;
+        return cudaLaunchKernelEx(&config, kernel, args...);
+    }
+#endif
+    kernel<<<grid, MM_THREADS, 0, stream>>>(args...);
+    return cudaGetLastError();
+}
+
 template <int TYPE>
-static void mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
-    const int grid = (args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK;
+static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
+    const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
     if constexpr (mm_traits<TYPE>::int8) {
         if (args.n_batch >= 2 && g_use_tensor_cores && mm_device_has_int8_mma()) {
-            if (args.n_batch <= 8)
-                mm_mma_kernel<TYPE, 1><<<grid, MM_THREADS, 0, stream>>>(args);
-            else if (args.n_batch <= 16)
-                mm_mma_kernel<TYPE, 2><<<grid, MM_THREADS, 0, stream>>>(args);
-            else if (args.n_batch <= 24)
-                mm_mma_kernel<TYPE, 3><<<grid, MM_THREADS, 0, stream>>>(args);
-            else
-                mm_mma_kernel<TYPE, 4><<<grid, MM_THREADS, 0, stream>>>(args);
-            return;
+            switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+            case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
+            case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
+            case 3: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>, grid, stream, args);
+            default: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>, grid, stream, args);
+            }
         }
     }
     if (args.n_batch == 1)
-        mm_kernel<TYPE, 1><<<grid, MM_THREADS, 0, stream>>>(args);
+        return mm_start(mm_kernel<TYPE, 1>, grid, stream, args);
     else if (args.n_batch == 2)
-        mm_kernel<TYPE, 2><<<grid, MM_THREADS, 0, stream>>>(args);
+        return mm_start(mm_kernel<TYPE, 2>, grid, stream, args);
     else if (args.n_batch <= 4)
-        mm_kernel<TYPE, 4><<<grid, MM_THREADS, 0, stream>>>(args);
+        return mm_start(mm_kernel<TYPE, 4>, grid, stream, args);
     else
-        mm_kernel<TYPE, 8><<<grid, MM_THREADS, 0, stream>>>(args);
+        return mm_start(mm_kernel<TYPE, 8>, grid, stream, args);
 }
 
-static void mm_launch(cudaStream_t stream, int32_t type, const mm_launch_args &args) {
+static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_args &args) {
     switch (type) {
-    case SPECLA_TYPE_F32: mm_launch_type<SPECLA_TYPE_F32>(stream, args); break;
-    case SPECLA_TYPE_F16: mm_launch_type<SPECLA_TYPE_F16>(stream, args); break;
-    case SPECLA_TYPE_BF16: mm_launch_type<SPECLA_TYPE_BF16>(stream, args); break;
-    case SPECLA_TYPE_Q8_0: mm_launch_type<SPECLA_TYPE_Q8_0>(stream, args); break;
-    case SPECLA_TYPE_Q4_0: mm_launch_type<SPECLA_TYPE_Q4_0>(stream, args); break;
-    case SPECLA_TYPE_Q5_0: mm_launch_type<SPECLA_TYPE_Q5_0>(stream, args); break;
-    case SPECLA_TYPE_Q4_K: mm_launch_type<SPECLA_TYPE_Q4_K>(stream, args); break;
-    case SPECLA_TYPE_Q6_K: mm_launch_type<SPECLA_TYPE_Q6_K>(stream, args); break;
-    default: break;
+    case SPECLA_TYPE_F32: return mm_launch_type<SPECLA_TYPE_F32>(stream, args);
+    case SPECLA_TYPE_F16: return mm_launch_type<SPECLA_TYPE_F16>(stream, args);
+    case SPECLA_TYPE_BF16: return mm_launch_type<SPECLA_TYPE_BF16>(stream, args);
+    case SPECLA_TYPE_Q8_0: return mm_launch_type<SPECLA_TYPE_Q8_0>(stream, args);
+    case SPECLA_TYPE_Q4_0: return mm_launch_type<SPECLA_TYPE_Q4_0>(stream, args);
+    case SPECLA_TYPE_Q5_0: return mm_launch_type<SPECLA_TYPE_Q5_0>(stream, args);
+    case SPECLA_TYPE_Q4_K: return mm_launch_type<SPECLA_TYPE_Q4_K>(stream, args);
+    case SPECLA_TYPE_Q6_K: return mm_launch_type<SPECLA_TYPE_Q6_K>(stream, args);
+    default: return cudaErrorNotSupported;
     }
 }
 
@@ -397,10 +452,8 @@ static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n
     const int64_t grid = (threads + MM_THREADS - 1) / MM_THREADS;
     int8_t *codes = (int8_t *)(ws + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
     float *scales = (float *)(ws + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
-    mm_quantize_kernel<<<(unsigned)grid, MM_THREADS, 0, stream>>>(x, n, n_batch, kind, codes, scales,
-                                                                  (int16_t *)(ws + l.bsums_q8_k),
-                                                                  (unsigned *)(ws + l.counters), n_counters);
-    return cudaGetLastError();
+    return mm_start(mm_quantize_kernel, (unsigned)grid, stream, x, (int64_t)n, n_batch, kind, codes, scales,
+                    (int16_t *)(ws + l.bsums_q8_k), (unsigned *)(ws + l.counters), n_counters);
 }
 
 extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x,
@@ -453,8 +506,7 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
             const int flush = i == n_mats || (args.n_mats == CUDA_MATMUL_GROUP_LAUNCH && w[i]->type == type);
             if (flush && args.n_mats > 0) {
                 args.n_batch = n_batch, args.n = n, args.act = act;
-                mm_launch(stream, type, args);
-                err = cudaGetLastError();
+                err = mm_launch(stream, type, args);
                 if (err != cudaSuccess) return err;
                 memset(&args, 0, sizeof args);
             }

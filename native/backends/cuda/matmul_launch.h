@@ -69,6 +69,23 @@ MM_HD void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
     }
 }
 
+/* Programmatic dependent launch (sm_90+): matmul.cu launches the quantize kernel and the matmul
+ * kernels with programmatic stream serialization, so a grid may start while the previous kernel of
+ * the stream still runs. mm_wait_prior_grid blocks until that kernel has finished and its writes are
+ * visible (a no-op when the launch had no such dependency, before sm_90, on HIP and on the host);
+ * nothing written by an earlier kernel (activations, counters, partials, y) may be touched before
+ * it, only the constant weights. mm_allow_dependents lets the next such grid start launching. */
+MM_HD void mm_wait_prior_grid(void) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+MM_HD void mm_allow_dependents(void) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* The matrix of a group launch that unit u belongs to (selects, no indexed parameter access). */
 MM_HD mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
     mm_mat_args M = args.mat[0];

@@ -4,7 +4,12 @@
  *
  * A warp computes its unit's 32 rows as two 16-row MMA tiles (weight rows on M) times tiles of 8
  * tokens (N), with int8 mma.sync m16n8k16: one MMA per 16 elements of a scale unit (a Q6_K group of
- * 16; two, accumulated in integers, per 32-element Q4_K sub-block or legacy block). The thread
+ * 16; two, accumulated in integers, per 32-element Q4_K sub-block or legacy block). Per pass over
+ * the chunk a warp holds a whole block of its 32 rows (4 rows per thread: g, g + 8, g + 16, g + 24)
+ * and the next one in flight, runs both row tiles on every activation word it loads, and carries
+ * up to max_tiles token tiles (Q6_K 2, Q4_K 3, the legacy types 4); more tokens take another pass
+ * over the chunk, whose weights then mostly come from L2. Weights are loaded without allocating in
+ * L1, which then keeps the activations every warp of the SM reads. The thread
  * holding C element (row, token) scales the unit's exact int32 dot product by the row's integer
  * scale, sums the block's integers, and then runs the block's float step exactly as
  * matmul_blocks.h does. Biased levels (Q4_0 - 8, Q5_0 - 16, Q6_K - 32) are subtracted per byte
@@ -57,32 +62,62 @@ template <int TYPE> struct mm_mma_traits {
     static constexpr int qfirst = TYPE == SPECLA_TYPE_Q4_K ? 1 : 0;
     /* a whole 16-byte piece per row: Q4_K's header (piece 0), Q6_K's scales (piece 12) */
     static constexpr int hpiece = TYPE == SPECLA_TYPE_Q4_K ? 0 : TYPE == SPECLA_TYPE_Q6_K ? 12 : -1;
+    /* token tiles of 8 per pass that fit the 255 registers without spills (ptxas, sm_90): a
+     * warp keeps 2 blocks of its 32 rows, 2 x NTILES x 4 float sums and 2 x NTILES x 4 integer
+     * sums; more tokens take further passes over the chunk (its weights then come from L2) */
+    static constexpr int max_tiles = TYPE == SPECLA_TYPE_Q6_K ? 2 : TYPE == SPECLA_TYPE_Q4_K ? 3 : 4;
 };
 
-/* One block of the thread's 2 rows of a 16-row tile (rows g and g + 8). */
+/* The token tiles per pass the kernel (and the host emulation) runs for n_batch tokens. */
+template <int TYPE> MM_HD int mm_mma_tiles(int n_batch) {
+    const int need = (n_batch + 7) / 8;
+    return need < mm_mma_traits<TYPE>::max_tiles ? need : mm_mma_traits<TYPE>::max_tiles;
+}
+
+/* One block of the thread's 4 rows of the unit (row quarters hr = 0..3: rows 8 hr + g; tile mt
+ * takes quarters 2 mt and 2 mt + 1 as its rows g and g + 8). */
 template <int TYPE> struct mm_mma_frag {
-    uint32_t q[mm_mma_traits<TYPE>::qpieces][2]; /* [piece][row half]: word t of the piece */
-    uint4 h[2];                                   /* header / scales piece */
-    mm_side side[2];
+    uint32_t q[mm_mma_traits<TYPE>::qpieces][4]; /* [piece][row quarter]: word t of the piece */
+    uint4 h[4];                                   /* header / scales piece */
+    mm_side side[4];
 };
+
+/* Weight loads that do not allocate in L1: the weights are read once, and L1 then keeps the
+ * activation codes, bsums and scales that every row tile of the SM reads again (plain read-only
+ * loads where the qualifier does not exist). */
+MM_HD uint32_t mm_ld_stream_u32(const void *p) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#else
+    return mm_ld_u32(p);
+#endif
+}
+MM_HD uint4 mm_ld_stream_16(const void *p) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    uint32_t w[4];
+    mm_load16(p, w);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+#endif
+}
 
 template <int TYPE>
-MM_HD void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, int mt, int g,
-                                            int t) {
+MM_HD void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, int g, int t) {
     typedef mm_mma_traits<TYPE> tr;
     const uint8_t *slot = group_base + (int64_t)k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
     const uint8_t *side = slot + mm_traits<TYPE>::pieces * 16 * MM_GROUP_ROWS;
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        const int r = 16 * mt + 8 * hr + g;
+    for (int hr = 0; hr < 4; hr++) {
+        const int r = 8 * hr + g;
 #pragma unroll
         for (int p = 0; p < tr::qpieces; p++)
-            f.q[p][hr] = mm_ld_u32(slot + (tr::qfirst + p) * 16 * MM_GROUP_ROWS + 16 * r + 4 * t);
-        if (tr::hpiece >= 0) {
-            uint32_t w[4];
-            mm_load16(slot + tr::hpiece * 16 * MM_GROUP_ROWS + 16 * r, w);
-            f.h[hr] = make_uint4(w[0], w[1], w[2], w[3]);
-        }
+            f.q[p][hr] = mm_ld_stream_u32(slot + (tr::qfirst + p) * 16 * MM_GROUP_ROWS + 16 * r + 4 * t);
+        if (tr::hpiece >= 0) f.h[hr] = mm_ld_stream_16(slot + tr::hpiece * 16 * MM_GROUP_ROWS + 16 * r);
         if (mm_traits<TYPE>::has_d) f.side[hr].d = mm_ld_u16(side + 2 * r);
         if (TYPE == SPECLA_TYPE_Q5_0) f.side[hr].qh = mm_ld_u32(side + 2 * MM_GROUP_ROWS + 4 * r);
     }
@@ -118,51 +153,53 @@ MM_HD uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, i
     return mm_unbias(v, 0x20202020u);
 }
 
-/* The block's step for one 16-row tile and NTILES tiles of 8 tokens (tokens p0 + 8 nt + ...):
- * acc[nt][i] for the thread's C element i of token tile nt. The weight side (levels, scales) is
- * unpacked once per block and used for every token tile. */
+/* C element i of tile mt lies in row quarter 2 mt + (i >> 1) (rows g, g + 8 of the tile) */
+#define MM_HR(mt, i) (2 * (mt) + ((i) >> 1))
+
+/* The block's step for both 16-row tiles and NTILES tiles of 8 tokens (tokens p0 + 8 nt + ...):
+ * acc[mt][nt][i] for the thread's C element i of row tile mt and token tile nt. The weight side
+ * (levels, scales) is unpacked once per block, and every activation word feeds both row tiles. */
 template <int TYPE, int NTILES>
 MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t n, int n_batch, int k, int p0,
-                        int g, int t, float acc[NTILES][4]) {
+                        int g, int t, float acc[2][NTILES][4]) {
     const int lane = 4 * g + t;
-    int32_t s[NTILES][4];
-#pragma unroll
-    for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) s[nt][i] = 0;
     if (TYPE == SPECLA_TYPE_Q4_K) {
         const int64_t e0 = (int64_t)k * 256;
-        int32_t tt[NTILES][4];
+        /* s = sum_j sc_j dot_j first (and its float step), then t = sum_j m_j bsum pair: only one
+         * of the two integer sets is live at a time */
+        int32_t s[2][NTILES][4];
 #pragma unroll
-        for (int nt = 0; nt < NTILES; nt++)
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) tt[nt][i] = 0;
-        const uint32_t sw0[3] = {f.h[0].y, f.h[0].z, f.h[0].w}, sw1[3] = {f.h[1].y, f.h[1].z, f.h[1].w};
+            for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[mt][nt][i] = 0;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int p = j / 2, shift = 4 * (j % 2);
-            int sc0, m0, sc1, m1; /* rows g and g + 8 */
-            mm_scale_min(sw0, j, &sc0, &m0);
-            mm_scale_min(sw1, j, &sc1, &m1);
-            const uint32_t a_lo0 = (f.q[2 * p][0] >> shift) & 0x0F0F0F0Fu, a_lo1 = (f.q[2 * p][1] >> shift) & 0x0F0F0F0Fu;
-            const uint32_t a_hi0 = (f.q[2 * p + 1][0] >> shift) & 0x0F0F0F0Fu,
-                           a_hi1 = (f.q[2 * p + 1][1] >> shift) & 0x0F0F0F0Fu;
+            int sc[4], mn[4];
+            uint32_t a_lo[4], a_hi[4];
+#pragma unroll
+            for (int hr = 0; hr < 4; hr++) {
+                const uint32_t sw[3] = {f.h[hr].y, f.h[hr].z, f.h[hr].w};
+                mm_scale_min(sw, j, &sc[hr], &mn[hr]);
+                a_lo[hr] = (f.q[2 * p][hr] >> shift) & 0x0F0F0F0Fu;
+                a_hi[hr] = (f.q[2 * p + 1][hr] >> shift) & 0x0F0F0F0Fu;
+            }
 #pragma unroll
             for (int nt = 0; nt < NTILES; nt++) {
                 if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
                 const int bt = p0 + 8 * nt + g;       /* the token whose codes this thread feeds to B */
-                int32_t c[4] = {0, 0, 0, 0};
-                mm_mma_k16(c, a_lo0, a_lo1, mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t), lane);
-                mm_mma_k16(c, a_hi0, a_hi1, mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t), lane);
-                s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
-                /* bsums[2j] + bsums[2j + 1] of the thread's two C tokens (one word holds both) */
-                const int c0 = p0 + 8 * nt + 2 * t;
-                const uint32_t w0 = c0 < n_batch ? mm_ld_u32(act.bsums + (int64_t)c0 * (n / 16) + 16 * k + 2 * j) : 0u;
-                const uint32_t w1 = c0 + 1 < n_batch ? mm_ld_u32(act.bsums + (int64_t)(c0 + 1) * (n / 16) + 16 * k + 2 * j) : 0u;
-                const int32_t pair0 = (int32_t)(int16_t)(w0 & 0xffffu) + (int32_t)(int16_t)(w0 >> 16);
-                const int32_t pair1 = (int32_t)(int16_t)(w1 & 0xffffu) + (int32_t)(int16_t)(w1 >> 16);
-                tt[nt][0] += m0 * pair0, tt[nt][1] += m0 * pair1;
-                tt[nt][2] += m1 * pair0, tt[nt][3] += m1 * pair1;
+                const uint32_t b_lo = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 4 * t);
+                const uint32_t b_hi = mm_act_word(act, n, bt, n_batch, e0 + 32 * j + 16 + 4 * t);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int32_t c[4] = {0, 0, 0, 0};
+                    mm_mma_k16(c, a_lo[2 * mt], a_lo[2 * mt + 1], b_lo, lane);
+                    mm_mma_k16(c, a_hi[2 * mt], a_hi[2 * mt + 1], b_hi, lane);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) s[mt][nt][i] += sc[MM_HR(mt, i)] * c[i];
+                }
             }
         }
 #pragma unroll
@@ -171,16 +208,67 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
             for (int i = 0; i < 4; i++) {
                 const int tok = p0 + 8 * nt + 2 * t + (i & 1);
                 if (tok >= n_batch) continue;
-                const uint32_t w0 = f.h[i >> 1].x;
-                const float d = mm_half((uint16_t)(w0 & 0xffffu)), dmin = mm_half((uint16_t)(w0 >> 16));
                 const float da = act.scales[(int64_t)tok * (n / 256) + k];
-                acc[nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[nt][i]), acc[nt][i]);
-                acc[nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[nt][i]), acc[nt][i]);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const float d = mm_half((uint16_t)(f.h[MM_HR(mt, i)].x & 0xffffu));
+                    acc[mt][nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[mt][nt][i]), acc[mt][nt][i]);
+                }
+            }
+        int32_t tt[2][NTILES][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) tt[mt][nt][i] = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int sc[4], mn[4];
+#pragma unroll
+            for (int hr = 0; hr < 4; hr++) {
+                const uint32_t sw[3] = {f.h[hr].y, f.h[hr].z, f.h[hr].w};
+                mm_scale_min(sw, j, &sc[hr], &mn[hr]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++) {
+                if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
+                /* bsums[2j] + bsums[2j + 1] of the thread's two C tokens (one word holds both) */
+                const int c0 = p0 + 8 * nt + 2 * t;
+                const uint32_t w0 = c0 < n_batch ? mm_ld_u32(act.bsums + (int64_t)c0 * (n / 16) + 16 * k + 2 * j) : 0u;
+                const uint32_t w1 = c0 + 1 < n_batch ? mm_ld_u32(act.bsums + (int64_t)(c0 + 1) * (n / 16) + 16 * k + 2 * j) : 0u;
+                const int32_t pair0 = (int32_t)(int16_t)(w0 & 0xffffu) + (int32_t)(int16_t)(w0 >> 16);
+                const int32_t pair1 = (int32_t)(int16_t)(w1 & 0xffffu) + (int32_t)(int16_t)(w1 >> 16);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) tt[mt][nt][i] += mn[MM_HR(mt, i)] * ((i & 1) ? pair1 : pair0);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                if (tok >= n_batch) continue;
+                const float da = act.scales[(int64_t)tok * (n / 256) + k];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const float dmin = mm_half((uint16_t)(f.h[MM_HR(mt, i)].x >> 16));
+                    acc[mt][nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[mt][nt][i]), acc[mt][nt][i]);
+                }
             }
         return;
     }
     if (TYPE == SPECLA_TYPE_Q6_K) {
         const int64_t e0 = (int64_t)k * 256;
+        int32_t s[2][NTILES][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[mt][nt][i] = 0;
 #pragma unroll
         for (int h6 = 0; h6 < 2; h6++)
 #pragma unroll
@@ -188,17 +276,26 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
 #pragma unroll
                 for (int jj = 0; jj < 2; jj++) {
                     const int grp = 8 * h6 + 2 * m + jj; /* elements 16 grp .. 16 grp + 15 */
-                    const uint32_t a0 = mm_q6_levels(f, 0, h6, m, jj), a1 = mm_q6_levels(f, 1, h6, m, jj);
-                    const uint32_t word0 = grp < 4 ? f.h[0].x : grp < 8 ? f.h[0].y : grp < 12 ? f.h[0].z : f.h[0].w;
-                    const uint32_t word1 = grp < 4 ? f.h[1].x : grp < 8 ? f.h[1].y : grp < 12 ? f.h[1].z : f.h[1].w;
-                    const int sc0 = (int8_t)(word0 >> (8 * (grp & 3))), sc1 = (int8_t)(word1 >> (8 * (grp & 3)));
+                    uint32_t a[4];
+                    int sc[4];
+#pragma unroll
+                    for (int hr = 0; hr < 4; hr++) {
+                        a[hr] = mm_q6_levels(f, hr, h6, m, jj);
+                        const uint32_t word = grp < 4 ? f.h[hr].x : grp < 8 ? f.h[hr].y : grp < 12 ? f.h[hr].z : f.h[hr].w;
+                        sc[hr] = (int8_t)(word >> (8 * (grp & 3)));
+                    }
 #pragma unroll
                     for (int nt = 0; nt < NTILES; nt++) {
                         if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
                         const int bt = p0 + 8 * nt + g;
-                        int32_t c[4] = {0, 0, 0, 0};
-                        mm_mma_k16(c, a0, a1, mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t), lane);
-                        s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
+                        const uint32_t b = mm_act_word(act, n, bt, n_batch, e0 + 16 * grp + 4 * t);
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            int32_t c[4] = {0, 0, 0, 0};
+                            mm_mma_k16(c, a[2 * mt], a[2 * mt + 1], b, lane);
+#pragma unroll
+                            for (int i = 0; i < 4; i++) s[mt][nt][i] += sc[MM_HR(mt, i)] * c[i];
+                        }
                     }
                 }
 #pragma unroll
@@ -208,32 +305,46 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                 const int tok = p0 + 8 * nt + 2 * t + (i & 1);
                 if (tok >= n_batch) continue;
                 const float da = act.scales[(int64_t)tok * (n / 256) + k];
-                acc[nt][i] = mm_fma(mm_mul(da, mm_half(f.side[i >> 1].d)), mm_i2f(s[nt][i]), acc[nt][i]);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    acc[mt][nt][i] = mm_fma(mm_mul(da, mm_half(f.side[MM_HR(mt, i)].d)), mm_i2f(s[mt][nt][i]), acc[mt][nt][i]);
             }
         return;
     }
     /* Q8_0 / Q4_0 / Q5_0: one block of 32 = k-words t and 4 + t */
     const int64_t e0 = (int64_t)k * 32;
-    const uint32_t lo0 = mm_legacy_levels(f, 0, t, t), lo1 = mm_legacy_levels(f, 1, t, t);
-    const uint32_t hi0 = mm_legacy_levels(f, 0, 4 + t, t), hi1 = mm_legacy_levels(f, 1, 4 + t, t);
+    uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int hr = 0; hr < 4; hr++) lo[hr] = mm_legacy_levels(f, hr, t, t), hi[hr] = mm_legacy_levels(f, hr, 4 + t, t);
 #pragma unroll
     for (int nt = 0; nt < NTILES; nt++) {
         if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
         const int bt = p0 + 8 * nt + g;
-        mm_mma_k16(s[nt], lo0, lo1, mm_act_word(act, n, bt, n_batch, e0 + 4 * t), lane);
-        mm_mma_k16(s[nt], hi0, hi1, mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t), lane);
+        const uint32_t b_lo = mm_act_word(act, n, bt, n_batch, e0 + 4 * t);
+        const uint32_t b_hi = mm_act_word(act, n, bt, n_batch, e0 + 16 + 4 * t);
+        int32_t s[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[mt][i] = 0;
+            mm_mma_k16(s[mt], lo[2 * mt], lo[2 * mt + 1], b_lo, lane);
+            mm_mma_k16(s[mt], hi[2 * mt], hi[2 * mt + 1], b_hi, lane);
+        }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int tok = p0 + 8 * nt + 2 * t + (i & 1);
             if (tok >= n_batch) continue;
             const float da = act.scales[(int64_t)tok * (n / 32) + k];
-            acc[nt][i] = mm_fma(mm_mul(mm_half(f.side[i >> 1].d), da), mm_i2f(s[nt][i]), acc[nt][i]);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                acc[mt][nt][i] = mm_fma(mm_mul(mm_half(f.side[MM_HR(mt, i)].d), da), mm_i2f(s[mt][i]), acc[mt][nt][i]);
         }
     }
 }
 
 /* Unit u of a launch, lane `lane`: the partial sums of its 32 rows for every token, stored with
- * mm_store. NTILES tiles of 8 tokens per pass over the chunk. */
+ * mm_store. Per pass over the chunk: both 16-row tiles and NTILES tiles of 8 tokens; the next
+ * block (all 32 rows) is loaded while the current one is computed. */
 template <int TYPE, int NTILES>
 MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -244,30 +355,33 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
     const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
     const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
 
-    /* the two 16-row tiles one after the other (each streams its own half of the slots) */
-    for (int mt = 0; mt < 2; mt++)
-        for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) {
-            float acc[NTILES][4];
+    for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) {
+        float acc[2][NTILES][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int nt = 0; nt < NTILES; nt++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
-            mm_mma_frag<TYPE> cur, nxt;
-            mm_mma_load(cur, group_base, k_begin, mt, g, t);
-            for (int k = k_begin; k < k_end; k++) {
-                if (k + 1 < k_end) mm_mma_load(nxt, group_base, k + 1, mt, g, t);
-                mm_mma_block<TYPE, NTILES>(cur, args.act, args.n, args.n_batch, k, p0, g, t, acc);
-                cur = nxt;
-            }
+                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+        mm_mma_frag<TYPE> cur, nxt;
+        mm_mma_load(cur, group_base, k_begin, g, t);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        for (int k = k_begin; k < k_end; k++) {
+            if (k + 1 < k_end) mm_mma_load(nxt, group_base, k + 1, g, t);
+            mm_mma_block<TYPE, NTILES>(cur, args.act, args.n, args.n_batch, k, p0, g, t, acc);
+            cur = nxt;
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int nt = 0; nt < NTILES; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int tok = p0 + 8 * nt + 2 * t + (i & 1);
                     const int row = rg * MM_GROUP_ROWS + 16 * mt + 8 * (i >> 1) + g;
-                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[nt][i]);
+                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[mt][nt][i]);
                 }
-        }
+    }
 }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernel */
