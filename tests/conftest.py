@@ -8,6 +8,7 @@ explanation instead."""
 from __future__ import annotations
 
 import os
+import weakref
 import zlib
 
 import numpy as np
@@ -136,6 +137,20 @@ def tiny_model_path(test_model_dir):
         return _MODEL_CACHE[key]
 
     return get
+
+
+# model -> {(prompt, n): its plain greedy tokens}. Keyed by the Model object itself and weakly: the
+# entries die with the model, so a later model (which may be given the same id()) never reads them.
+_PLAIN_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def plain_tokens(model, prompt, n: int) -> list[int]:
+    """model.generate(prompt, n) (plain greedy decoding), computed once per model, prompt and n."""
+    per_model = _PLAIN_TOKENS.setdefault(model, {})
+    key = (tuple(int(t) for t in prompt), n)
+    if key not in per_model:
+        per_model[key] = model.generate(list(prompt), n)
+    return per_model[key]
 
 
 def assert_close_up_to_code_flips(ours, expected, what, n_exact_min=1):
