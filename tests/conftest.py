@@ -46,6 +46,19 @@ def seed_for(test_id: str) -> int:
     return zlib.crc32(f"{SESSION_SEED}:{test_id}".encode())
 
 
+_DRAWS: dict[str, int] = {}
+
+
+def seeded_rng() -> tuple[np.random.Generator, int]:
+    """(generator, seed) for the running test: its k-th call in a test draws from
+    seed_for("<test id>#k"), so a rerun of the test alone sees the same inputs."""
+    test_id = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    k = _DRAWS.get(test_id, 0)
+    _DRAWS[test_id] = k + 1
+    seed = seed_for(f"{test_id}#{k}")
+    return np.random.default_rng(seed), seed
+
+
 @pytest.fixture
 def seed(request) -> int:
     return seed_for(request.node.nodeid)

@@ -20,6 +20,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from conftest import seeded_rng
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf import quants as gguf_quants  # noqa: E402
@@ -40,8 +41,7 @@ QK_K = 256
 
 
 def fresh_rng():
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    return np.random.default_rng(seed), seed
+    return seeded_rng()  # fresh each session, reproducible (conftest.seeded_rng)
 
 
 def skip_unless_available(cpu_kernels: str):
