@@ -166,18 +166,20 @@ def plain_tokens(model, prompt, n: int) -> list[int]:
     return per_model[key]
 
 
-def assert_close_up_to_code_flips(ours, expected, what, n_exact_min=1):
+def assert_close_up_to_code_flips(ours, expected, what, flip_rtol, argmax_min, n_exact_min=1):
     """Quantized weights meet 8-bit activations (activation_q8.h). Two computations of the same
     model that differ by float rounding anywhere upstream (float64 reference vs our float32, or two
     kernel sets) can round an activation that lies within an ulp of a code boundary to the
     neighbouring code: one step of one activation, ~1e-2 of the logits on these random weights,
     carried on by the recurrent state. So per sequence: either no flip happened (agreement to 1e-5,
-    which shows the arithmetic itself is the same) or the logits are within 5e-2 with the same
-    argmax; at least n_exact_min sequences must show no flip."""
+    which shows the arithmetic itself is the same) or the logits are within flip_rtol (relative to
+    the largest logit) with at least argmax_min of the positions keeping their argmax; at least
+    n_exact_min sequences must show no flip. Each caller states the figures it measured."""
     exact = 0
     for i, (a, b) in enumerate(zip(ours, expected)):
         rel = np.abs(a - b).max() / np.abs(b).max()
         exact += rel <= 1e-5
-        assert rel <= 5e-2, f"{what} sequence {i}: max relative logit error {rel:.2e}"
-        assert np.mean(a.argmax(-1) == b.argmax(-1)) >= 0.9, f"{what} sequence {i}: argmax differs"
+        assert rel <= flip_rtol, f"{what} sequence {i}: max relative logit error {rel:.2e} > {flip_rtol:.1e}"
+        same = np.mean(a.argmax(-1) == b.argmax(-1))
+        assert same >= argmax_min, f"{what} sequence {i}: argmax agrees at {same:.3f} of positions < {argmax_min:.3f}"
     assert exact >= n_exact_min, f"{what}: every sequence differs by more than 1e-5"
