@@ -67,38 +67,39 @@ class HParams(ctypes.Structure):
     ]
 
 
-LAYER_TENSOR_FIELDS = (
-    # (struct field, GGUF name suffix after "blk.N.")
-    ("attn_norm", "attn_norm.weight"),
-    ("post_attention_norm", "post_attention_norm.weight"),
-    ("attn_qkv", "attn_qkv.weight"),
-    ("attn_gate", "attn_gate.weight"),
-    ("ssm_conv1d", "ssm_conv1d.weight"),
-    ("ssm_dt_bias", "ssm_dt.bias"),
-    ("ssm_a", "ssm_a"),
-    ("ssm_beta", "ssm_beta.weight"),
-    ("ssm_alpha", "ssm_alpha.weight"),
-    ("ssm_norm", "ssm_norm.weight"),
-    ("ssm_out", "ssm_out.weight"),
-    ("attn_q", "attn_q.weight"),
-    ("attn_k", "attn_k.weight"),
-    ("attn_v", "attn_v.weight"),
-    ("attn_output", "attn_output.weight"),
-    ("attn_q_norm", "attn_q_norm.weight"),
-    ("attn_k_norm", "attn_k_norm.weight"),
-    ("ffn_gate", "ffn_gate.weight"),
-    ("ffn_up", "ffn_up.weight"),
-    ("ffn_down", "ffn_down.weight"),
-    ("attn_q_bias", "attn_q.bias"),
-    ("attn_k_bias", "attn_k.bias"),
-    ("attn_v_bias", "attn_v.bias"),
+# specla_layer_weights, in struct order. Which GGUF tensor fills a field is the architecture's
+# table (pyspecla.arch: LAYER_TENSORS); a field the architecture lacks stays empty.
+LAYER_FIELDS = (
+    "attn_norm",
+    "post_attention_norm",
+    "attn_qkv",
+    "attn_gate",
+    "ssm_conv1d",
+    "ssm_dt_bias",
+    "ssm_a",
+    "ssm_beta",
+    "ssm_alpha",
+    "ssm_norm",
+    "ssm_out",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+    "attn_q_bias",
+    "attn_k_bias",
+    "attn_v_bias",
 )
 
 ARCHS = {"qwen35": 0, "qwen2": 1, "qwen3": 2}
 
 
 class LayerWeights(ctypes.Structure):
-    _fields_ = [(field, Tensor) for field, _ in LAYER_TENSOR_FIELDS]
+    _fields_ = [(field, Tensor) for field in LAYER_FIELDS]
 
 
 class Weights(ctypes.Structure):
@@ -149,10 +150,6 @@ class Batch(ctypes.Structure):
 class OpOptions(ctypes.Structure):
     _fields_ = [("n_threads", ctypes.c_int32), ("cpu_kernels", ctypes.c_int32)]
 
-
-HLD_MAGIC = 0x534C4844
-HLD_VERSION = 1
-HLD_HEADER_INTS = 20
 
 VERIFY_METHODS = {"hld_chains": 0, "root_to_leaf": 1, "dense_checkpoints": 2}
 COMMIT_METHODS = {"deferred_factors": 0, "factors_now": 1, "replay": 2, "checkpoint_restore": 3}
@@ -224,24 +221,24 @@ class DraftHParams(ctypes.Structure):
     ]
 
 
-DRAFT_LAYER_TENSOR_FIELDS = (
-    # (struct field, canonical GGUF name suffix after "blk.N.")
-    ("attn_norm", "attn_norm.weight"),
-    ("ffn_norm", "ffn_norm.weight"),
-    ("attn_q", "attn_q.weight"),
-    ("attn_k", "attn_k.weight"),
-    ("attn_v", "attn_v.weight"),
-    ("attn_output", "attn_output.weight"),
-    ("attn_q_norm", "attn_q_norm.weight"),
-    ("attn_k_norm", "attn_k_norm.weight"),
-    ("ffn_gate", "ffn_gate.weight"),
-    ("ffn_up", "ffn_up.weight"),
-    ("ffn_down", "ffn_down.weight"),
+# specla_draft_layer_weights, in struct order (tensor names: pyspecla.arch.dflash.LAYER_TENSORS)
+DRAFT_LAYER_FIELDS = (
+    "attn_norm",
+    "ffn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_q_norm",
+    "attn_k_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
 )
 
 
 class DraftLayerWeights(ctypes.Structure):
-    _fields_ = [(field, Tensor) for field, _ in DRAFT_LAYER_TENSOR_FIELDS]
+    _fields_ = [(field, Tensor) for field in DRAFT_LAYER_FIELDS]
 
 
 class DraftWeights(ctypes.Structure):

@@ -280,10 +280,10 @@ def _print_tensors(mf) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .loader.dflash import DraftFile, file_architecture
+    from .loader.dflash import DRAFT_ARCHS, DraftFile, file_architecture
     from .loader.target import ModelFile
 
-    if file_architecture(args.model) in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
+    if file_architecture(args.model) in DRAFT_ARCHS:
         df = DraftFile.open(args.model)
         _print_metadata(df)
         hp = df.hparams

@@ -13,6 +13,7 @@ import ctypes
 import numpy as np
 
 from . import _native
+from .arch.dflash import LAYER_TENSORS
 from .loader.dflash import DraftFile, check_against_target
 from .errors import UsageError
 from .model import apply_logit_head
@@ -106,8 +107,8 @@ class DFlashDraft:
         )
         layers = (_native.DraftLayerWeights * hp.n_layer)()
         for il in range(hp.n_layer):
-            for field, suffix in _native.DRAFT_LAYER_TENSOR_FIELDS:
-                setattr(layers[il], field, _tensor(file.tensor(f"blk.{il}.{suffix}")))
+            for field in _native.DRAFT_LAYER_FIELDS:
+                setattr(layers[il], field, _tensor(file.tensor(f"blk.{il}.{LAYER_TENSORS[field]}")))
         self._layers = layers
         self._aux = None
         if hp.context_kv_layer_norm:

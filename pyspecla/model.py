@@ -209,9 +209,9 @@ class Model:
         )
         layers = (_native.LayerWeights * hp.n_layer)()
         for il in range(hp.n_layer):
-            for field, suffix in _native.LAYER_TENSOR_FIELDS:
+            for field in _native.LAYER_FIELDS:
                 # the file knows its architecture's names (qwen2: ffn_norm is the pre-FFN norm)
-                name = file.layer_tensor_name(il, field) if hasattr(file, "layer_tensor_name") else f"blk.{il}.{suffix}"
+                name = file.layer_tensor_name(il, field)
                 view = file.optional_tensor(name) if name else None
                 if view is not None:
                     setattr(layers[il], field, self._tensor(view))

@@ -2,7 +2,7 @@
 
 `write_minimal_qwen35(path, **overrides)` writes a seeded random F32 model of `n_layers` trunk
 layers (default 4: layers 0-2 Gated DeltaNet, layer 3 full attention, by the interval rule) with
-tiny dims, laid out exactly as the converter writes qwen35 (contract sections 1-2), and lets a test
+tiny dims, laid out exactly as the converter writes qwen35 (docs/qwen35.md §1-2), and lets a test
 break one thing at a time: drop or retype a key, drop a tensor, change a shape or a tensor type,
 add tensors, change the architecture. It returns a `Fixture` with the dims and the arrays it wrote.
 """

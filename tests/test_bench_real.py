@@ -23,6 +23,9 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import bench_real  # noqa: E402
+import bench_real_llama  # noqa: E402
+import bench_real_pyspecla  # noqa: E402
+import bench_real_report  # noqa: E402
 import prompts_real  # noqa: E402
 import top1_agreement  # noqa: E402
 from prompts_real import HUMANEVAL, MTBENCH, Prompt  # noqa: E402
@@ -141,25 +144,25 @@ def test_cached_archives_are_used_without_downloading(tmp_path, monkeypatch):
 
 def test_acceptance_figures_count_drafted_and_accepted_tokens():
     # step 1: 4 drafted, 2 accepted (+ bonus); step 2: nothing drafted; step 3: 2 drafted, 1 accepted
-    f = bench_real.acceptance_figures([3, 1, 2], [4, 0, 2])
+    f = bench_real_report.acceptance_figures([3, 1, 2], [4, 0, 2])
     assert f == {"steps": 3, "mean_accepted": 2.0, "drafted_tokens": 6, "accepted_drafted_tokens": 3,
                  "acceptance_rate": 0.5, "draft_steps": 2}
-    assert bench_real.acceptance_figures([1, 1], [0, 0])["acceptance_rate"] is None
+    assert bench_real_report.acceptance_figures([1, 1], [0, 0])["acceptance_rate"] is None
     with pytest.raises(ValueError):
-        bench_real.acceptance_figures([2], [1, 1])
+        bench_real_report.acceptance_figures([2], [1, 1])
     with pytest.raises(ValueError):
-        bench_real.acceptance_figures([0], [1])
+        bench_real_report.acceptance_figures([0], [1])
 
 
 def test_first_difference_and_emit():
-    assert bench_real.first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert bench_real.first_difference([1, 5, 3], [1, 2, 3]) == 1
-    assert bench_real.first_difference([1, 2], [1, 2, 3]) == 2
+    assert bench_real_report.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert bench_real_report.first_difference([1, 5, 3], [1, 2, 3]) == 1
+    assert bench_real_report.first_difference([1, 2], [1, 2, 3]) == 2
     out = []
-    assert not bench_real.emit_tokens(out, [4, 5], 10, {9})
-    assert bench_real.emit_tokens(out, [6, 9, 7], 10, {9}) and out == [4, 5, 6, 9]  # EOS kept, then stop
+    assert not bench_real_llama.emit_tokens(out, [4, 5], 10, {9})
+    assert bench_real_llama.emit_tokens(out, [6, 9, 7], 10, {9}) and out == [4, 5, 6, 9]  # EOS kept, then stop
     out = []
-    assert bench_real.emit_tokens(out, [1, 2, 3, 4], 3, set()) and out == [1, 2, 3]
+    assert bench_real_llama.emit_tokens(out, [1, 2, 3, 4], 3, set()) and out == [1, 2, 3]
 
 
 def _row(prompt, setting, tps, exact=True, runtime=None, acc=None, mean=1.0, eos="stop", **extra):
@@ -186,7 +189,7 @@ HAND_ROWS = [
 
 
 def test_summary_medians_paired_ratios_and_exact_counts():
-    summary = {s["setting"]: s for s in bench_real.summarize(HAND_ROWS)}
+    summary = {s["setting"]: s for s in bench_real_report.summarize(HAND_ROWS)}
     assert set(summary) == {"ar", "ngram-chain", "llama-ar", "llama-draft:n=4,p=0.75", "draft-chain"}
     ngram = summary["ngram-chain"]
     assert ngram["median_tokens_per_s"] == 8.0
@@ -208,8 +211,8 @@ def test_summary_medians_paired_ratios_and_exact_counts():
 
 
 def test_markdown_tables():
-    summary = bench_real.summarize(HAND_ROWS)
-    text = bench_real.markdown_report(HAND_ROWS, summary)
+    summary = bench_real_report.summarize(HAND_ROWS)
+    text = bench_real_report.markdown_report(HAND_ROWS, summary)
     lines = text.splitlines()
     assert "### stop at EOS: summary" in lines and "### stop at EOS: per prompt" in lines
     header = next(i for i, line in enumerate(lines) if line.startswith("| runtime | setting | median tokens/s"))
@@ -277,10 +280,10 @@ def draft_rule(prefix, n_vocab):
 
 def test_llama_speculative_loop_emits_exactly_the_greedy_tokens(monkeypatch):
     # the real eval_prompt reads the last logits through llama_cpp's C API; the fake writes every row
-    monkeypatch.setattr(bench_real, "eval_prompt", _fake_eval_prompt)
+    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
     prompt = [1, 2, 3, 1, 2]
     target = FakeLlama(target_rule)
-    ar = bench_real.llama_generate(target, prompt, 40, set())
+    ar = bench_real_llama.llama_generate(target, prompt, 40, set())
     assert ar["steps"] == 39 and ar["drafted_tokens"] == 0 and all(n == 1 for n in target.evals[1:])
     expected = []
     prefix = list(prompt)
@@ -289,36 +292,76 @@ def test_llama_speculative_loop_emits_exactly_the_greedy_tokens(monkeypatch):
         prefix.append(expected[-1])
     assert ar["tokens"] == expected
 
-    proposer = bench_real.DraftModelProposer(FakeLlama(draft_rule), n_max=4, p_min=0.75)
-    spec = bench_real.llama_generate(target, prompt, 40, set(), proposer)
+    proposer = bench_real_llama.DraftModelProposer(FakeLlama(draft_rule), n_max=4, p_min=0.75)
+    spec = bench_real_llama.llama_generate(target, prompt, 40, set(), proposer)
     assert spec["tokens"] == expected
     assert spec["steps"] < ar["steps"] and spec["mean_accepted"] > 1.0
     assert 0.0 < spec["acceptance_rate"] < 1.0  # the draft is wrong after token 6
     assert max(n for n in target.evals[1:]) <= 5  # last token + at most n_max drafts per batch
 
     eos = {expected[5]}
-    stopped = bench_real.llama_generate(target, prompt, 40, eos, proposer)
+    stopped = bench_real_llama.llama_generate(target, prompt, 40, eos, proposer)
     assert stopped["tokens"] == expected[:expected.index(expected[5]) + 1]
 
 
 def test_llama_prompt_lookup_loop_is_exact(monkeypatch):
     pytest.importorskip("llama_cpp.llama_speculative")
-    monkeypatch.setattr(bench_real, "eval_prompt", _fake_eval_prompt)
+    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
     prompt = [1, 2, 3, 1, 2]
     target = FakeLlama(target_rule)
-    ar = bench_real.llama_generate(target, prompt, 40, set())
-    lookup = bench_real.PromptLookupProposer(max_ngram=3, max_tokens=6)
-    spec = bench_real.llama_generate(target, prompt, 40, set(), lookup)
+    ar = bench_real_llama.llama_generate(target, prompt, 40, set())
+    lookup = bench_real_llama.PromptLookupProposer(max_ngram=3, max_tokens=6)
+    spec = bench_real_llama.llama_generate(target, prompt, 40, set(), lookup)
     assert spec["tokens"] == ar["tokens"]
     # the continuation cycles with period 8: once a cycle is in the history, lookups hit
     assert spec["steps"] < ar["steps"] and spec["accepted_drafted_tokens"] > 0
 
 
+def test_llama_baseline_rows_per_prompt(monkeypatch):
+    """LlamaBaseline (the llama.cpp side of bench_real's main) on a stand-in llama_cpp: one row per
+    setting, handed to record as it is made, exact against its own AR run."""
+    import types
+
+    models = {}
+
+    class StubLlama(FakeLlama):
+        def __init__(self, model_path, **kwargs):
+            super().__init__(draft_rule if "draft" in model_path else target_rule, n_ctx=kwargs["n_ctx"])
+            self.kwargs, self.closed = kwargs, False
+            models[model_path] = self
+
+        def tokenize(self, text, add_bos, special):
+            return [int(c) for c in text.decode()]
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=StubLlama, __version__="stub"))
+    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
+    baseline = bench_real_llama.LlamaBaseline(Path("target.gguf"), Path("draft.gguf"), ["ar", "draft"], 2, 45,
+                                              [2, 4], [0.75], 3, 10)
+    assert models["target.gguf"].kwargs["n_ctx"] == 45 + 10 + 16  # the longest draft: lookup's 10 tokens
+    prompt = Prompt("p0", "humaneval", "12312")
+    baseline.check_tokenizer({"p0": "12312"}, {"p0": [1, 2, 3, 1, 2]})
+    recorded = []
+    llama_ar = baseline.bench_prompt(prompt, [1, 2, 3, 1, 2], 40, "past", set(), [0], {"commit": "c"},
+                                     recorded.extend)
+    assert [r["setting"] for r in recorded] == ["llama-ar", "llama-draft:n=2,p=0.75", "llama-draft:n=4,p=0.75"]
+    assert llama_ar == recorded[0]["tokens"] and len(llama_ar) == 40
+    assert all(r["exact"] and r["tokens"] == llama_ar and r["llama_tokens_match"] for r in recorded)
+    assert [r["mode"] for r in recorded] == ["llama-ar", "llama-spec", "llama-spec"]
+    assert recorded[1]["n_max"] == 2 and recorded[1]["draft"] == "draft.gguf" and recorded[0]["commit"] == "c"
+    assert recorded[2]["steps"] < recorded[0]["steps"]
+    assert not any(r["exact_vs_pyspecla_ar"] for r in recorded)  # [0] is not the AR continuation
+    baseline.close()
+    assert models["target.gguf"].closed and models["draft.gguf"].closed
+
+
 def test_draft_probability_is_a_softmax_over_the_top_10():
     logits = np.array([5.0, 4.0, 3.0] + [0.0] * 20, np.float32)
     top = np.sort(logits)[-10:].astype(np.float64)
-    assert bench_real.DraftModelProposer.top1_probability(logits) == pytest.approx(np.exp(5.0) / np.exp(top).sum())
-    assert bench_real.DraftModelProposer.top1_probability(np.full(30, 2.0, np.float32)) == pytest.approx(0.1)
+    assert bench_real_llama.DraftModelProposer.top1_probability(logits) == pytest.approx(np.exp(5.0) / np.exp(top).sum())
+    assert bench_real_llama.DraftModelProposer.top1_probability(np.full(30, 2.0, np.float32)) == pytest.approx(0.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,13 +389,13 @@ FAKE_PROMPTS = [
 
 def test_pyspecla_settings_on_a_tiny_model_are_exact(qwen2_model):
     model = qwen2_model
-    options = bench_real.SpecOptions(draft=str(Path("/nonexistent/draft.gguf")))
+    options = bench_real_pyspecla.SpecOptions(draft=str(Path("/nonexistent/draft.gguf")))
     settings = ["ar", "ngram-chain", "ngram-ddtree", "draft-chain"]
     rows = []
     for eos in ("stop", "past"):
         for p in FAKE_PROMPTS:
             ids = model.tokenize(prompts_real.prompt_text(p, model.tokenizer))
-            rows += bench_real.bench_pyspecla_prompt(model, p, ids, settings, 24, eos, options, {"commit": "test"})
+            rows += bench_real_pyspecla.bench_pyspecla_prompt(model, p, ids, settings, 24, eos, options, {"commit": "test"})
     assert len(rows) == 2 * 2 * len(settings)
     chat = model.tokenizer.apply_chat_template([{"role": "user", "content": FAKE_PROMPTS[1].text}])
     assert "<|im_start|>" in chat
@@ -375,14 +418,14 @@ def test_pyspecla_settings_on_a_tiny_model_are_exact(qwen2_model):
     ngram = [r for r in rows if r["setting"] == "ngram-chain" and r["prompt"] == "HumanEval/fake"]
     assert all(r["drafted_tokens"] > 0 for r in ngram)
 
-    cost = bench_real.verify_cost_pyspecla(model, rows[0]["tokens"][:3], rows[0]["tokens"], [1, 2, 4], repeats=2)
+    cost = bench_real_pyspecla.verify_cost_pyspecla(model, rows[0]["tokens"][:3], rows[0]["tokens"], [1, 2, 4], repeats=2)
     assert [r["k"] for r in cost] == [1, 2, 4]
     assert all(r["verify_ms"] > 0 and r["decode_step_ms"] > 0 and r["mode"] == "verify_cost" for r in cost)
 
-    summary = bench_real.summarize(rows + cost)
+    summary = bench_real_report.summarize(rows + cost)
     stop_ngram = next(s for s in summary if s["setting"] == "ngram-ddtree" and s["eos"] == "stop")
     assert stop_ngram["exact_prompts"] == 2 and stop_ngram["vs_pyspecla_ar"] > 0
-    text = bench_real.markdown_report(rows + cost, summary)
+    text = bench_real_report.markdown_report(rows + cost, summary)
     assert "| HumanEval/fake |" in text and "### Verify cost of a k-node chain" in text
 
 
@@ -412,36 +455,36 @@ def test_draft_model_settings_with_the_target_as_its_own_draft(qwen2_model, tmp_
     drafters = pytest.importorskip("pyspecla.speculative.drafters")
     if not hasattr(drafters, "ModelDrafter"):
         pytest.skip("no autoregressive draft-model drafter in pyspecla.speculative.drafters yet")
-    options = bench_real.SpecOptions(draft=qwen2_model.file.path, draft_max=4, draft_p_min=0.0)
+    options = bench_real_pyspecla.SpecOptions(draft=qwen2_model.file.path, draft_max=4, draft_p_min=0.0)
     p = FAKE_PROMPTS[0]
     ids = qwen2_model.tokenize(p.text)
-    rows = bench_real.bench_pyspecla_prompt(qwen2_model, p, ids, ["ar", "draft-chain", "draft-ddtree"], 20, "past",
+    rows = bench_real_pyspecla.bench_pyspecla_prompt(qwen2_model, p, ids, ["ar", "draft-chain", "draft-ddtree"], 20, "past",
                                             options, {})
     chain, tree = rows[1], rows[2]
     assert not chain.get("skipped") and not tree.get("skipped"), (chain.get("error"), tree.get("error"))
     assert chain["exact"] and tree["exact"]
     assert chain["drafter"] == "ModelDrafter" and chain["draft_max_depth"] == 4 and chain["draft_p_min"] == 0.0
     assert chain["acceptance_rate"] == 1.0 and chain["mean_accepted"] > 4.0
-    # the draft read the prompt before the clock started (bench_real.prefill_draft)
+    # the draft read the prompt before the clock started (bench_real_pyspecla.prefill_draft)
     assert chain["draft_prompt_ms"] > 0 and rows[0]["draft_prompt_ms"] is None
 
 
 def test_a_draft_setting_carries_its_own_draft_options():
-    base = bench_real.SpecOptions(draft="d.gguf", draft_max=4)
-    kind, mode, options = bench_real.parse_setting("draft-chain:vocab=0/max=6/p=0.6", base)
+    base = bench_real_pyspecla.SpecOptions(draft="d.gguf", draft_max=4)
+    kind, mode, options = bench_real_pyspecla.parse_setting("draft-chain:vocab=0/max=6/p=0.6", base)
     assert (kind, mode) == ("draft", "chain")
     assert (options.draft_vocab, options.draft_max, options.draft_p_min, options.draft) == (0, 6, 0.6, "d.gguf")
     assert base.draft_max == 4 and base.draft_vocab is None  # the shared options are not changed
-    assert bench_real.parse_setting("ngram-ddtree", base) == ("ngram", "ddtree", base)
-    kind, mode, options = bench_real.parse_setting("ngram-ddtree:budget=6/topk=2", base)
+    assert bench_real_pyspecla.parse_setting("ngram-ddtree", base) == ("ngram", "ddtree", base)
+    kind, mode, options = bench_real_pyspecla.parse_setting("ngram-ddtree:budget=6/topk=2", base)
     assert (kind, mode, options.budget, options.top_k) == ("ngram", "ddtree", 6, 2)
     for bad, needle in (("draft-tree", "unknown setting"), ("ngram-chain:max=3", "only draft-. and .-ddtree settings"),
                         ("ngram-ddtree:max=3", "'max=3' is not one of"), ("draft-chain:budget=3", "is not one of"),
                         ("draft-chain:depth=3", "'depth=3' is not one of"), ("draft-chain:vocab=", "is not one of")):
         with pytest.raises(ValueError, match=needle):
-            bench_real.parse_setting(bad, base)
+            bench_real_pyspecla.parse_setting(bad, base)
     with pytest.raises(ValueError):
-        bench_real.parse_setting("draft-chain:max=four", base)
+        bench_real_pyspecla.parse_setting("draft-chain:max=four", base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,7 +504,7 @@ accept    = 56.250%
 
 def test_llama_binary_command_is_greedy_and_keeps_the_prompt_whole():
     prompt = "def f():\n    \"\"\"Doc.\"\"\"\n"
-    cmd = bench_real.llama_binary_command("/x/llama-speculative-simple", "t.gguf", "d.gguf", prompt, 128, 2, 4,
+    cmd = bench_real_llama.llama_binary_command("/x/llama-speculative-simple", "t.gguf", "d.gguf", prompt, 128, 2, 4,
                                           0.75, 600)
     assert cmd[cmd.index("-p") + 1] == prompt  # with its final newline: -f would drop it
     for flag, value in (("-m", "t.gguf"), ("-md", "d.gguf"), ("-n", "128"), ("-c", "600"), ("-t", "2"),
@@ -472,27 +515,27 @@ def test_llama_binary_command_is_greedy_and_keeps_the_prompt_whole():
 
 def test_llama_binary_figures_and_text_are_parsed():
     prompt = "def f():\n".encode()
-    out = bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"    return 1\n" + b"\n" * 4, BINARY_STDERR, prompt)
+    out = bench_real_llama.parse_llama_binary_run(b"\n\n" + prompt + b"    return 1\n" + b"\n" * 4, BINARY_STDERR, prompt)
     assert out["text"] == b"    return 1\n"
     assert out["n_generated"] == 130 and out["n_prompt_tokens_llama"] == 41
     assert out["tokens_per_s"] == pytest.approx(130 / 9.75) and out["prompt_ms"] == pytest.approx(512.0)
     assert out["steps"] == 40 and out["mean_accepted"] == pytest.approx(130 / 40)  # 40 steps: 90 drafts + 40 own
     assert out["drafted_tokens"] == 160 and out["acceptance_rate"] == pytest.approx(90 / 160)
     with pytest.raises(ValueError, match="n_accept"):
-        bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"\n" * 4, BINARY_STDERR.replace("n_accept", "n_acc"),
+        bench_real_llama.parse_llama_binary_run(b"\n\n" + prompt + b"\n" * 4, BINARY_STDERR.replace("n_accept", "n_acc"),
                                           prompt)
     with pytest.raises(ValueError, match="echo of the prompt"):
-        bench_real.parse_llama_binary_run(b"\n\ndef g():\n" + b"\n" * 4, BINARY_STDERR, prompt)
+        bench_real_llama.parse_llama_binary_run(b"\n\ndef g():\n" + b"\n" * 4, BINARY_STDERR, prompt)
     with pytest.raises(ValueError, match="four newlines"):  # cut short
-        bench_real.parse_llama_binary_run(b"\n\n" + prompt + b"    return", BINARY_STDERR, prompt)
+        bench_real_llama.parse_llama_binary_run(b"\n\n" + prompt + b"    return", BINARY_STDERR, prompt)
 
 
 def test_text_agreement_with_the_reference_tokens():
-    assert bench_real.text_agrees(b"abc", b"abc", True)
-    assert not bench_real.text_agrees(b"abcd", b"abc", True)  # the reference stopped at EOS there
-    assert bench_real.text_agrees(b"abcd", b"abc", False)  # the program ran past --tokens
-    assert not bench_real.text_agrees(b"ab", b"abc", False)  # it stopped at EOS too early
-    assert not bench_real.text_agrees(b"abx", b"abc", False)
+    assert bench_real_llama.text_agrees(b"abc", b"abc", True)
+    assert not bench_real_llama.text_agrees(b"abcd", b"abc", True)  # the reference stopped at EOS there
+    assert bench_real_llama.text_agrees(b"abcd", b"abc", False)  # the program ran past --tokens
+    assert not bench_real_llama.text_agrees(b"ab", b"abc", False)  # it stopped at EOS too early
+    assert not bench_real_llama.text_agrees(b"abx", b"abc", False)
 
 
 FAKE_PROGRAM = """#!{python}
@@ -520,8 +563,8 @@ def test_main_runs_llama_cpps_speculative_program(qwen2_model, tmp_path, monkeyp
     model = qwen2_model
     prompt_ids = model.tokenize(FAKE_PROMPTS[0].text)
     eos = model.tokenizer.eos_ids
-    ar = bench_real.run_pyspecla(model, "ar", prompt_ids, 12, eos, bench_real.SpecOptions())["tokens"]
-    ar_text, _ = bench_real._reference_text(model.tokenizer, ar, eos)
+    ar = bench_real_pyspecla.run_pyspecla(model, "ar", prompt_ids, 12, eos, bench_real_pyspecla.SpecOptions())["tokens"]
+    ar_text, _ = bench_real_llama._reference_text(model.tokenizer, ar, eos)
     text_file = tmp_path / "text"
     monkeypatch.setenv("FAKE_TEXT", str(text_file))
     args = [model.file.path, "--settings", "ar", "--tokens", "12", "--threads", "1", "--stop-at-eos",

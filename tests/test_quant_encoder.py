@@ -192,7 +192,7 @@ def test_type_spellings():
 
 
 # --------------------------------------------------------------------------------------------
-# hand-built blocks: a scalar packer transcribed from the contract, decoded by gguf
+# hand-built blocks: a scalar packer transcribed from docs/qwen35.md §4, decoded by gguf
 
 
 def f16_bytes(value):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
+from pyspecla.arch import LAYER_TENSORS
 from pyspecla.errors import GGUFError
 from pyspecla.loader.target import ModelFile
 from pyspecla.reference.forward import ReferenceModel
@@ -26,19 +27,26 @@ REAL_05B = Path.home() / ".cache/pyspecla/models/qwen2.5-coder-0.5b-instruct-q4_
 BIAS_FIELDS = ("attn_q_bias", "attn_k_bias", "attn_v_bias")
 
 
-def _native_layer_fields() -> tuple[tuple[str, str], ...]:
-    """pyspecla._native.LAYER_TENSOR_FIELDS, read from the source (importing _native loads the
-    native library, which is not what these tests are about)."""
+def _native_layer_fields() -> tuple[str, ...]:
+    """pyspecla._native.LAYER_FIELDS (the specla_layer_weights fields in struct order), read from
+    the source (importing _native loads the native library, which is not what these tests are about)."""
     tree = ast.parse((REPO_ROOT / "pyspecla" / "_native.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAYER_TENSOR_FIELDS" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAYER_FIELDS" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
-    raise AssertionError("LAYER_TENSOR_FIELDS not found in pyspecla/_native.py")
+    raise AssertionError("LAYER_FIELDS not found in pyspecla/_native.py")
 
 
 def _all_fields() -> list[str]:
-    fields = [f for f, _ in _native_layer_fields()]
-    return fields + [f for f in BIAS_FIELDS if f not in fields]
+    return list(_native_layer_fields())
+
+
+def test_every_architecture_table_names_exactly_the_native_fields():
+    # one table per architecture, each covering every field of the native layer struct (a field
+    # added to the struct but to no table, or a table entry the struct lacks, fails here)
+    assert set(BIAS_FIELDS) <= set(_native_layer_fields())
+    for arch, table in LAYER_TENSORS.items():
+        assert list(table) == list(_native_layer_fields()), arch
 
 
 @pytest.fixture(scope="module")
@@ -110,18 +118,22 @@ def test_layer_tensor_name_maps_native_fields_to_qwen2_names(tiny_f32):
             model.layer_tensor_name(-1, "attn_q")
 
 
-def test_layer_tensor_name_for_qwen35_keeps_the_native_suffixes(model_dir):
+def test_layer_tensor_name_for_qwen35_maps_every_layer_tensor_once(model_dir):
     path = write_test_model(model_dir / "qwen35-tiny-f32.gguf", "tiny", "f32", seed=0)
     with ModelFile.open(path) as model:
         assert model.arch == model.hparams.arch == "qwen35"
         for il in (0, 3):
-            for field, suffix in _native_layer_fields():
-                if field in BIAS_FIELDS:
-                    assert model.layer_tensor_name(il, field) is None
-                else:
-                    assert model.layer_tensor_name(il, field) == f"blk.{il}.{suffix}"
+            recurrent = model.hparams.layer_is_recurrent[il]
+            names = {field: model.layer_tensor_name(il, field) for field in _all_fields()}
             for field in BIAS_FIELDS:
-                assert model.layer_tensor_name(il, field) is None
+                assert names[field] is None
+            # the name depends on the architecture only; this layer's type decides which exist
+            present = {n for n in names.values() if n is not None and n in model.tensors}
+            assert present == {n for n in model.tensors if n.startswith(f"blk.{il}.")}
+            assert len(present) == (14 if recurrent else 11)
+            assert names["attn_qkv"] == f"blk.{il}.attn_qkv.weight"
+            assert names["post_attention_norm"] == f"blk.{il}.post_attention_norm.weight"
+            assert names["ssm_dt_bias"] == f"blk.{il}.ssm_dt.bias" and names["ssm_a"] == f"blk.{il}.ssm_a"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import GGUFError
-from ..gguf_container import INT32_MAX, REQUIRED, MetadataKeys, TensorView
+from ..gguf_container import F32_ONLY, INT32_MAX, MATRIX, REQUIRED, MetadataKeys, TensorView
 from .qwen2 import read_full_rope_head_dim
+from .qwen35 import ARCH as QWEN35
 
 # general.architecture values accepted as a DFlash draft
 DRAFT_ARCHS = ("qwen35-dflash-draft", "dflash-draft", "dflash")
-TARGET_ARCH = "qwen35"
+TARGET_ARCH = QWEN35  # the architecture a DFlash draft drafts for
 
 
 @dataclass(frozen=True)
@@ -277,18 +278,38 @@ def find_aux(tensors: dict[str, TensorView], i: int) -> str | None:
     return None
 
 
-# Native specla_draft_layer_weights field -> canonical GGUF name suffix after "blk.N." (the file
-# may store ffn_norm as FFN_NORM_FALLBACK).
-LAYER_TENSOR_FIELDS = (
-    ("attn_norm", "attn_norm.weight"),
-    ("ffn_norm", "ffn_norm.weight"),
-    ("attn_q", "attn_q.weight"),
-    ("attn_k", "attn_k.weight"),
-    ("attn_v", "attn_v.weight"),
-    ("attn_output", "attn_output.weight"),
-    ("attn_q_norm", "attn_q_norm.weight"),
-    ("attn_k_norm", "attn_k_norm.weight"),
-    ("ffn_gate", "ffn_gate.weight"),
-    ("ffn_up", "ffn_up.weight"),
-    ("ffn_down", "ffn_down.weight"),
-)
+# Native specla_draft_layer_weights field -> canonical GGUF name suffix after "blk.N." (a file may
+# store ffn_norm as FFN_NORM_FALLBACK; DraftFile.tensor takes the canonical name either way).
+LAYER_TENSORS: dict[str, str] = {
+    "attn_norm": "attn_norm.weight",
+    "ffn_norm": "ffn_norm.weight",
+    "attn_q": "attn_q.weight",
+    "attn_k": "attn_k.weight",
+    "attn_v": "attn_v.weight",
+    "attn_output": "attn_output.weight",
+    "attn_q_norm": "attn_q_norm.weight",
+    "attn_k_norm": "attn_k_norm.weight",
+    "ffn_gate": "ffn_gate.weight",
+    "ffn_up": "ffn_up.weight",
+    "ffn_down": "ffn_down.weight",
+}
+
+
+def expected_layer_tensors(hp: DraftHParams) -> dict[str, tuple[tuple[int, ...], str]]:
+    """canonical suffix -> (ne, kind) of every tensor of a draft layer."""
+    E, F, D = hp.n_embd, hp.n_ff, hp.head_dim
+    nh, nkv = hp.n_head, hp.n_head_kv
+    shapes = {
+        "attn_norm": ((E,), F32_ONLY),
+        "ffn_norm": ((E,), F32_ONLY),
+        "attn_q": ((E, nh * D), MATRIX),
+        "attn_k": ((E, nkv * D), MATRIX),
+        "attn_v": ((E, nkv * D), MATRIX),
+        "attn_output": ((nh * D, E), MATRIX),
+        "attn_q_norm": ((D,), F32_ONLY),
+        "attn_k_norm": ((D,), F32_ONLY),
+        "ffn_gate": ((E, F), MATRIX),
+        "ffn_up": ((E, F), MATRIX),
+        "ffn_down": ((F, E), MATRIX),
+    }
+    return {LAYER_TENSORS[field]: spec for field, spec in shapes.items()}

@@ -21,6 +21,7 @@ from ..arch.dflash import (
     DraftHParams,
     DraftKeys,
     find_aux,
+    expected_layer_tensors,
     read_hparams,
 )
 from ..errors import GGUFError
@@ -61,8 +62,7 @@ def _check_tensors(path: str, hp: DraftHParams, tensors: dict[str, TensorView],
                    global_names: dict[str, str]) -> dict[str, str]:
     """Checks every tensor; returns the per-layer ffn_norm names actually used (blk.N.ffn_norm.weight
     -> the file's name) and the aux norm names, in one map of canonical -> file name."""
-    E, F, D, Et = hp.n_embd, hp.n_ff, hp.head_dim, hp.target_n_embd
-    nh, nkv, N = hp.n_head, hp.n_head_kv, hp.n_target_layers
+    E, Et, N = hp.n_embd, hp.target_n_embd, hp.n_target_layers
     names = dict(global_names)
     check_tensor(path, global_names["dflash.fc.weight"], tensors[global_names["dflash.fc.weight"]], (N * Et, E), MATRIX)
     for canonical in ("dflash.hidden_norm.weight", "output_norm.weight"):
@@ -79,19 +79,7 @@ def _check_tensors(path: str, hp: DraftHParams, tensors: dict[str, TensorView],
         check_tensor(path, aux, tensors[aux], (Et,), F32_ONLY)
         names[f"dflash.aux_hidden_norm.{i}.weight"] = aux
 
-    layer_shapes = {
-        "attn_norm.weight": ((E,), F32_ONLY),
-        "ffn_norm.weight": ((E,), F32_ONLY),
-        "attn_q.weight": ((E, nh * D), MATRIX),
-        "attn_k.weight": ((E, nkv * D), MATRIX),
-        "attn_v.weight": ((E, nkv * D), MATRIX),
-        "attn_output.weight": ((nh * D, E), MATRIX),
-        "attn_q_norm.weight": ((D,), F32_ONLY),
-        "attn_k_norm.weight": ((D,), F32_ONLY),
-        "ffn_gate.weight": ((E, F), MATRIX),
-        "ffn_up.weight": ((E, F), MATRIX),
-        "ffn_down.weight": ((F, E), MATRIX),
-    }
+    layer_shapes = expected_layer_tensors(hp)
     for il in range(hp.n_layer):
         where = f" (draft layer {il})"
         for suffix, (ne, kind) in layer_shapes.items():
@@ -235,7 +223,7 @@ def check_against_target(draft: DraftFile, target) -> None:
         raise GGUFError(f"{target.path}: is a DFlash draft, not a qwen35 target (given as the target of {draft.path})")
     if not isinstance(draft, DraftFile):
         raise TypeError(f"expected a DraftFile, got {type(draft).__name__}")
-    if getattr(target.hparams, "arch", "qwen35") != "qwen35":
+    if getattr(target.hparams, "arch", TARGET_ARCH) != TARGET_ARCH:
         raise GGUFError(f"{draft.path}: a DFlash draft drafts for qwen35 targets; {target.path} is "
                         f"{target.hparams.arch}")
     hp, thp = draft.hparams, target.hparams

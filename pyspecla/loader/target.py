@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGUFReader
 
 from ..arch import ATTENTION_ONLY_ARCHS, LAYER_TENSORS, TARGET_ARCHS, qwen2, qwen35
+from ..arch.dflash import DRAFT_ARCHS
 from ..arch.qwen2 import ARCH_QWEN2, ARCH_QWEN3
 from ..arch.qwen35 import ARCH, Qwen35HParams
 from ..errors import GGUFError
@@ -160,7 +161,7 @@ class ModelFile:
                 f"{path}: architecture 'qwen35moe' (the MoE sibling of qwen35) is not supported yet (expected qwen35)"
             )
         if arch not in ARCHS:
-            if arch in ("qwen35-dflash-draft", "dflash-draft", "dflash"):
+            if arch in DRAFT_ARCHS:
                 raise GGUFError(f"{path}: is a DFlash draft (architecture '{arch}'), not a qwen35 target; "
                                 "pass it with --draft")
             raise GGUFError(

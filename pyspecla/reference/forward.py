@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arch import TARGET_ARCHS, qwen2, qwen35
 from . import ops
 
 __all__ = ["HParams", "ReferenceModel", "ReferenceState"]
@@ -45,7 +46,7 @@ class HParams:
     ssm_time_step_rank: int  # Hv
     n_ctx_train: int = 0
     layer_is_recurrent: list[bool] = field(default_factory=list)
-    arch: str = "qwen35"  # "qwen35", "qwen2" or "qwen3" (then the ssm fields are 0, every layer is attention)
+    arch: str = qwen35.ARCH  # "qwen35", "qwen2" or "qwen3" (then the ssm fields are 0, every layer is attention)
 
     @property
     def conv_channels(self) -> int:
@@ -92,11 +93,11 @@ class ReferenceModel:
         hp = hparams
         if len(hp.layer_is_recurrent) != hp.n_layer:
             raise ValueError(f"layer_is_recurrent has {len(hp.layer_is_recurrent)} entries, n_layer {hp.n_layer}")
-        if hp.arch not in ("qwen35", "qwen2", "qwen3"):
+        if hp.arch not in TARGET_ARCHS:
             raise ValueError(f"unknown arch {hp.arch!r}")
-        if hp.arch != "qwen35" and any(hp.layer_is_recurrent):
+        if hp.arch != qwen35.ARCH and any(hp.layer_is_recurrent):
             raise ValueError(f"{hp.arch} has no recurrent layers")
-        if hp.arch == "qwen35" and hp.ssm_time_step_rank % hp.ssm_group_count:
+        if hp.arch == qwen35.ARCH and hp.ssm_time_step_rank % hp.ssm_group_count:
             raise ValueError("Hv must be a multiple of Hk and nh a multiple of nkv")
         if hp.n_head % hp.n_head_kv:
             raise ValueError("Hv must be a multiple of Hk and nh a multiple of nkv")
@@ -111,7 +112,7 @@ class ReferenceModel:
 
         reader = gguf.GGUFReader(str(path))
         arch = _field_value(reader, "general.architecture")
-        if arch not in ("qwen35", "qwen2", "qwen3"):
+        if arch not in TARGET_ARCHS:
             raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'qwen35', 'qwen2' or 'qwen3'")
 
         def key(name, default=None):
@@ -122,7 +123,7 @@ class ReferenceModel:
         n_head = int(key("attention.head_count"))
         n_embd = int(key("embedding_length"))
         head_dim = int(key("attention.key_length", n_embd // n_head))
-        if arch != "qwen35":
+        if arch != qwen35.ARCH:
             layer_is_recurrent = [False] * n_layer
         else:
             recurrent = key("attention.recurrent_layers")
@@ -167,66 +168,15 @@ class ReferenceModel:
         return cls(hp, weights, dtype=dtype, weight_types=types)
 
     def _check_shapes(self):
+        """Every trunk tensor the architecture's table (pyspecla.arch) expects, in the numpy layout."""
         hp = self.hp
-        E, F, V, D = hp.n_embd, hp.n_ff, hp.n_vocab, hp.head_dim
-        S, Hk, Hv, K = hp.ssm_state_size, hp.ssm_group_count, hp.ssm_time_step_rank, hp.ssm_conv_kernel
-        C = hp.conv_channels
-        expect = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
-        if "output.weight" in self.w:
-            expect["output.weight"] = (V, E)
-        if hp.arch != "qwen35":
-            nh, nkv = hp.n_head, hp.n_head_kv
-            for i in range(hp.n_layer):
-                p = f"blk.{i}."
-                if hp.arch == "qwen2":
-                    extra = {p + "attn_q.bias": (nh * D,), p + "attn_k.bias": (nkv * D,), p + "attn_v.bias": (nkv * D,)}
-                else:
-                    extra = {p + "attn_q_norm.weight": (D,), p + "attn_k_norm.weight": (D,)}
-                expect.update({
-                    p + "attn_norm.weight": (E,),
-                    p + "attn_q.weight": (nh * D, E),
-                    p + "attn_k.weight": (nkv * D, E),
-                    p + "attn_v.weight": (nkv * D, E),
-                    **extra,
-                    p + "attn_output.weight": (E, nh * D),
-                    p + "ffn_norm.weight": (E,),
-                    p + "ffn_gate.weight": (F, E),
-                    p + "ffn_up.weight": (F, E),
-                    p + "ffn_down.weight": (E, F),
-                })
-        for i, rec in enumerate(hp.layer_is_recurrent if hp.arch == "qwen35" else []):
-            p = f"blk.{i}."
-            expect.update({
-                p + "attn_norm.weight": (E,),
-                p + "post_attention_norm.weight": (E,),
-                p + "ffn_gate.weight": (F, E),
-                p + "ffn_up.weight": (F, E),
-                p + "ffn_down.weight": (E, F),
-            })
-            if rec:
-                expect.update({
-                    p + "attn_qkv.weight": (C, E),
-                    p + "attn_gate.weight": (Hv * S, E),
-                    p + "ssm_conv1d.weight": (C, K),
-                    p + "ssm_dt.bias": (Hv,),
-                    p + "ssm_a": (Hv,),
-                    p + "ssm_beta.weight": (Hv, E),
-                    p + "ssm_alpha.weight": (Hv, E),
-                    p + "ssm_norm.weight": (S,),
-                    p + "ssm_out.weight": (E, Hv * S),
-                })
-            else:
-                expect.update({
-                    p + "attn_q.weight": (2 * hp.n_head * D, E),
-                    p + "attn_k.weight": (hp.n_head_kv * D, E),
-                    p + "attn_v.weight": (hp.n_head_kv * D, E),
-                    p + "attn_output.weight": (E, hp.n_head * D),
-                    p + "attn_q_norm.weight": (D,),
-                    p + "attn_k_norm.weight": (D,),
-                })
-        for name, shape in expect.items():
+        expected = (qwen35 if hp.arch == qwen35.ARCH else qwen2).expected_tensors(hp)
+        for name, spec in expected.items():
             if name not in self.w:
-                raise ValueError(f"missing tensor {name}")
+                if spec.required:
+                    raise ValueError(f"missing tensor {name}")
+                continue
+            shape = tuple(reversed(spec.ne))
             if self.w[name].shape != shape:
                 raise ValueError(f"tensor {name} has shape {self.w[name].shape}, expected {shape}")
 
@@ -268,7 +218,7 @@ class ReferenceModel:
             raise ValueError("token id out of range")
 
         h = self.w["token_embd.weight"][tokens].astype(np.float32)  # (T, E)
-        attention_only = self.hp.arch != "qwen35"  # qwen2, qwen3
+        attention_only = self.hp.arch != qwen35.ARCH  # qwen2, qwen3
         ffn_norm = "ffn_norm.weight" if attention_only else "post_attention_norm.weight"
         for i, rec in enumerate(self.hp.layer_is_recurrent):
             p = f"blk.{i}."
@@ -344,10 +294,10 @@ class ReferenceModel:
         q = self._linear(x, p + "attn_q.weight")
         k = self._linear(x, p + "attn_k.weight")
         v = self._linear(x, p + "attn_v.weight")
-        if hp.arch == "qwen2":
+        if hp.arch == qwen2.ARCH_QWEN2:
             q, k, v = q + self.w[p + "attn_q.bias"], k + self.w[p + "attn_k.bias"], v + self.w[p + "attn_v.bias"]
         q, k, v = q.reshape(T, nh, D), k.reshape(T, nkv, D), v.reshape(T, nkv, D)
-        if hp.arch == "qwen3":
+        if hp.arch == qwen2.ARCH_QWEN3:
             q = self._rms(q, p + "attn_q_norm.weight")
             k = self._rms(k, p + "attn_k_norm.weight")
 

@@ -9,21 +9,18 @@ import os
 from ..errors import UsageError
 
 # An autoregressive draft model's defaults: a draft forward costs a fair share of a target one on
-# the CPU, so a short, confident run is worth more than a long one the target rejects halfway.
-# Measured with tools/bench_real.py (Qwen2.5-Coder 1.5B + 0.5B, 2-core Xeon, 15 prompts; docs/perf.md):
-# max 4 / p 0.75 was ahead of 6 / 0.6 in both runs that had the two side by side (1.18x vs 1.14x
-# our plain decoding, 1.12x vs 1.11x), 8 / 0.5 and 12 / 0.5 behind.
+# the CPU, so a short, confident run is worth more than a long one the target rejects halfway
+# (the settings compared: docs/perf.md, "Real weights on the CPU").
 DRAFT_MAX = 4
 DRAFT_P_MIN = 0.75
 # ... and it scores only this many frequent token ids (+ control tokens + the generation's own
-# tokens; speculative/drafters/vocabulary.py): a small model's LM head is a large share of its cost. A DFlash
-# draft too: it scores its whole block with the target's head (Qwen3.5-0.8B shape, 15 depths:
-# 147.9 ms with the 248k-row head, 27.6 ms with 32k rows, against a 55.1 ms target step;
-# docs/bench-draft-head-ebe4b73.jsonl)
+# tokens; drafters/vocabulary.py): a small model's LM head is a large share of its cost. A DFlash
+# draft too, over the target's head, which it applies to every row of its block (docs/perf.md,
+# "DFlash head").
 DRAFT_VOCAB = 32768
-# DDTree size; a draft language model speculates its top-1 chain unless a budget is given: every
-# extra verify row costs ~0.28 of a decode step on the CPU, and its 22-node trees lost to the chain
-# (docs/perf.md, issue 5)
+# DDTree size. A draft language model speculates its top-1 chain unless a budget is given: on the
+# CPU every extra verify row costs a good part of a decode step, and its trees lost to its chain
+# (docs/perf.md).
 DDTREE_BUDGET = 22
 
 

@@ -19,8 +19,9 @@ can afford it:
   failed early is tried again later (text often starts repeating mid-generation); this bounds the
   loss to one failed smallest verify plus REGAIN of the plain decoding time.
 
-Why the smallest step and not the largest tree: on a 2-core CPU an 11-node verify costs ~3 plain
-steps, so allowing one failed largest tree cost a short generation (30 tokens) ~10 % up front.
+Why the smallest step and not the largest tree: on the CPU a large tree's verify costs several
+plain steps, so allowing one failed largest tree costs a short generation a lot up front
+(docs/perf.md has the measurement).
 
 The first step is always plain, which gives the first measurement of a plain step. Costs are
 exponential moving averages of measured wall times. Exactness is untouched: the guard only decides

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUFWriter
 
+from ..arch.dflash import DRAFT_ARCHS
 from .models import _FILE_TYPE, QUANTS, RESIDUAL_RATIO, RESIDUAL_RATIO_TIED, TensorSpec, _stream_tensors, tensor_type
 
 __all__ = ["DRAFT_ARCHS", "dflash_target_layer_ids", "write_test_draft"]
 
 
-DRAFT_ARCHS = ("qwen35-dflash-draft", "dflash-draft", "dflash")
 
 
 def dflash_target_layer_ids(n_layer: int, n_ids: int) -> list[int]:

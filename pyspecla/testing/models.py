@@ -32,17 +32,16 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType
 
+from ..arch import ATTENTION_ONLY_ARCHS, TARGET_ARCHS
+from ..arch.qwen2 import ARCH_QWEN2, ARCH_QWEN3
+from ..arch.qwen35 import ARCH
 from . import quant as _quant
 
 __all__ = [
     "Preset", "PRESETS", "QWEN2_PRESETS", "QWEN3_PRESETS", "ARCHS", "presets_for", "QUANTS", "tensor_plan", "tensor_type", "use_more_bits", "write_test_model",
 ]
 
-ARCH = "qwen35"
-ARCH_QWEN2 = "qwen2"
-ARCH_QWEN3 = "qwen3"
-ARCHS = (ARCH, ARCH_QWEN2, ARCH_QWEN3)
-ATTENTION_ONLY_ARCHS = (ARCH_QWEN2, ARCH_QWEN3)
+ARCHS = TARGET_ARCHS
 QUANTS = ("f32", "f16", "q8_0", "q4_k_m")
 
 _FILE_TYPE = {
