@@ -112,3 +112,28 @@ def test_bad_requests_fail_clearly(f32_model):
         f32_model.new_context(n_ctx=0)
     with pytest.raises(UsageError):
         Model.load("whatever.gguf", cpu_kernels="neon")
+
+
+def test_python_api_refuses_bad_token_ids_and_text(tiny_model_path):
+    model = Model.load(tiny_model_path("f32"))
+    with pytest.raises(UsageError, match="outside the vocabulary"):
+        model.logits([2**40])  # would wrap to another id in int32
+    with pytest.raises(UsageError, match="must be integers"):
+        model.logits([1.9])  # would be truncated to 1
+    with pytest.raises(UsageError, match="non-empty"):
+        model.logits([])
+    with pytest.raises(UsageError, match="tokenize expects a str, got NoneType"):
+        model.tokenize(None)
+    with pytest.raises(UsageError, match="token id 99999 outside the vocabulary"):
+        model.detokenize([99999])
+    assert model.detokenize([]) == ""
+
+
+def test_model_is_a_context_manager_and_a_closed_model_says_so(tiny_model_path):
+    with Model.load(tiny_model_path("f32")) as model:
+        assert model.logits([1, 2]).shape == (2, model.hparams.n_vocab) and not model.closed
+    assert model.closed
+    with pytest.raises(UsageError, match="is closed"):
+        model.logits([1, 2])
+    with pytest.raises(UsageError, match="is closed"):
+        model.generate([1, 2], 3)
