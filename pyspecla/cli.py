@@ -105,7 +105,10 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="pyspecla", description="Exact speculative decoding for qwen35 GGUF models.")
+    parser.add_argument("--version", action="version", version=f"pyspecla {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="generate text from a prompt", description="Generate text from a prompt, "
@@ -319,7 +322,19 @@ def _print_metadata(mf) -> None:
             shown = repr(value[:77] + "...")
         else:
             shown = repr(value)
+        if key == "general.file_type" and isinstance(value, int):
+            shown += f" ({_file_type_name(value)})"
         print(f"  {key} = {shown}")
+
+
+def _file_type_name(value: int) -> str:
+    """llama.cpp's name of a general.file_type value (gguf's LlamaFileType, without MOSTLY_)."""
+    import gguf
+
+    try:
+        return gguf.LlamaFileType(value).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return "unknown file type"
 
 
 def _print_tensors(mf) -> None:

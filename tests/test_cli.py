@@ -259,3 +259,14 @@ def test_make_drafter_gives_a_dflash_draft_its_reduced_vocabulary(draft_pair):
     drafter = make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=100)
     assert drafter.vocabulary.n_frequent == 100 and drafter.history == []
     assert make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=0).vocabulary is None
+
+
+def test_version_and_file_type_names(tiny_model_path):
+    from pyspecla import __version__
+
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"pyspecla {__version__}"
+    shown = run_cli("inspect", tiny_model_path("q8_0"))
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if "general.file_type" in line)
+    assert line.strip() == "general.file_type = 7 (Q8_0)"
