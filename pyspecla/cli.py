@@ -5,6 +5,9 @@ Every user error (bad file, bad flag value) ends as one line on stderr and exit 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,12 +42,14 @@ def _positive_int(flag):
 
 
 def _float_in_range(flag, low: float, high: float | None = None):
-    """A number in [low, high] (high None: no upper bound); NaN is refused either way."""
+    """A finite number in [low, high] (high None: no upper bound); NaN and infinities are refused."""
     def parse(text):
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text}")
         if high is None and not value >= low:
             raise argparse.ArgumentTypeError(f"{flag} must be >= {low:g}, got {text}")
         if high is not None and not low <= value <= high:
@@ -64,8 +69,40 @@ def _device(text: str) -> str:
     return text
 
 
+def _finite_float(flag):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text}")
+        return value
+
+    return parse
+
+
+def _threads(text):
+    """0 (every core) up to the number of CPUs this machine has."""
+    n_cpus = os.cpu_count() or 1
+    value = _int_at_least("-t/--threads", 0)(text)
+    if value > n_cpus:
+        raise argparse.ArgumentTypeError(f"-t/--threads must be at most {n_cpus} (the CPUs of this machine), got {value}")
+    return value
+
+
+def _seed(text):
+    """An integer; a negative one means a random seed, as in llama.cpp."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed expects an integer, got {text!r}") from None
+    return None if value < 0 else value
+
+
 def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("-t", "--threads", type=_threads, default=0,
+                   help="CPU threads, 1 to the number of CPUs (default 0: all cores)")
     p.add_argument(
         "--cpu-kernels",
         choices=["auto", "scalar", "avx2", "avx512"],
@@ -81,7 +118,10 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="pyspecla", description="Exact speculative decoding for qwen35 GGUF models.")
+    parser.add_argument("--version", action="version", version=f"pyspecla {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="generate text from a prompt", description="Generate text from a prompt, "
@@ -96,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wrap the prompt as one user message with the file's chat template")
     run.add_argument("--temp", type=_float_in_range("--temp", 0.0), default=0.0,
                      help="sampling temperature; 0 = greedy (default)")
-    run.add_argument("--seed", type=int, default=None, help="sampling seed (with --temp > 0)")
+    run.add_argument("--seed", type=_seed, default=None,
+                     help="sampling seed (with --temp > 0); negative, like the default: a random seed")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
     spec.add_argument("--draft", default=None, metavar="DRAFT",
@@ -127,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "model: on the CPU its chain measured fastest; give --ddtree-budget for a tree)")
     spec.add_argument("--ddtree-budget", type=_positive_int("--ddtree-budget"), default=None,
                       help=f"tree nodes per step besides the root (default {DDTREE_BUDGET})")
-    spec.add_argument("--ddtree-tau", type=float, default=None,
+    spec.add_argument("--ddtree-tau", type=_finite_float("--ddtree-tau"), default=None,
                       help="keep tree nodes whose log-probability is within TAU of the best (default 6 with "
                            "--specla, off otherwise; negative counts as 0)")
     spec.add_argument("--specla-top-k", type=_positive_int("--specla-top-k"), default=None,
@@ -206,6 +247,8 @@ def cmd_run(args) -> int:
         prompt = args.prompt
     else:
         raise UsageError("run needs a prompt: -p TEXT or -f FILE")
+    if args.stats_json is not None:
+        _check_writable("--stats-json", args.stats_json)
     speculative = args.draft is not None
     if not speculative:
         for flag, used in (("--specla", args.specla), ("--no-ddtree", args.no_ddtree),
@@ -224,16 +267,28 @@ def cmd_run(args) -> int:
     ids = model.tokenize(prompt)
     if not ids:
         raise UsageError("the prompt tokenizes to nothing; give a non-empty prompt")
-    if speculative or args.stats_json:
+    if speculative:
         _generate_speculative(model, ids, args)
     else:
-        _generate(model, ids, args)
+        stats = _generate(model, ids, args)
+        if args.stats_json:
+            with open(args.stats_json, "w") as f:
+                json.dump({"mode": "plain", "model": args.model, **stats}, f)
     return 0
 
 
-def _generate_speculative(model, prompt_ids, args, out=None):
-    import json
+def _check_writable(flag: str, path: str) -> None:
+    """Refuse before generating when the file could not be written afterwards."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise UsageError(f"{flag} {path}: directory {directory} does not exist")
+    if not os.access(path if os.path.exists(path) else directory, os.W_OK):
+        raise UsageError(f"{flag} {path}: not writable")
 
+
+def _generate_speculative(model, prompt_ids, args, out=None):
     from .speculative.loop import generate
     from .tokenizer import StreamingDetokenizer
 
@@ -254,6 +309,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
 
     stats, ctx = generate(model, prompt_ids, args.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show)
     ctx.close()
+    if stats.cancelled:  # the loop stops cleanly on Ctrl-C; the run still ends as interrupted (130)
+        raise KeyboardInterrupt
     out.write(detok.flush() + "\n")
     mode = config.mode + ("+specla" if config.specla and config.mode != "ar" else "")
     print(f"{mode}: {len(stats.tokens)} tokens, {stats.steps} steps, {stats.mean_accepted:.2f} accepted/step, "
@@ -278,7 +335,19 @@ def _print_metadata(mf) -> None:
             shown = repr(value[:77] + "...")
         else:
             shown = repr(value)
+        if key == "general.file_type" and isinstance(value, int):
+            shown += f" ({_file_type_name(value)})"
         print(f"  {key} = {shown}")
+
+
+def _file_type_name(value: int) -> str:
+    """llama.cpp's name of a general.file_type value (gguf's LlamaFileType, without MOSTLY_)."""
+    import gguf
+
+    try:
+        return gguf.LlamaFileType(value).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return "unknown file type"
 
 
 def _print_tensors(mf) -> None:

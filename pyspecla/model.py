@@ -132,9 +132,7 @@ class Context:
     def eval(self, token_ids: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Append tokens (chunked by max_batch). Returns logits: (n_tokens, V) when logits_all,
         else (V,) for the last token; V = n_logits (n_vocab unless set_logit_rows chose rows)."""
-        tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
-        if tokens.ndim != 1 or len(tokens) == 0:
-            raise UsageError("eval needs a non-empty 1-D list of token ids")
+        tokens = token_id_array(token_ids, "eval: token ids")
         V = self.n_logits
         out = np.empty((len(tokens), V) if logits_all else (V,), dtype=np.float32)
         for start in range(0, len(tokens), self.max_batch):
@@ -203,7 +201,7 @@ class Context:
 
     def eval_argmax(self, token_ids: Sequence[int]) -> int:
         """Append tokens and return the greedy next token (no logits copied to Python)."""
-        tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
+        tokens = token_id_array(token_ids, "eval_argmax: token ids")
         for start in range(0, len(tokens), self.max_batch):
             chunk = tokens[start : start + self.max_batch]
             last_chunk = start + self.max_batch >= len(tokens)
@@ -211,8 +209,27 @@ class Context:
         return self.token_of(self._argmax[0])
 
 
+def token_id_array(token_ids, what: str = "token ids") -> np.ndarray:
+    """token_ids as int32, refusing what would be silently wrong in the conversion: floats (1.9
+    would become 1), ids beyond int32 (2**40 would wrap), anything not a 1-D sequence. The native
+    forward checks the range against the vocabulary."""
+    try:
+        values = np.asarray(token_ids)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{what} must be a 1-D list of integers ({exc})") from None
+    if values.ndim != 1 or len(values) == 0:
+        raise UsageError(f"{what} must be a non-empty 1-D list of integers, got {token_ids!r:.60}")
+    if values.dtype.kind not in "iu":
+        raise UsageError(f"{what} must be integers, got {values.dtype} values such as {values[0]!r}")
+    low, high = values.min(), values.max()
+    if low < 0 or high > np.iinfo(np.int32).max:
+        raise UsageError(f"{what}: id {int(low if low < 0 else high)} is outside the vocabulary")
+    return np.ascontiguousarray(values, dtype=np.int32)
+
+
 class Model:
-    """A qwen35 model loaded from a GGUF file (memory-mapped; CPU backend)."""
+    """A qwen35 model loaded from a GGUF file (memory-mapped; CPU backend). A context manager:
+    `with Model.load(path) as model:` closes it at the end; a closed model says so when used."""
 
     def __init__(self, file: ModelFile, n_threads: int = 0, cpu_kernels: str = "auto", device: str = "auto"):
         try:
@@ -281,6 +298,16 @@ class Model:
     def __del__(self):
         self.close()
 
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return not getattr(self, "_handle", None)
+
     def new_context(self, n_ctx: int = 4096, max_batch: int = 64, max_tree_nodes: int = 0,
                     verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
                     capture_layers=None, recorded_steps: bool = True) -> Context:
@@ -288,6 +315,8 @@ class Model:
         HLD chains + deferred factor commit; the other methods are the baselines). On a GPU a
         decode step is recorded once and replayed (recorded_steps=False runs every op eagerly;
         the results are the same bits)."""
+        if self.closed:
+            raise UsageError(f"model {self.file.path} is closed")
         return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels, max_tree_nodes=max_tree_nodes,
                        verify_method=verify_method, commit_method=commit_method, capture_layers=capture_layers,
                        device=self.device, recorded_steps=recorded_steps)
@@ -295,9 +324,10 @@ class Model:
     # --- convenience API -------------------------------------------------------------------
     def logits(self, token_ids: Sequence[int], max_batch: int = 64) -> np.ndarray:
         """Logits (n_tokens, n_vocab) of every position, from a fresh context."""
-        ctx = self.new_context(n_ctx=max(len(token_ids), 1), max_batch=max_batch)
+        tokens = token_id_array(token_ids, "logits: token ids")
+        ctx = self.new_context(n_ctx=len(tokens), max_batch=max_batch)
         try:
-            return ctx.eval(token_ids, logits_all=True)
+            return ctx.eval(tokens, logits_all=True)
         finally:
             ctx.close()
 
@@ -351,7 +381,16 @@ class Model:
         return self._tokenizer
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise UsageError(f"tokenize expects a str, got {type(text).__name__}")
         return self.tokenizer.encode(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids))
+        ids = list(ids)
+        if not ids:
+            return ""
+        tokens = token_id_array(ids, "detokenize: token ids")
+        n_vocab = self.tokenizer.n_vocab
+        if tokens.max() >= n_vocab:
+            raise UsageError(f"detokenize: token id {int(tokens.max())} outside the vocabulary (0..{n_vocab - 1})")
+        return self.tokenizer.decode(tokens.tolist())

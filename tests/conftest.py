@@ -8,6 +8,7 @@ explanation instead."""
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 import zlib
 
@@ -44,6 +45,19 @@ def _session_seed() -> int:
 def seed_for(test_id: str) -> int:
     """The seed of one test's random inputs in this session."""
     return zlib.crc32(f"{SESSION_SEED}:{test_id}".encode())
+
+
+_DRAWS: dict[str, int] = {}
+
+
+def seeded_rng() -> tuple[np.random.Generator, int]:
+    """(generator, seed) for the running test: its k-th call in a test draws from
+    seed_for("<test id>#k"), so a rerun of the test alone sees the same inputs."""
+    test_id = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    k = _DRAWS.get(test_id, 0)
+    _DRAWS[test_id] = k + 1
+    seed = seed_for(f"{test_id}#{k}")
+    return np.random.default_rng(seed), seed
 
 
 @pytest.fixture
@@ -170,18 +184,34 @@ def tiny_model_path(test_model_dir):
     return get
 
 
-def assert_close_up_to_code_flips(ours, expected, what, n_exact_min=1):
+# model -> {(prompt, n): its plain greedy tokens}. Keyed by the Model object itself and weakly: the
+# entries die with the model, so a later model (which may be given the same id()) never reads them.
+_PLAIN_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def plain_tokens(model, prompt, n: int) -> list[int]:
+    """model.generate(prompt, n) (plain greedy decoding), computed once per model, prompt and n."""
+    per_model = _PLAIN_TOKENS.setdefault(model, {})
+    key = (tuple(int(t) for t in prompt), n)
+    if key not in per_model:
+        per_model[key] = model.generate(list(prompt), n)
+    return per_model[key]
+
+
+def assert_close_up_to_code_flips(ours, expected, what, flip_rtol, argmax_min, n_exact_min=1):
     """Quantized weights meet 8-bit activations (activation_q8.h). Two computations of the same
     model that differ by float rounding anywhere upstream (float64 reference vs our float32, or two
     kernel sets) can round an activation that lies within an ulp of a code boundary to the
     neighbouring code: one step of one activation, ~1e-2 of the logits on these random weights,
     carried on by the recurrent state. So per sequence: either no flip happened (agreement to 1e-5,
-    which shows the arithmetic itself is the same) or the logits are within 5e-2 with the same
-    argmax; at least n_exact_min sequences must show no flip."""
+    which shows the arithmetic itself is the same) or the logits are within flip_rtol (relative to
+    the largest logit) with at least argmax_min of the positions keeping their argmax; at least
+    n_exact_min sequences must show no flip. Each caller states the figures it measured."""
     exact = 0
     for i, (a, b) in enumerate(zip(ours, expected)):
         rel = np.abs(a - b).max() / np.abs(b).max()
         exact += rel <= 1e-5
-        assert rel <= 5e-2, f"{what} sequence {i}: max relative logit error {rel:.2e}"
-        assert np.mean(a.argmax(-1) == b.argmax(-1)) >= 0.9, f"{what} sequence {i}: argmax differs"
+        assert rel <= flip_rtol, f"{what} sequence {i}: max relative logit error {rel:.2e} > {flip_rtol:.1e}"
+        same = np.mean(a.argmax(-1) == b.argmax(-1))
+        assert same >= argmax_min, f"{what} sequence {i}: argmax agrees at {same:.3f} of positions < {argmax_min:.3f}"
     assert exact >= n_exact_min, f"{what}: every sequence differs by more than 1e-5"

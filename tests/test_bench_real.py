@@ -261,6 +261,17 @@ def _fake_eval_prompt(llm, tokens):
     return llm.scores[llm.n_tokens - 1]
 
 
+def _fake_last_logits(llm):
+    return llm.scores[llm.n_tokens - 1]
+
+
+def fake_llama_c_api(monkeypatch):
+    # the real eval_prompt / last_logits read the last logits through llama_cpp's C API; the fake
+    # writes every row
+    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
+    monkeypatch.setattr(bench_real_llama, "last_logits", _fake_last_logits)
+
+
 def target_rule(prefix, n_vocab):
     row = np.zeros(n_vocab, np.float32)
     row[(3 * prefix[-1] + (prefix[-2] if len(prefix) > 1 else 0) + 1) % n_vocab] = 5.0
@@ -279,8 +290,7 @@ def draft_rule(prefix, n_vocab):
 
 
 def test_llama_speculative_loop_emits_exactly_the_greedy_tokens(monkeypatch):
-    # the real eval_prompt reads the last logits through llama_cpp's C API; the fake writes every row
-    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
+    fake_llama_c_api(monkeypatch)
     prompt = [1, 2, 3, 1, 2]
     target = FakeLlama(target_rule)
     ar = bench_real_llama.llama_generate(target, prompt, 40, set())
@@ -306,7 +316,7 @@ def test_llama_speculative_loop_emits_exactly_the_greedy_tokens(monkeypatch):
 
 def test_llama_prompt_lookup_loop_is_exact(monkeypatch):
     pytest.importorskip("llama_cpp.llama_speculative")
-    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
+    fake_llama_c_api(monkeypatch)
     prompt = [1, 2, 3, 1, 2]
     target = FakeLlama(target_rule)
     ar = bench_real_llama.llama_generate(target, prompt, 40, set())
@@ -337,10 +347,12 @@ def test_llama_baseline_rows_per_prompt(monkeypatch):
             self.closed = True
 
     monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=StubLlama, __version__="stub"))
-    monkeypatch.setattr(bench_real_llama, "eval_prompt", _fake_eval_prompt)
+    fake_llama_c_api(monkeypatch)
     baseline = bench_real_llama.LlamaBaseline(Path("target.gguf"), Path("draft.gguf"), ["ar", "draft"], 2, 45,
                                               [2, 4], [0.75], 3, 10)
     assert models["target.gguf"].kwargs["n_ctx"] == 45 + 10 + 16  # the longest draft: lookup's 10 tokens
+    # the target's verify batches need every row's logits; the draft reads its last row only
+    assert models["target.gguf"].kwargs["logits_all"] is True and models["draft.gguf"].kwargs["logits_all"] is False
     prompt = Prompt("p0", "humaneval", "12312")
     baseline.check_tokenizer({"p0": "12312"}, {"p0": [1, 2, 3, 1, 2]})
     recorded = []
@@ -553,6 +565,24 @@ n_max = int(args[args.index("--spec-draft-n-max") + 1])
 sys.stderr.write(f"encoded 9 tokens in 0.01 seconds, speed: 900 t/s\\n"
                  f"decoded 12 tokens in {{0.5 * n_max}} seconds, speed: 1 t/s\\nn_drafted = 10\\nn_accept  = 6\\n")
 """
+
+
+def test_plain_setting_runs_the_plain_path_not_the_speculative_loop(qwen2_model, monkeypatch):
+    """The "ar" row is the denominator of every "vs our AR" ratio: it must be plain decoding
+    (eval_argmax per token), not the speculative loop's 1-node verify + accept per token."""
+    import pyspecla.speculative.loop as loop
+
+    def no_loop(*args, **kwargs):
+        raise AssertionError("the ar setting went through the speculative loop")
+
+    monkeypatch.setattr(loop, "generate", no_loop)
+    prompt_ids = [1, 2, 3, 4]
+    row = bench_real_pyspecla.run_pyspecla(qwen2_model, "ar", prompt_ids, 12, set(), bench_real_pyspecla.SpecOptions())
+    assert row["tokens"] == qwen2_model.generate(prompt_ids, 12) and row["plain_path"] is True
+    assert row["steps"] == 11 and row["drafted_tokens"] == 0 and row["tokens_per_s"] > 0
+    eos = {row["tokens"][4]}
+    stopped = bench_real_pyspecla.run_pyspecla(qwen2_model, "ar", prompt_ids, 12, eos, bench_real_pyspecla.SpecOptions())
+    assert stopped["tokens"] == row["tokens"][:row["tokens"].index(row["tokens"][4]) + 1]
 
 
 def test_main_runs_llama_cpps_speculative_program(qwen2_model, tmp_path, monkeypatch):

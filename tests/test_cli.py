@@ -87,6 +87,12 @@ def test_help_documents_every_flag():
         (["run", "{model}", "-f", "{missing}"], "--prompt-file"),
         (["run", "{notgguf}", "-p", "x"], "not a GGUF"),
         (["inspect", "{notgguf}"], "not a GGUF"),
+        (["run", "{model}", "-p", "x", "-t", "-1"], "-t/--threads must be >= 0"),
+        (["run", "{model}", "-p", "x", "-t", "1000"], "-t/--threads must be at most"),
+        (["run", "{model}", "-p", "x", "--temp", "inf"], "--temp must be a finite number"),
+        (["run", "{model}", "-p", "x", "--draft", "ngram", "--ddtree-tau", "nan"], "--ddtree-tau must be a finite number"),
+        (["run", "{model}", "-p", "x", "--stats-json", "{missing_dir}/run.json"], "does not exist"),
+        (["run", "{model}", "-p", "x", "--stats-json", "{tmp}"], "is a directory"),
     ],
 )
 def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
@@ -94,6 +100,8 @@ def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
         "model": tiny_model_path("q8_0"),
         "missing": str(tmp_path / "no-such-file.gguf"),
         "notgguf": str(tmp_path / "notes.txt"),
+        "missing_dir": str(tmp_path / "no-such-dir"),
+        "tmp": str(tmp_path),
     }
     (tmp_path / "notes.txt").write_text("this is not a model\n")
     args = [a.format(**paths) for a in args]
@@ -102,6 +110,46 @@ def test_bad_input_is_one_clear_line(tiny_model_path, tmp_path, args, needle):
     assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_negative_seed_means_a_random_seed(tiny_model_path):
+    path = tiny_model_path("q8_0")
+    result = run_cli("run", path, "-p", "x", "-n", "4", "--temp", "0.8", "--seed", "-1", "--ignore-eos")
+    assert result.returncode == 0, result.stderr
+    assert "negative" in run_cli("run", "--help").stdout
+
+
+def test_stats_json_of_a_plain_run_stays_on_the_plain_path(tiny_model_path, tmp_path, monkeypatch):
+    import json
+
+    import pyspecla.speculative.loop as loop
+
+    def no_loop(*args, **kwargs):
+        raise AssertionError("a plain run went through the speculative loop")
+
+    monkeypatch.setattr(loop, "generate", no_loop)
+    out = tmp_path / "run.json"
+    assert main(["run", tiny_model_path("q8_0"), "-p", "x", "-n", "5", "--ignore-eos", "--stats-json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["mode"] == "plain" and record["decode_tokens"] == 4
+
+
+class _InterruptingOut:
+    """A stdout on which the first written text raises KeyboardInterrupt (Ctrl-C mid-stream)."""
+
+    def write(self, text):
+        if text:
+            raise KeyboardInterrupt
+        return 0
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("extra", [[], ["--draft", "oracle:p=0.8"]], ids=["plain", "speculative"])
+def test_ctrl_c_exits_130_in_both_modes(tiny_model_path, monkeypatch, extra):
+    monkeypatch.setattr(sys, "stdout", _InterruptingOut())
+    assert main(["run", tiny_model_path("f32"), "-p", "x", "-n", "8", "--ignore-eos", *extra]) == 130
 
 
 def test_demo_builds_its_models_once_and_runs_every_mode(tmp_path):
@@ -211,3 +259,14 @@ def test_make_drafter_gives_a_dflash_draft_its_reduced_vocabulary(draft_pair):
     drafter = make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=100)
     assert drafter.vocabulary.n_frequent == 100 and drafter.history == []
     assert make_drafter(model, draft, [1, 2], 8, 64, draft_vocab=0).vocabulary is None
+
+
+def test_version_and_file_type_names(tiny_model_path):
+    from pyspecla import __version__
+
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"pyspecla {__version__}"
+    shown = run_cli("inspect", tiny_model_path("q8_0"))
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if "general.file_type" in line)
+    assert line.strip() == "general.file_type = 7 (Q8_0)"

@@ -246,8 +246,7 @@ def random_tree(rng, n, shape):
 
 
 @pytest.mark.parametrize("shape", ["uniform", "recent", "bushy"])
-def test_random_trees_native_equals_oracle(shape):
-    seed = int(np.random.SeedSequence().entropy % 2**32)
+def test_random_trees_native_equals_oracle(shape, seed):
     rng = np.random.default_rng(seed)
     for _ in range(60):
         n = int(rng.integers(1, 65))

@@ -63,7 +63,9 @@ def test_f32_logits_match_llama_cpp(tiny_model_path):
         positions += len(tokens)
     print(f"f32: max |dlogit| = {worst:.3e} over {positions} positions")
     assert positions >= 32
-    assert worst <= 1e-3
+    # measured 1.38e-5 (llama-cpp-python 0.3.36, the README's portable AVX2 build, 80 positions);
+    # issue 12 quotes 9.5e-6 for another build: bound 3e-5, about twice the larger figure
+    assert worst <= 3e-5
 
 
 @pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
@@ -80,5 +82,8 @@ def test_quantized_top1_agrees_with_llama_cpp(tiny_model_path, quant):
         equal += int((their_top5[:, 0] == our_top1).sum())
         total += len(tokens)
     print(f"{quant}: top-1 in llama.cpp top-5 {in_top5}/{total}, equal top-1 {equal}/{total}")
+    # measured (portable AVX2 build): top-5 256/256 for both; equal top-1 252/256 (q8_0) and 256/256
+    # (q4_k_m); issue 12 quotes 247-251/256 for another build. Bounds: 253/256 in the top-5, 243/256
+    # equal (4 positions below the lowest figure seen) — a near-tie flips with the summation order
     assert in_top5 / total >= 0.99
-    assert equal / total >= 0.90
+    assert equal / total >= 0.95

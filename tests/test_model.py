@@ -46,7 +46,9 @@ def test_logits_match_numpy_reference_quantized(tiny_model_path, quant):
         tokens = _tokens(24, model.hparams.n_vocab, seed=seed)
         ours.append(model.logits(tokens))
         expected.append(reference.forward(reference.new_state(), tokens))
-    assert_close_up_to_code_flips(ours, expected, quant)
+    # measured on these 4 sequences: flips of 5.7e-3 and 1.25e-2 (q8_0), 7.6e-3 and 1.09e-2 (q4_k_m), the
+    # rest within 5e-7, argmax equal everywhere; bound 1.6e-2 (measured + 25 %), one position in 24 may flip
+    assert_close_up_to_code_flips(ours, expected, quant, flip_rtol=1.6e-2, argmax_min=23 / 24)
 
 
 @pytest.mark.parametrize("quant", ["f32", "q4_k_m"])
@@ -90,8 +92,10 @@ def test_scalar_and_avx2_kernels_agree(tiny_model_path):
     path = tiny_model_path("q4_k_m")
     scalar, avx2 = Model.load(path, cpu_kernels="scalar"), Model.load(path, cpu_kernels="avx2")
     sequences = [_tokens(20, 1024, seed=13 + i) for i in range(4)]
+    # measured on these 4 sequences: flips of 9.8e-3, 1.31e-2 and 1.68e-2, one sequence within 6e-7,
+    # argmax equal everywhere; bound 2e-2 (measured + 20 %), one position in 20 may flip
     assert_close_up_to_code_flips([avx2.logits(t) for t in sequences], [scalar.logits(t) for t in sequences],
-                                  "avx2 vs scalar")
+                                  "avx2 vs scalar", flip_rtol=2e-2, argmax_min=19 / 20)
 
 
 def test_bad_requests_fail_clearly(f32_model):
@@ -108,3 +112,28 @@ def test_bad_requests_fail_clearly(f32_model):
         f32_model.new_context(n_ctx=0)
     with pytest.raises(UsageError):
         Model.load("whatever.gguf", cpu_kernels="neon")
+
+
+def test_python_api_refuses_bad_token_ids_and_text(tiny_model_path):
+    model = Model.load(tiny_model_path("f32"))
+    with pytest.raises(UsageError, match="outside the vocabulary"):
+        model.logits([2**40])  # would wrap to another id in int32
+    with pytest.raises(UsageError, match="must be integers"):
+        model.logits([1.9])  # would be truncated to 1
+    with pytest.raises(UsageError, match="non-empty"):
+        model.logits([])
+    with pytest.raises(UsageError, match="tokenize expects a str, got NoneType"):
+        model.tokenize(None)
+    with pytest.raises(UsageError, match="token id 99999 outside the vocabulary"):
+        model.detokenize([99999])
+    assert model.detokenize([]) == ""
+
+
+def test_model_is_a_context_manager_and_a_closed_model_says_so(tiny_model_path):
+    with Model.load(tiny_model_path("f32")) as model:
+        assert model.logits([1, 2]).shape == (2, model.hparams.n_vocab) and not model.closed
+    assert model.closed
+    with pytest.raises(UsageError, match="is closed"):
+        model.logits([1, 2])
+    with pytest.raises(UsageError, match="is closed"):
+        model.generate([1, 2], 3)

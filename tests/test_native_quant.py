@@ -17,9 +17,16 @@ Inputs are fresh each run (seeded from entropy); the seed is in every assertion 
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import seeded_rng
+from llama_oracle import cpu_flags
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf import quants as gguf_quants  # noqa: E402
@@ -40,8 +47,7 @@ QK_K = 256
 
 
 def fresh_rng():
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    return np.random.default_rng(seed), seed
+    return seeded_rng()  # fresh each session, reproducible (conftest.seeded_rng)
 
 
 # weight types the CUDA matmul does not take yet (their models are refused on the GPU by name)
@@ -443,6 +449,23 @@ def test_other_ops_bad_arguments():
                  "v_cache")
 
 
-def test_cpu_best_kernels_and_cuda_count():
-    assert _native.cpu_best_kernels() in (_native.CPU_SCALAR, _native.CPU_AVX2, _native.CPU_AVX512)
-    assert _native.cuda_device_count() >= 0
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or platform.machine() != "x86_64",
+                    reason="reads x86 flags from /proc/cpuinfo")
+def test_cpu_best_kernels_follow_the_cpu_flags():
+    flags = cpu_flags()
+    avx2 = {"avx2", "fma", "f16c"} <= flags
+    avx512 = avx2 and {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags
+    expected = _native.CPU_AVX512 if avx512 else _native.CPU_AVX2 if avx2 else _native.CPU_SCALAR
+    assert _native.cpu_best_kernels() == expected
+
+
+def test_cuda_device_count_sees_no_device_when_none_is_visible():
+    """With CUDA_VISIBLE_DEVICES empty the count must be 0 (a CPU-only build says 0 anyway); without
+    it, at most the devices the driver lists."""
+    code = "from pyspecla import _native; print(_native.cuda_device_count())"
+    hidden = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert hidden.returncode == 0 and hidden.stdout.strip() == "0", hidden.stdout + hidden.stderr
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+    n_listed = listed.stdout.count("GPU ") if listed is not None and listed.returncode == 0 else 0
+    assert 0 <= _native.cuda_device_count() <= n_listed

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import plain_tokens
 
 from pyspecla import Model
 from pyspecla.errors import UsageError
@@ -169,14 +170,8 @@ def model(request, tiny_model_path):
     return Model.load(tiny_model_path(request.param))
 
 
-_AR_CACHE = {}
-
-
 def ar_tokens(model, prompt, n=N_TOKENS):
-    key = (id(model), tuple(prompt), n)
-    if key not in _AR_CACHE:
-        _AR_CACHE[key] = model.generate(prompt, n)
-    return _AR_CACHE[key]
+    return plain_tokens(model, prompt, n)
 
 
 def prompts(n, n_vocab, seed=0):

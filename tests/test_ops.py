@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import seeded_rng
 
 from pyspecla import ops
 from pyspecla.errors import NativeError
@@ -15,9 +16,8 @@ RTOL = 2e-5
 
 
 def rng(request_id: int = 0):
-    # fresh inputs each run (seeded from entropy), the seed printed on failure via the assert text
-    seed = int(np.random.SeedSequence().entropy % 2**32)
-    return np.random.default_rng(seed), seed
+    # fresh inputs each session, reproducible (conftest.seeded_rng); the seed is in the assert text
+    return seeded_rng()
 
 
 def assert_close(actual, expected, tol, seed, what):

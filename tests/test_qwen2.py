@@ -280,8 +280,13 @@ def test_one_dimensional_tensors_must_be_f32(path, name):
 
 
 def test_f16_matrices_are_fine(path):
-    write_minimal_qwen2(path, f16=("blk.0.attn_q.weight", "token_embd.weight"))
-    ModelFile.open(path).close()
+    f16 = ("blk.0.attn_q.weight", "token_embd.weight")
+    write_minimal_qwen2(path, f16=f16)
+    with ModelFile.open(path) as model:
+        for name in f16:
+            view = model.tensor(name)
+            assert view.type_name == "F16" and view.nbytes == 2 * int(np.prod(view.ne)), name
+        assert model.tensor("blk.1.attn_q.weight").type_name == "F32"
 
 
 @pytest.mark.parametrize("name", ["blk.0.attn_output.bias", "blk.1.attn_q_norm.weight", "blk.0.attn_qkv.weight",

@@ -114,7 +114,10 @@ def test_real_qwen25_matches_the_numpy_reference():
     ref = ReferenceModel.from_gguf(str(path), dtype=np.float32)
     expected = ref.forward(ref.new_state(), tokens)
     ours = model.logits(tokens)
-    assert_close_up_to_code_flips([ours], [expected], "Qwen2.5-Coder-0.5B", n_exact_min=0)
+    # the bounds the synthetic models' flips were first given (5e-2, 0.9); not re-measured on the real
+    # file in this checkout (it needs tools/fetch_models.py) — the synthetic bounds are now 1.6e-2 / 2e-2
+    assert_close_up_to_code_flips([ours], [expected], "Qwen2.5-Coder-0.5B", flip_rtol=5e-2, argmax_min=0.9,
+                                  n_exact_min=0)
 
 
 @pytest.mark.parametrize("which", ["0.5b", "1.5b"])

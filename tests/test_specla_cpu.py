@@ -66,11 +66,12 @@ class Layer:
         return sub
 
 
-def sequential(layer: Layer, idx, gdn_state, conv_state, conv_w):
-    """Plain decoding of the tokens idx with the sequential native kernels."""
+def sequential(layer: Layer, idx, gdn_state, conv_state, conv_w, cpu_kernels="auto"):
+    """Plain decoding of the tokens idx with the sequential native kernels of the same kernel set."""
     sub = layer.take(list(idx))
-    out, new_state = ops.gated_delta_rule(sub.q, sub.k, sub.v, sub.g, sub.beta, gdn_state, n_threads=1)
-    y, new_conv = ops.causal_conv(sub.x, conv_w, conv_state, n_threads=1)
+    out, new_state = ops.gated_delta_rule(sub.q, sub.k, sub.v, sub.g, sub.beta, gdn_state, n_threads=1,
+                                          cpu_kernels=cpu_kernels)
+    y, new_conv = ops.causal_conv(sub.x, conv_w, conv_state, n_threads=1, cpu_kernels=cpu_kernels)
     return out, new_state, y, new_conv
 
 
@@ -92,12 +93,12 @@ SHAPES = {
 }
 
 
-def verify_one_step(parents, dims, seed, verify_method="hld_chains", pending_tokens=0):
+def verify_one_step(parents, dims, seed, verify_method="hld_chains", pending_tokens=0, cpu_kernels="auto"):
     rng = np.random.default_rng(seed)
     n = len(parents)
     Hk, Hv, S, C, K = (dims[k] for k in ("Hk", "Hv", "S", "C", "K"))
     shape = RecurrentShape(1, Hk, Hv, S, C, K, max(n, pending_tokens, 1))
-    banks = FactorBanks(shape, verify_method=verify_method)
+    banks = FactorBanks(shape, verify_method=verify_method, cpu_kernels=cpu_kernels)
     gdn, conv = fresh_states(rng, 1, Hv, S, C, K)
     conv_w = (rng.standard_normal((C, K)) * 0.5).astype(np.float32)
     sched = build_schedule(parents)
@@ -124,14 +125,16 @@ TREES = {
 @pytest.mark.parametrize("tree", list(TREES))
 @pytest.mark.parametrize("dims", ["small-odd", "gqa3"])
 @pytest.mark.parametrize("verify_method", VERIFY_METHODS)
-def test_every_node_equals_sequential_decoding_bit_for_bit(tree, dims, verify_method):
+def test_every_node_equals_sequential_decoding_bit_for_bit(tree, dims, verify_method, cpu_kernels, seed):
+    """Each kernel set (scalar oracle, AVX2, AVX-512: the cpu_kernels fixture) against its own
+    sequential kernels."""
     parents = TREES[tree]
-    r = verify_one_step(parents, SHAPES[dims], seed=hash((tree, dims)) % 2**32, verify_method=verify_method)
+    r = verify_one_step(parents, SHAPES[dims], seed=seed, verify_method=verify_method, cpu_kernels=cpu_kernels)
     # nothing pending: the durable state is read, never written
     assert same_bits(r["gdn"][0], r["before"][0]) and same_bits(r["conv"][0], r["before"][1])
     for t in range(len(parents)):
         path = root_path(parents, t)
-        out, _, y, _ = sequential(r["layer"], path, r["before"][0], r["before"][1], r["conv_w"])
+        out, _, y, _ = sequential(r["layer"], path, r["before"][0], r["before"][1], r["conv_w"], cpu_kernels)
         assert same_bits(r["out"][t], out[-1]), f"GDN output of node {t} differs from sequential decoding"
         assert same_bits(r["y"][t], y[-1]), f"conv output of node {t} differs from sequential decoding"
 
@@ -188,9 +191,9 @@ def test_model_shapes_27b_heads(tree):
 
 
 @pytest.mark.parametrize("tree", ["n1", "chain33", "star22", "random64"])
-def test_against_float64_ut_oracle(tree):
+def test_against_float64_ut_oracle(tree, cpu_kernels):
     parents = TREES[tree]
-    r = verify_one_step(parents, SHAPES["gqa3"], seed=3)
+    r = verify_one_step(parents, SHAPES["gqa3"], seed=3, cpu_kernels=cpu_kernels)
     L = r["layer"]
     ref = ut.tree_ut(parents, L.q, L.k, L.v, L.g, L.beta, r["before"][0])
     scale = np.abs(ref["out"]).max()
@@ -199,7 +202,7 @@ def test_against_float64_ut_oracle(tree):
     assert np.abs(r["y"] - y_ref).max() / np.abs(y_ref).max() <= 1e-5
     # the state at every possible accepted endpoint, reconstructed natively (accept + finish)
     for end in range(len(parents)):
-        banks = FactorBanks(RecurrentShape(1, 2, 6, 32, 130, 4, len(parents)))
+        banks = FactorBanks(RecurrentShape(1, 2, 6, 32, 130, 4, len(parents)), cpu_kernels=cpu_kernels)
         gdn, conv = [r["before"][0].copy()], [r["before"][1].copy()]
         banks.conv_tree(r["sched"], 0, L.x, r["conv_w"], conv[0])
         banks.verify_gdn(r["sched"], 0, L.q, L.k, L.v, L.g, L.beta, gdn[0])
@@ -210,7 +213,7 @@ def test_against_float64_ut_oracle(tree):
 
 
 # --- multi-step loops: every method converges to the sequential state --------------------------
-def run_loop(methods, dims, n_layers, steps, seed, tree_sizes=(1, 6, 22, 40)):
+def run_loop(methods, dims, n_layers, steps, seed, tree_sizes=(1, 6, 22, 40), cpu_kernels="auto"):
     """Drive `steps` speculative steps over n_layers recurrent layers with random trees and random
     accepted paths; return the final states (after finish), all verify outputs, and the tokens
     accepted, so a sequential decode can be compared."""
@@ -218,7 +221,8 @@ def run_loop(methods, dims, n_layers, steps, seed, tree_sizes=(1, 6, 22, 40)):
     rng = np.random.default_rng(seed)
     Hk, Hv, S, C, K = (dims[k] for k in ("Hk", "Hv", "S", "C", "K"))
     max_nodes = max(tree_sizes)
-    banks = FactorBanks(RecurrentShape(n_layers, Hk, Hv, S, C, K, max_nodes), verify_method, commit_method)
+    banks = FactorBanks(RecurrentShape(n_layers, Hk, Hv, S, C, K, max_nodes), verify_method, commit_method,
+                        cpu_kernels=cpu_kernels)
     init_rng = np.random.default_rng(seed + 1)
     gdn, conv = fresh_states(init_rng, n_layers, Hv, S, C, K)
     initial = ([a.copy() for a in gdn], [a.copy() for a in conv])
@@ -246,11 +250,11 @@ def run_loop(methods, dims, n_layers, steps, seed, tree_sizes=(1, 6, 22, 40)):
     return gdn, conv, initial, conv_w, accepted, outputs
 
 
-def sequential_states(initial, conv_w, accepted):
+def sequential_states(initial, conv_w, accepted, cpu_kernels="auto"):
     gdn, conv = [a.copy() for a in initial[0]], [a.copy() for a in initial[1]]
     for l in range(len(gdn)):
         for layer, path in accepted[l]:
-            _, gdn[l], _, conv[l] = sequential(layer, path, gdn[l], conv[l], conv_w[l])
+            _, gdn[l], _, conv[l] = sequential(layer, path, gdn[l], conv[l], conv_w[l], cpu_kernels)
     return gdn, conv
 
 
@@ -259,10 +263,11 @@ METHOD_PAIRS = [(v, c) for v in VERIFY_METHODS for c in COMMIT_METHODS
 
 
 @pytest.mark.parametrize("methods", METHOD_PAIRS, ids=lambda m: f"{m[0]}+{m[1]}")
-def test_loop_state_after_finish_equals_sequential_decoding(methods):
+def test_loop_state_after_finish_equals_sequential_decoding(methods, cpu_kernels):
     dims = SHAPES["small-odd"]
-    gdn, conv, initial, conv_w, accepted, outputs = run_loop(methods, dims, n_layers=2, steps=8, seed=11)
-    gdn_seq, conv_seq = sequential_states(initial, conv_w, accepted)
+    gdn, conv, initial, conv_w, accepted, outputs = run_loop(methods, dims, n_layers=2, steps=8, seed=11,
+                                                             cpu_kernels=cpu_kernels)
+    gdn_seq, conv_seq = sequential_states(initial, conv_w, accepted, cpu_kernels)
     for l in range(2):
         assert same_bits(gdn[l], gdn_seq[l]), f"layer {l} GDN state differs from sequential decoding"
         assert same_bits(conv[l], conv_seq[l]), f"layer {l} conv state differs from sequential decoding"

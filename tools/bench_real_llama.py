@@ -37,14 +37,20 @@ def eval_prompt(llm, tokens) -> np.ndarray:
     Relies on llama-cpp-python 0.3.x internals: Llama.eval reads self._logits_all per call and marks
     the batch's last token as an output either way; llama_get_logits_ith(ctx, -1) is that row.
     llm.scores is not written for these rows."""
-    import llama_cpp
-
     saved = llm._logits_all
     llm._logits_all = False
     try:
         llm.eval(list(tokens))
     finally:
         llm._logits_all = saved
+    return last_logits(llm)
+
+
+def last_logits(llm) -> np.ndarray:
+    """The logits of the last evaluated token, read through llama.cpp's C API (llama_get_logits_ith
+    -1): Llama.eval always marks a batch's last token as an output, with or without logits_all."""
+    import llama_cpp
+
     return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).copy()
 
 
@@ -75,7 +81,9 @@ class DraftModelProposer:
     """llama.cpp's draft-model proposal (common_speculative_gen_draft): the draft's KV cache keeps the
     longest prefix it shares with the history; it evaluates the rest (the last token included), then
     greedily proposes up to n_max tokens while its top-1 probability (softmax over its top-10 logits)
-    is at least p_min, evaluating each kept token except the last."""
+    is at least p_min, evaluating each kept token except the last. Only the last row's logits are
+    ever read, so the draft is loaded without logits_all (its LM head runs on that row only, as in
+    llama.cpp's own program)."""
 
     def __init__(self, draft_llm, n_max: int, p_min: float):
         self.llm, self.n_max, self.p_min = draft_llm, n_max, p_min
@@ -106,7 +114,7 @@ class DraftModelProposer:
         llm.eval(history[common:])
         drafts: list[int] = []
         while len(drafts) < self.n_max:
-            row = llm.scores[llm.n_tokens - 1]
+            row = last_logits(llm)
             token = int(np.argmax(row))
             if self.top1_probability(row) < self.p_min:
                 break
@@ -307,11 +315,13 @@ class LlamaBaseline:
         self.version = llama_cpp.__version__
         longest_draft = max([*self.n_max_list, lookup_tokens])
         n_ctx = max_history + longest_draft + 16
-        # logits_all: a verify batch needs every row's logits (prompt passes skip it: eval_prompt)
+        # the target's verify batch needs every row's logits (logits_all; its prompt passes skip them:
+        # eval_prompt); the draft reads only its last row (last_logits), so it computes only that
         kwargs = {"n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "n_batch": 512,
-                  "logits_all": True, "flash_attn": False, "verbose": False}
-        self.llm = llama_cpp.Llama(model_path=str(model_path), **kwargs)
-        self.draft_llm = llama_cpp.Llama(model_path=str(draft_path), **kwargs) if "draft" in self.settings else None
+                  "flash_attn": False, "verbose": False}
+        self.llm = llama_cpp.Llama(model_path=str(model_path), logits_all=True, **kwargs)
+        self.draft_llm = (llama_cpp.Llama(model_path=str(draft_path), logits_all=False, **kwargs)
+                          if "draft" in self.settings else None)
         self.tokens_match: dict[str, bool] = {}
 
     def check_tokenizer(self, texts: dict[str, str], prompt_ids: dict[str, list[int]]) -> None:

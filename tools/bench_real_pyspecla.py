@@ -63,13 +63,44 @@ def parse_setting(setting: str, options: SpecOptions) -> tuple[str, str, SpecOpt
     return kind, mode, dataclasses.replace(options, **changes)
 
 
+def run_plain(model, prompt_ids, max_tokens: int, eos_ids) -> dict:
+    """Plain greedy decoding through the plain path (Context.eval_argmax of one token per step, as
+    Model.stream does), not through the speculative loop, whose 1-node verify + accept per token is
+    slower: this is the denominator every "vs our AR" ratio divides by. Timed like the loop: the
+    prompt pass apart, decode from the first emitted token on."""
+    eos = set(eos_ids)
+    out: list[int] = []
+    ctx = model.new_context(n_ctx=len(prompt_ids) + max_tokens + 1)
+    try:
+        t0 = time.perf_counter()
+        token = ctx.eval_argmax(list(prompt_ids)) if max_tokens > 0 else None
+        prompt_ms = (time.perf_counter() - t0) * 1e3
+        t_decode = time.perf_counter()
+        while token is not None:
+            out.append(int(token))
+            if token in eos or len(out) >= max_tokens:
+                break
+            token = ctx.eval_argmax([token])
+        decode_s = time.perf_counter() - t_decode
+    finally:
+        ctx.close()
+    steps = max(len(out) - 1, 0)
+    figures = acceptance_figures([1] * steps, [0] * steps)
+    return {"tokens": out, "tokens_per_s": steps / decode_s if decode_s > 0 else 0.0, "prompt_ms": prompt_ms,
+            "decode_s": decode_s, "draft_ms": 0.0, "verify_ms": 0.0, "mean_tree_nodes": None, "drafter": None,
+            "draft_max_depth": None, "draft_p_min": None, "draft_prompt_ms": None, "draft_vocab": None,
+            "plain_path": True, **figures}
+
+
 def run_pyspecla(model, setting: str, prompt_ids, max_tokens: int, eos_ids, options: SpecOptions) -> dict:
     """One generation. Returns figures + tokens, or {'skipped': True, 'error': ...} when a draft-model
-    drafter cannot be built or run."""
+    drafter cannot be built or run. The setting "ar" runs the plain path (run_plain)."""
     from pyspecla.speculative.factory import make_drafter
     from pyspecla.speculative.loop import SpecConfig, generate
 
     kind, mode, options = parse_setting(setting, options)
+    if kind is None:
+        return run_plain(model, prompt_ids, max_tokens, eos_ids)
     drafter = None
     draft_prompt_ms = None
     config = SpecConfig(mode="ar")

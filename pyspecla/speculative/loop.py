@@ -76,6 +76,9 @@ class SpecStats:
     steps: int = 0
     accepted_per_step: list[int] = field(default_factory=list)  # tokens committed by each step
     tree_nodes_per_step: list[int] = field(default_factory=list)
+    side_branch_steps: int = 0  # steps whose accepted path holds a node that was not a first choice
+    compacted_steps: int = 0    # steps whose accepted path is not the tree's first nodes in order
+                                # (accept moves KV rows and captured features into place)
     prompt_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -178,6 +181,8 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
             stats.steps += 1
             stats.accepted_per_step.append(len(path))
             stats.tree_nodes_per_step.append(len(tree.tokens))
+            stats.side_branch_steps += bool(np.any(tree.ranks[path[1:]] > 0))
+            stats.compacted_steps += list(path) != list(range(len(path)))
             done = emit([int(tree.tokens[i]) for i in path[1:]] + [bonus])
             root = bonus
         stats.decode_s = time.perf_counter() - t_decode
