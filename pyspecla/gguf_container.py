@@ -222,6 +222,7 @@ class _BoundedReader(GGUFReader):
     def _build_tensors(self, start_offs, fields):
         file_size = int(self.data.size)
         alignment = int(self.alignment)
+        regions: list[tuple[int, int, str, str]] = []  # (begin, end, name, type name) of each tensor
         for field in fields:
             _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
             name = bytes(name_data).decode("utf-8", errors="replace")
@@ -251,7 +252,26 @@ class _BoundedReader(GGUFReader):
                     f"tensor '{name}' data [{begin}, {begin + nbytes}) lies outside the file "
                     f"({file_size} bytes): file is truncated or corrupt"
                 )
+            regions.append((begin, begin + nbytes, name, tensor_type_name(type_id)))
+        _check_disjoint(regions)
         super()._build_tensors(start_offs, fields)
+
+
+def _check_disjoint(regions: list[tuple[int, int, str, str]]) -> None:
+    """Tensor data regions must not share a byte: an offset moved into a neighbour, or a tensor
+    retyped to a wider type, would otherwise load and compute on another tensor's bytes.
+    Empty tensors own no bytes and cannot overlap anything."""
+    furthest: tuple[int, int, str, str] | None = None  # the region reaching furthest so far
+    for region in sorted((r for r in regions if r[1] > r[0]), key=lambda r: (r[0], r[1])):
+        if furthest is not None and region[0] < furthest[1]:
+            begin, end, name, type_name = region
+            other_begin, other_end, other_name, other_type = furthest
+            raise _FormatError(
+                f"tensors '{other_name}' ({other_type}, data [{other_begin}, {other_end})) and "
+                f"'{name}' ({type_name}, data [{begin}, {end})) overlap: their offsets or types are corrupt"
+            )
+        if furthest is None or region[1] > furthest[1]:
+            furthest = region
 
 
 def open_reader(path: str) -> GGUFReader:

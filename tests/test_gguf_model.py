@@ -284,6 +284,57 @@ def test_truncated_tensor_data_is_reported(path):
     assert message.startswith(f"{path}: ") and "outside the file" in message
 
 
+def _patch_tensor_info(path: str, name: str, *, type_id: int | None = None, offset_delta: int = 0) -> None:
+    """Rewrite one tensor-info entry in place: its type id and/or its data offset."""
+    reader = GGUFReader(path)
+    tensor = next(t for t in reader.tensors if t.name == name)
+    name_len = len(name.encode("utf-8"))
+    type_at = tensor.field.offset + 8 + name_len + 4 + 8 * len(tensor.shape)
+    old_offset = int(tensor.field.parts[-1][0])
+    del reader, tensor
+    with open(path, "r+b") as f:
+        if type_id is not None:
+            f.seek(type_at)
+            f.write(struct.pack("<I", type_id))
+        f.seek(type_at + 4)
+        f.write(struct.pack("<Q", old_offset + offset_delta))
+
+
+def test_tensor_offset_moved_into_its_neighbour_is_reported(path):
+    write_minimal_qwen35(path)
+    # output_norm.weight holds 256 bytes; moving it by 64 (still aligned) runs into the next tensor.
+    _patch_tensor_info(path, "output_norm.weight", offset_delta=64)
+    with pytest.raises(GGUFError) as info:
+        ModelFile.open(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "overlap" in message, message
+    assert "'output_norm.weight'" in message and "'blk.0.attn_norm.weight'" in message, message
+
+
+def test_quantized_tensor_retyped_as_f32_is_reported(path):
+    write_minimal_qwen35(path, E=256, types={"blk.0.attn_gate.weight": QT.Q4_K})
+    _patch_tensor_info(path, "blk.0.attn_gate.weight", type_id=int(QT.F32))
+    with pytest.raises(GGUFError) as info:
+        ModelFile.open(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "overlap" in message, message
+    assert "'blk.0.attn_gate.weight' (F32" in message, message
+    reader = GGUFReader(path)  # the stock reader names the neighbour that follows it in the file
+    names = [t.name for t in sorted(reader.tensors, key=lambda t: t.data_offset)]
+    follower = names[names.index("blk.0.attn_gate.weight") + 1]
+    del reader
+    assert f"'{follower}'" in message, message
+
+
+def test_two_tensors_at_the_same_offset_are_reported(path):
+    write_minimal_qwen35(path)
+    # blk.0.post_attention_norm.weight starts 256 bytes after blk.0.attn_norm.weight, both 256 long.
+    _patch_tensor_info(path, "blk.0.post_attention_norm.weight", offset_delta=-256)
+    message = str(pytest.raises(GGUFError, ModelFile.open, path).value)
+    assert "overlap" in message and "'blk.0.attn_norm.weight'" in message
+    assert "'blk.0.post_attention_norm.weight'" in message
+
+
 def test_unsupported_gguf_version(path):
     write_minimal_qwen35(path)
     with open(path, "r+b") as f:
