@@ -4,7 +4,7 @@ tokenization. Weights stay in the GGUF's memory map; the native library reads th
 from __future__ import annotations
 
 import ctypes
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -192,13 +192,16 @@ class Context:
         _native.check(_native.lib.specla_context_read_features(self._handle, first, n, _native.float_ptr(out)))
         return out
 
-    def eval_argmax(self, token_ids: Sequence[int]) -> int:
-        """Append tokens and return the greedy next token (no logits copied to Python)."""
+    def eval_argmax(self, token_ids: Sequence[int], on_progress: Callable[[int, int], None] | None = None) -> int:
+        """Append tokens and return the greedy next token (no logits copied to Python).
+        on_progress(done, total) is called after each chunk of at most max_batch tokens."""
         tokens = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int32))
         for start in range(0, len(tokens), self.max_batch):
             chunk = tokens[start : start + self.max_batch]
             last_chunk = start + self.max_batch >= len(tokens)
             self._forward(chunk, False, None, last_chunk)
+            if on_progress is not None:
+                on_progress(start + len(chunk), len(tokens))
         return self.token_of(self._argmax[0])
 
 
@@ -302,9 +305,11 @@ class Model:
         seed: int | None = None,
         stop_at_eos: bool = True,
         context: Context | None = None,
+        on_prefill: Callable[[int, int], None] | None = None,
     ) -> Iterator[int]:
         """Yield new token ids one by one: greedy at temperature 0, else sampled from
-        softmax(logits / temperature) with a seeded generator."""
+        softmax(logits / temperature) with a seeded generator. on_prefill(done, total) reports the
+        prompt pass chunk by chunk (greedy only)."""
         if max_tokens < 0:
             raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
         if temperature < 0:
@@ -316,9 +321,9 @@ class Model:
         eos = self.tokenizer.eos_ids if stop_at_eos else set()
         try:
             pending = list(token_ids)
-            for _ in range(max_tokens):
+            for step in range(max_tokens):
                 if temperature == 0.0:
-                    token = ctx.eval_argmax(pending)
+                    token = ctx.eval_argmax(pending, on_progress=on_prefill if step == 0 else None)
                 else:
                     logits = ctx.eval(pending).astype(np.float64) / temperature
                     p = np.exp(logits - logits.max())

@@ -108,16 +108,23 @@ def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget:
 
 
 def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, eos_ids=(),
-             on_tokens: Callable[[list[int]], None] | None = None, context=None) -> tuple[SpecStats, object]:
+             on_tokens: Callable[[list[int]], None] | None = None, context=None, n_ctx: int | None = None,
+             on_prefill: Callable[[int, int], None] | None = None) -> tuple[SpecStats, object]:
     """Greedy generation of up to max_tokens tokens after prompt_ids. Returns (stats, context);
-    the context's pending path is folded (finish) before returning, also on Ctrl-C."""
+    the context's pending path is folded (finish) before returning, also on Ctrl-C.
+    n_ctx: the tokens the context holds, prompt and generated ones (default prompt + max_tokens;
+    it must hold both); the context made here gets room for one verify tree on top.
+    on_prefill(done, total) reports the prompt pass chunk by chunk."""
     config.validate()
     if config.mode != "ar" and drafter is None:
         raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
     if len(prompt_ids) == 0:
         raise UsageError("the prompt must contain at least one token")
+    needed = len(prompt_ids) + max_tokens
+    if n_ctx is not None and n_ctx < needed:
+        raise UsageError(f"n_ctx {n_ctx} cannot hold the {len(prompt_ids)}-token prompt and {max_tokens} new tokens")
     verify_method, commit_method = config.methods
-    n_ctx = len(prompt_ids) + max_tokens + config.max_tree_nodes + 1
+    n_ctx = (n_ctx or needed) + config.max_tree_nodes + 1
     ctx = context or model.new_context(
         n_ctx=n_ctx, max_tree_nodes=config.max_tree_nodes, verify_method=verify_method, commit_method=commit_method,
         capture_layers=getattr(drafter, "capture_layers", None) or None)
@@ -152,7 +159,7 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
 
     t0 = time.perf_counter()
     try:
-        root = ctx.eval_argmax(list(prompt_ids))
+        root = ctx.eval_argmax(list(prompt_ids), on_progress=on_prefill)
         stats.prompt_ms = (time.perf_counter() - t0) * 1e3
         t_decode = time.perf_counter()
         done = max_tokens == 0 or emit([root])
