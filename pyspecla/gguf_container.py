@@ -98,6 +98,54 @@ class TensorView:
 
 
 
+# Where a value is NaN or infinite, by its bit pattern (all exponent bits set): (element dtype,
+# exponent mask). Quantized blocks store their float scales as F16 at fixed byte offsets (ggml's
+# block layouts); their other fields are small integers, finite by construction.
+_FLOAT_EXPONENT = {
+    GGMLQuantizationType.F32: (np.uint32, 0x7F800000),
+    GGMLQuantizationType.F16: (np.uint16, 0x7C00),
+    GGMLQuantizationType.BF16: (np.uint16, 0x7F80),
+}
+_F16_SCALE_OFFSETS = {
+    GGMLQuantizationType.Q4_0: (0,),
+    GGMLQuantizationType.Q4_1: (0, 2),
+    GGMLQuantizationType.Q5_0: (0,),
+    GGMLQuantizationType.Q5_1: (0, 2),
+    GGMLQuantizationType.Q8_0: (0,),
+    GGMLQuantizationType.Q4_K: (0, 2),
+    GGMLQuantizationType.Q5_K: (0, 2),
+    GGMLQuantizationType.Q6_K: (208,),
+}
+_FINITE_CHUNK = 1 << 24  # elements or blocks examined at a time (bounds the temporaries)
+
+
+def first_nonfinite(view: "TensorView") -> str | None:
+    """Where a tensor holds a NaN or an infinity: 'element i' (F32/F16/BF16) or 'block i' (a
+    quantized block whose scale is not finite); None when every value is finite or the type is
+    not one of those."""
+    t = GGMLQuantizationType(int(view.ggml_type))
+    if t in _FLOAT_EXPONENT:
+        dtype, mask = _FLOAT_EXPONENT[t]
+        bits = view.data[: view.nbytes].view(dtype)
+        for start in range(0, bits.size, _FINITE_CHUNK):
+            bad = np.flatnonzero((bits[start : start + _FINITE_CHUNK] & mask) == mask)
+            if bad.size:
+                return f"element {start + int(bad[0])}"
+        return None
+    if t in _F16_SCALE_OFFSETS:
+        _, block_bytes = _block_size(t)
+        blocks = view.data[: view.nbytes].reshape(-1, block_bytes)
+        for start in range(0, len(blocks), _FINITE_CHUNK):
+            chunk = blocks[start : start + _FINITE_CHUNK]
+            for offset in _F16_SCALE_OFFSETS[t]:
+                scale_bits = chunk[:, offset : offset + 2].copy().view(np.uint16)[:, 0]
+                bad = np.flatnonzero((scale_bits & 0x7C00) == 0x7C00)
+                if bad.size:
+                    return f"block {start + int(bad[0])}"
+        return None
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # Reading the container
 # --------------------------------------------------------------------------------------------

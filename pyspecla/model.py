@@ -41,6 +41,8 @@ class Context:
                  capture_layers=None, device: str = "auto"):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
+        if n_ctx > 2**31 - 1:  # (max_tokens of a few billion) it would wrap to a negative int32
+            raise UsageError(f"n_ctx {n_ctx} is too large (positions are int32; ask for fewer tokens)")
         self.model = model
         self.n_ctx = n_ctx
         self.max_batch = min(max_batch, n_ctx)

@@ -164,3 +164,11 @@ def test_a_long_prompt_shows_prefill_progress_on_one_line(tiny_model_path, extra
 def test_a_short_prompt_shows_no_progress(tiny_model_path):
     result = run_cli("run", tiny_model_path("q8_0"), "-p", "hi", "-n", "2")
     assert result.returncode == 0 and "\r" not in result.stderr
+
+
+def test_python_generate_with_a_huge_max_tokens_names_the_size(tiny_model_path):
+    from pyspecla import Model
+
+    model = Model.load(tiny_model_path("q8_0"))
+    with pytest.raises(UsageError, match=r"n_ctx 3000000003 is too large"):
+        model.generate([1, 2], 3_000_000_000)
