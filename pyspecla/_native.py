@@ -38,7 +38,11 @@ BACKEND_NAMES = {BACKEND_CPU: "cpu", BACKEND_CUDA: "cuda"}
 
 def parse_device(device: str) -> tuple[int, int]:
     """'auto', 'cpu', 'cuda' or 'cuda:N' -> (specla_backend_kind, device index). ValueError with the
-    accepted spellings otherwise."""
+    accepted spellings otherwise. 'auto' follows the SPECLA_DEVICE environment variable when it is
+    set (e.g. SPECLA_DEVICE=cpu keeps a GPU machine's runs on the CPU), else the library's choice
+    (the first GPU where one is visible)."""
+    if device == "auto" and os.environ.get("SPECLA_DEVICE", "auto") != "auto":
+        device = os.environ["SPECLA_DEVICE"]
     if not isinstance(device, str):
         raise ValueError(f"device must be a string ('auto', 'cpu', 'cuda' or 'cuda:N'), got {device!r}")
     name, _, index = device.partition(":")
@@ -140,6 +144,8 @@ class ContextParams(ctypes.Structure):
         ("capture_layers", c_int32_p),
         ("backend", ctypes.c_int32),
         ("device", ctypes.c_int32),
+        ("no_recorded_steps", ctypes.c_int32),
+        ("_pad", ctypes.c_int32),
     ]
 
 
@@ -332,6 +338,7 @@ _SIGNATURES = {
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
     "specla_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
     "specla_context_backend": (ctypes.c_int32, [_p]),
+    "specla_context_launch_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),

@@ -38,7 +38,7 @@ class Context:
 
     def __init__(self, model: "Model", n_ctx: int, max_batch: int, n_threads: int, cpu_kernels: str,
                  max_tree_nodes: int = 0, verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
-                 capture_layers=None, device: str = "auto"):
+                 capture_layers=None, device: str = "auto", recorded_steps: bool = True):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         if n_ctx > 2**31 - 1:  # (max_tokens of a few billion) it would wrap to a negative int32
@@ -63,6 +63,7 @@ class Context:
             n_ctx, self.max_batch, n_threads, kernels, max_tree_nodes, _native.VERIFY_METHODS[verify_method],
             _native.COMMIT_METHODS[commit_method], len(self.capture_layers),
             _native.int32_ptr(self.capture_layers) if len(self.capture_layers) else None, backend, index,
+            0 if recorded_steps else 1,
         )
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_context_create(model._handle, ctypes.byref(params), ctypes.byref(handle)))
@@ -180,6 +181,14 @@ class Context:
     def pending(self) -> int:
         return _native.lib.specla_context_pending(self._handle)
 
+    def launch_counters(self) -> tuple[int, int]:
+        """(kernel launches, host waits) of this context's backend since the last call, which resets
+        them; (-1, -1) on the CPU, which launches nothing."""
+        launches, waits = ctypes.c_int64(), ctypes.c_int64()
+        _native.check(_native.lib.specla_context_launch_counters(self._handle, ctypes.byref(launches),
+                                                                 ctypes.byref(waits)))
+        return launches.value, waits.value
+
     def tree_stats(self) -> dict:
         """What the last verify_tree did in the recurrent layers (specla_tree_stats): n_nodes,
         n_layers, and node_steps / state_copies of value head 0 summed over them. SpecLA steps each
@@ -279,12 +288,14 @@ class Model:
 
     def new_context(self, n_ctx: int = 4096, max_batch: int = 64, max_tree_nodes: int = 0,
                     verify_method: str = "hld_chains", commit_method: str = "deferred_factors",
-                    capture_layers=None) -> Context:
+                    capture_layers=None, recorded_steps: bool = True) -> Context:
         """A fresh sequence. max_tree_nodes > 0 enables tree verification (SpecLA by default:
-        HLD chains + deferred factor commit; the other methods are the baselines)."""
+        HLD chains + deferred factor commit; the other methods are the baselines). On a GPU a
+        decode step is recorded once and replayed (recorded_steps=False runs every op eagerly;
+        the results are the same bits)."""
         return Context(self, n_ctx, max_batch, self.n_threads, self.cpu_kernels, max_tree_nodes=max_tree_nodes,
                        verify_method=verify_method, commit_method=commit_method, capture_layers=capture_layers,
-                       device=self.device)
+                       device=self.device, recorded_steps=recorded_steps)
 
     # --- convenience API -------------------------------------------------------------------
     def logits(self, token_ids: Sequence[int], max_batch: int = 64) -> np.ndarray:

@@ -138,6 +138,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_unless_gpu_test(request, monkeypatch):
+    """Tests not marked gpu run on the CPU backend even on a machine with a GPU (where 'auto' would
+    pick it): they check the CPU oracle. gpu tests name their device themselves."""
+    if "gpu" not in request.keywords:
+        monkeypatch.setenv("SPECLA_DEVICE", "cpu")
+
+
 @pytest.fixture(scope="session")
 def test_model_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("models")

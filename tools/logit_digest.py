@@ -25,7 +25,7 @@ def _writer():
     try:
         from pyspecla.testing.models import write_test_model  # the package layout after issue 12
     except ImportError:
-        from pyspecla.testmodels import write_test_model
+        from pyspecla.testmodels import write_test_model  # (before the package moved)
     return write_test_model
 
 

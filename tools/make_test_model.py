@@ -4,6 +4,7 @@
     python tools/make_test_model.py --preset tiny --quant q4_k_m --seed 0 --out tiny.gguf
     python tools/make_test_model.py --arch qwen2 --preset tiny --quant q4_k_m --out tiny-qwen2.gguf
     python tools/make_test_model.py --kind dflash-draft --target tiny.gguf --out tiny-draft.gguf
+    python tools/make_test_model.py --preset 27b --quant q4_k_m --speed-only --out 27b-speed.gguf
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def main(argv=None) -> int:
                         help=f"target: the architecture, {' or '.join(ARCHS)} (default qwen35); dflash-draft: "
                         f"which spelling of the format to write, {', '.join(DRAFT_ARCHS)} "
                         "(default qwen35-dflash-draft)")
+    parser.add_argument("--speed-only", action="store_true",
+                        help="q4_k_m targets: valid random quant blocks written directly, in parallel "
+                        "(tools/speed_model.py; for speed measurements only, the logits mean nothing)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="--speed-only: worker processes (default: every core)")
     args = parser.parse_args(argv)
     if (args.output is None) == (args.out is None):
         parser.error("give the output path once: --out FILE.gguf (or as the positional argument)")
@@ -59,6 +65,15 @@ def main(argv=None) -> int:
         args.arch = args.arch or DRAFT_ARCHS[0]
         if args.arch not in DRAFT_ARCHS:
             parser.error(f"--arch {args.arch} is a target architecture; a draft is one of {', '.join(DRAFT_ARCHS)}")
+
+    if args.jobs is not None and not args.speed_only:
+        parser.error("--jobs only goes with --speed-only")
+    if args.speed_only:
+        if args.kind != "target" or args.quant != "q4_k_m":
+            parser.error("--speed-only writes q4_k_m targets: give --quant q4_k_m (and no --kind dflash-draft)")
+        import speed_model
+
+        return speed_model.run(args.output, args.preset, args.seed, args.arch, args.n_layer, args.jobs)
 
     start = time.perf_counter()
     try:

@@ -22,7 +22,14 @@
 
 #include "specla.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct backend backend;
+
+/* Keys of recorded steps. */
+enum { STEP_DECODE = 0, STEP_KINDS = 1 };
 
 /* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
 typedef struct backend_limits {
@@ -35,6 +42,7 @@ typedef struct backend_limits {
     int32_t gdn_heads;     /* Hv, value heads of a recurrent layer (0: none) */
     int32_t attn_heads;    /* query heads of an attention op (0: none) */
     int32_t attn_head_dim; /* their head dim */
+    int32_t n_vocab;       /* logit row length of argmax / top-k (0: none) */
 } backend_limits;
 
 /* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
@@ -60,6 +68,18 @@ typedef struct backend_ops {
     void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
+    /* Recorded steps (CUDA graphs): a backend that can record the ops of a step once and replay
+     * them. The ops between capture_begin and capture_end are recorded, not run; replay runs the
+     * recording of `key` (0 when there is none yet: the caller records it first). The caller keeps
+     * every pointer and launch parameter of a recorded step the same at each replay (data that
+     * changes per step, such as token ids and positions, is read from buffers it uploads before).
+     * NULL where the backend has no such thing (the CPU). */
+    void (*capture_begin)(const backend *be);
+    specla_status (*capture_end)(const backend *be, int key);
+    int (*replay)(const backend *be, int key);
+    /* Kernel launches and host waits (downloads, syncs) since the last call, which resets them; -1
+     * each where the backend does not count (the CPU launches nothing). */
+    void (*launch_counters)(const backend *be, int64_t out[2]);
 
     /* --- weights (backends whose memory is not host memory; a host backend reads the views) ---- */
     /* bytes a host weight takes in backend memory once uploaded for `use` (weight_use); 0 when this
@@ -172,6 +192,10 @@ struct backend {
 specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_limits *limits, backend **out);
 #ifdef SPECLA_WITH_CUDA
 specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out);
+#endif
+
+#ifdef __cplusplus
+}
 #endif
 
 #endif

@@ -9,6 +9,13 @@
 
 #include "specla.h"
 
+/* The conversions and the type table serve host code and GPU kernels alike. */
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+#define SPECLA_HOST_DEVICE __host__ __device__
+#else
+#define SPECLA_HOST_DEVICE
+#endif
+
 #ifdef __cplusplus
 #define SPECLA_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #else
@@ -76,7 +83,7 @@ typedef struct {
 SPECLA_STATIC_ASSERT(sizeof(block_q4_K) == 144, "block_q4_K size");
 
 /* 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block's 12 packed bytes. */
-static inline void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+static inline SPECLA_HOST_DEVICE void k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;
@@ -106,7 +113,7 @@ typedef struct {
 SPECLA_STATIC_ASSERT(sizeof(block_q6_K) == 210, "block_q6_K size");
 
 /* Elements per block and bytes per block; 0 when the type is not supported. */
-static inline int type_block_elements(int32_t type) {
+static inline SPECLA_HOST_DEVICE int type_block_elements(int32_t type) {
     switch (type) {
     case SPECLA_TYPE_F32:
     case SPECLA_TYPE_F16:
@@ -123,7 +130,7 @@ static inline int type_block_elements(int32_t type) {
     }
 }
 
-static inline int type_block_bytes(int32_t type) {
+static inline SPECLA_HOST_DEVICE int type_block_bytes(int32_t type) {
     switch (type) {
     case SPECLA_TYPE_F32: return 4;
     case SPECLA_TYPE_F16:
@@ -158,14 +165,14 @@ static inline const char *type_name(int32_t type) {
 }
 
 /* Bytes of one row of n elements (n a multiple of the block); -1 when not representable. */
-static inline int64_t type_row_bytes(int32_t type, int64_t n) {
+static inline SPECLA_HOST_DEVICE int64_t type_row_bytes(int32_t type, int64_t n) {
     int be = type_block_elements(type);
     if (be == 0 || n % be != 0) return -1;
     return n / be * type_block_bytes(type);
 }
 
 /* Exact binary16 -> binary32 conversion, subnormals and inf/nan included. */
-static inline float half_to_float(specla_half h) {
+static inline SPECLA_HOST_DEVICE float half_to_float(specla_half h) {
     /* Exact binary16 -> binary32 conversion, subnormals and inf/nan included. */
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
@@ -193,7 +200,7 @@ static inline float half_to_float(specla_half h) {
 }
 
 /* binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with mode 0 does). */
-static inline specla_half float_to_half(float f) {
+static inline SPECLA_HOST_DEVICE specla_half float_to_half(float f) {
     /* binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with mode 0 does). */
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -216,7 +223,7 @@ static inline specla_half float_to_half(float f) {
     return (specla_half)(sign | h);
 }
 
-static inline float bf16_to_float(specla_bf16 h) {
+static inline SPECLA_HOST_DEVICE float bf16_to_float(specla_bf16 h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, 4);

@@ -3,6 +3,10 @@
 #define SPECLA_ERROR_H
 #include "specla.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Records a printf-style message for specla_last_error() and returns status, so call sites read
  * `return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "tensor %s: ...", name);`. */
 specla_status specla_fail(specla_status status, const char *fmt, ...)
@@ -11,5 +15,9 @@ specla_status specla_fail(specla_status status, const char *fmt, ...)
 #endif
     ;
 void specla_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -202,6 +202,9 @@ typedef struct specla_context_params {
                                       a position is the residual stream after each listed layer */
     int32_t backend;          /* specla_backend_kind */
     int32_t device;           /* GPU index for SPECLA_BACKEND_CUDA (ignored on the CPU) */
+    int32_t no_recorded_steps; /* 1: run every op of a step eagerly. 0 (default): a GPU records a
+                                  decode step once (a CUDA graph) and replays it, same results */
+    int32_t _pad;
 } specla_context_params;
 
 typedef struct specla_context specla_context;
@@ -209,6 +212,12 @@ typedef struct specla_context specla_context;
 SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
                                                specla_context **out_context);
 SPECLA_API void specla_context_free(specla_context *context);
+
+/* Kernel launches and host waits (downloads, stream syncs) of a context's backend since the last
+ * call (which resets them); -1 each on a backend that does not count (the CPU). For benchmarks:
+ * launches per token, host synchronisations per step. */
+SPECLA_API specla_status specla_context_launch_counters(specla_context *context, int64_t *launches,
+                                                        int64_t *host_waits);
 
 /* The backend a context resolved to (SPECLA_BACKEND_CPU or SPECLA_BACKEND_CUDA). */
 SPECLA_API int32_t specla_context_backend(const specla_context *context);

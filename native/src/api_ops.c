@@ -32,7 +32,7 @@ static specla_status open_backend(const char *op, const specla_op_options *opt, 
 }
 
 static backend_limits rows_limits(int rows, int width, int kv_rows) {
-    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0, 0, 0, 0};
+    const backend_limits limits = {rows, width, kv_rows, 0, 0, 0, 0, 0, 0, 0};
     return limits;
 }
 
@@ -57,7 +57,7 @@ static specla_status op_begin(op_call *c, const char *op, const specla_op_option
 /* The backend's view of a host argument: the pointer itself on a host-memory backend, else a device
  * copy (uploaded when `in`, downloaded by op_end when `out`). NULL stays NULL. */
 static void *op_arg(op_call *c, const void *host, size_t bytes, int in, int out) {
-    if (!host || c->be->ops->host_memory) return (void *)host;
+    if (!host || c->be->ops->host_memory || c->failed) return (void *)host;
     void *dev = c->n < OP_CALL_MAX_ARGS ? c->be->ops->alloc(c->be, bytes) : NULL;
     if (!dev) {
         c->failed = 1;
@@ -74,12 +74,19 @@ static void *op_arg(op_call *c, const void *host, size_t bytes, int in, int out)
 #define OP_OUT(c, ptr, bytes) op_arg(c, ptr, bytes, 0, 1)
 #define OP_INOUT(c, ptr, bytes) op_arg(c, ptr, bytes, 1, 1)
 
-/* A weight as the backend reads it (a device backend takes its own upload, laid out for the matmul). */
+/* A weight as the backend reads it (a device backend takes its own upload, laid out for the matmul);
+ * 0 when the backend cannot take its type or shape (the message says so). */
 static int op_weight(op_call *c, const specla_tensor *host, specla_tensor *out) {
     *out = *host;
     if (c->be->ops->host_memory) return 1;
     const size_t bytes = c->be->ops->weight_bytes(c->be, host, WEIGHT_MATMUL);
-    void *dev = bytes && c->n < OP_CALL_MAX_ARGS ? c->be->ops->alloc(c->be, bytes) : NULL;
+    if (bytes == 0) {
+        c->failed = 2;
+        specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: backend %s has no matmul for a %s weight of %d x %d", c->op,
+                    c->be->ops->name, type_name(host->type), host->ne1, host->ne0);
+        return 0;
+    }
+    void *dev = c->n < OP_CALL_MAX_ARGS ? c->be->ops->alloc(c->be, bytes) : NULL;
     if (!dev || c->be->ops->upload_weight(c->be, host, dev, WEIGHT_MATMUL) != SPECLA_OK) {
         if (dev) c->be->ops->free(c->be, dev);
         c->failed = 1;
@@ -99,7 +106,9 @@ static int op_ready(op_call *c) { return !c->failed; }
 /* Waits for the op, brings the outputs back, frees everything. */
 static specla_status op_end(op_call *c) {
     specla_status st = SPECLA_OK;
-    if (c->failed) {
+    if (c->failed == 2) {
+        st = SPECLA_ERR_UNSUPPORTED; /* op_weight left the message */
+    } else if (c->failed) {
         st = specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of %s memory for the arguments", c->op, c->be->ops->name);
     } else {
         st = c->be->ops->sync(c->be);
@@ -125,7 +134,8 @@ static specla_status op_end(op_call *c) {
 static specla_status check_type(const char *op, int32_t type) {
     if (type_block_elements(type) == 0)
         return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "%s: type %d is not supported (F32=0, F16=1, Q8_0=8, Q4_K=12, Q5_K=13, Q6_K=14, BF16=30)",
+                           "%s: type %d is not supported (F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8, Q4_K=12, Q5_K=13, "
+                           "Q6_K=14, BF16=30)",
                            op, (int)type);
     return SPECLA_OK;
 }

@@ -13,9 +13,19 @@ const char *backend_kind_name(int32_t kind) {
     }
 }
 
+#ifdef SPECLA_WITH_CUDA
+int cuda_backend_device_count(void);
+SPECLA_API int specla_cuda_device_count(void) { return cuda_backend_device_count(); }
+#else
+SPECLA_API int specla_cuda_device_count(void) { return 0; }
+#endif
+
 int32_t backend_resolve_kind(int32_t kind) {
-    /* AUTO stays on the CPU until a GPU backend can run a whole model */
-    return kind == SPECLA_BACKEND_AUTO ? SPECLA_BACKEND_CPU : kind;
+    if (kind != SPECLA_BACKEND_AUTO) return kind;
+#ifdef SPECLA_WITH_CUDA
+    if (cuda_backend_device_count() > 0) return SPECLA_BACKEND_CUDA;
+#endif
+    return SPECLA_BACKEND_CPU;
 }
 
 specla_status backend_open(int32_t kind, int32_t device, int n_threads, int cpu_kernels, const backend_limits *limits,
@@ -25,10 +35,7 @@ specla_status backend_open(int32_t kind, int32_t device, int n_threads, int cpu_
     case SPECLA_BACKEND_CPU: return cpu_backend_create(n_threads, cpu_kernels, limits, out);
     case SPECLA_BACKEND_CUDA:
 #ifdef SPECLA_WITH_CUDA
-        return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "backend cuda: this build has the CUDA backend's device code but not yet its ops; use "
-                           "--device cpu (device %d)",
-                           device);
+        return cuda_backend_create(device, limits, out);
 #else
         return specla_fail(SPECLA_ERR_UNSUPPORTED,
                            "backend cuda: this library was built without CUDA (rebuild with nvcc on PATH or "

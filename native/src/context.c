@@ -61,6 +61,15 @@ SPECLA_API void specla_context_free(specla_context *ctx) {
 
 SPECLA_API int32_t specla_context_backend(const specla_context *ctx) { return ctx ? ctx->be->kind : -1; }
 
+SPECLA_API specla_status specla_context_launch_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits) {
+    if (!ctx || !launches || !host_waits)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_launch_counters: NULL argument");
+    int64_t out[2];
+    ctx->be->ops->launch_counters(ctx->be, out);
+    *launches = out[0], *host_waits = out[1];
+    return SPECLA_OK;
+}
+
 /* Bytes of one recurrent layer's conv window [K-1][C] and GDN state [Hv][S][S]. */
 static size_t conv_state_bytes(const specla_model *m) {
     return sizeof(float) * (size_t)(m->hp.ssm_conv_kernel - 1) * (size_t)m->conv_channels;
@@ -91,6 +100,7 @@ static backend_limits context_limits(const specla_model *m, const specla_context
     limits.gdn_heads = m->n_recurrent_layers > 0 ? Hv : 0;
     limits.attn_heads = hp->n_head;
     limits.attn_head_dim = hp->head_dim;
+    limits.n_vocab = hp->n_vocab;
     return limits;
 }
 

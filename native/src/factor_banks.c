@@ -60,7 +60,7 @@ static int64_t replay_row_floats(const specla_recurrent_shape *s) {
 
 /* Limits a CPU backend needs to run the tree ops of these banks (public ABI calls). */
 static backend_limits tree_limits(const specla_recurrent_shape *s) {
-    const backend_limits limits = {s->max_nodes, 0, 0, s->max_nodes, s->S * s->S, (s->K - 1) * s->C, s->Hv, 0, 0};
+    const backend_limits limits = {s->max_nodes, 0, 0, s->max_nodes, s->S * s->S, (s->K - 1) * s->C, s->Hv, 0, 0, 0};
     return limits;
 }
 

@@ -24,8 +24,9 @@ static void swiglu_ffn(specla_context *ctx, int il, const float *x, int T, float
 
 /* The LM head over the last n_logit_rows rows of the residual stream, in chunks of the scratch's
  * logit rows (a matmul's rows do not depend on the batch, so chunking changes no bits). Logits
- * land in the caller's host buffer directly when the backend's memory is host memory. */
-static void logits_and_argmax(specla_context *ctx, int T, int n_logit_rows, float *logits_out, int32_t *argmax_out) {
+ * land in the caller's host buffer directly when the backend's memory is host memory; otherwise
+ * they are downloaded chunk by chunk. Argmax stays in the scratch (backend memory). */
+static void logits_and_argmax(specla_context *ctx, int T, int n_logit_rows, float *logits_out, int want_argmax) {
     const specla_model *m = ctx->model;
     const backend *be = ctx->be;
     const backend_ops *ops = be->ops;
@@ -40,16 +41,17 @@ static void logits_and_argmax(specla_context *ctx, int T, int n_logit_rows, floa
         const int n = n_logit_rows - r0 < chunk ? n_logit_rows - r0 : chunk;
         float *logits = direct ? logits_out + (int64_t)r0 * V : s->logits;
         ops->matmul(be, &ctx->logit_head, s->normed + (int64_t)r0 * E, n, logits);
-        if (argmax_out) ops->argmax_rows(be, logits, n, (int)V, s->argmax + r0);
+        if (want_argmax) ops->argmax_rows(be, logits, n, (int)V, s->argmax + r0);
         if (logits_out && !direct) ops->download(be, logits_out + (int64_t)r0 * V, logits, sizeof(float) * (size_t)(n * V));
     }
-    if (argmax_out) ops->download(be, argmax_out, s->argmax, sizeof(int32_t) * (size_t)n_logit_rows);
 }
 
-/* Embedding, every trunk layer (capturing feature rows where asked), final norm, LM head for the
- * last n_logit_rows rows, argmax. Token ids and rows are already in the scratch (backend memory). */
-static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
-                               int32_t *argmax_out) {
+/* Every op of a batch, on the backend's stream: embedding, every trunk layer (capturing feature
+ * rows where asked), final norm, LM head for the last n_logit_rows rows, argmax into the scratch.
+ * Token ids and rows are already in the scratch (backend memory). Waits for nothing unless logits
+ * go back to the host (then per logits chunk). */
+static void enqueue_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
+                          int want_argmax) {
     const specla_model *m = ctx->model;
     const specla_hparams *hp = &m->hp;
     const backend *be = ctx->be;
@@ -73,8 +75,39 @@ static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_
             ops->scatter_rows(be, ctx->features + (int64_t)ctx->capture_slot[il] * E, (int64_t)ctx->n_capture * E,
                               bv->rows, s->hidden, T, E);
     }
-    if (logits_out || argmax_out) logits_and_argmax(ctx, T, n_logit_rows, logits_out, argmax_out);
-    return ops->sync(be);
+    if (logits_out || want_argmax) logits_and_argmax(ctx, T, n_logit_rows, logits_out, want_argmax);
+}
+
+/* The whole batch, then the one read-back a step needs (argmax), then the backend's status. */
+static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
+                               int32_t *argmax_out) {
+    const backend *be = ctx->be;
+    enqueue_model(ctx, bv, n_logit_rows, logits_out, argmax_out != NULL);
+    if (argmax_out)
+        be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_logit_rows);
+    return be->ops->sync(be);
+}
+
+/* A decode step that wants only the argmax is the same sequence of ops at every position (positions
+ * and rows are read from the scratch on the device), so a backend that records steps runs it as
+ * one recorded step: recorded the first time, replayed after. */
+static int decode_step_recordable(const specla_context *ctx, const specla_batch *batch) {
+    return batch->n_tokens == 1 && !batch->logits && batch->argmax && ctx->be->ops->replay &&
+           !ctx->params.no_recorded_steps;
+}
+
+static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
+    const backend *be = ctx->be;
+    if (!be->ops->replay(be, STEP_DECODE)) {
+        be->ops->capture_begin(be);
+        enqueue_model(ctx, bv, 1, NULL, 1);
+        const specla_status st = be->ops->capture_end(be, STEP_DECODE);
+        if (st != SPECLA_OK) return st;
+        if (!be->ops->replay(be, STEP_DECODE))
+            return specla_fail(SPECLA_ERR_STATE, "forward: the recorded decode step is missing after recording");
+    }
+    be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t));
+    return be->ops->sync(be);
 }
 
 specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
@@ -84,6 +117,7 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     be->ops->upload(be, s->tokens, batch->tokens, bytes);
     be->ops->upload(be, s->positions, batch->positions, bytes);
     const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL};
+    if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->argmax);
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
 }
 

@@ -84,7 +84,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     const int64_t W = (int64_t)hp->n_target_layers * model->target_n_embd, kv_row = (int64_t)nkv * D;
     const int V = model->target->hp.n_vocab, rows = imax(chunk, B);
     const backend_limits limits = {rows, (int)(W > imax(E, hp->n_ff) ? W : imax(E, hp->n_ff)), params->n_ctx + B, 0,
-                                   0, 0, 0, nh, D};
+                                   0, 0, 0, nh, D, model->target->hp.n_vocab};
     backend *be = NULL;
     specla_status st =
         backend_open(params->backend, params->device, params->n_threads, params->cpu_kernels, &limits, &be);

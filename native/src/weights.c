@@ -96,7 +96,7 @@ specla_status model_weights_for(const specla_model *model, const backend *be, we
     }
     if (!slot) return specla_fail(SPECLA_ERR_UNSUPPORTED, "model: weights are already on %d devices", MODEL_MAX_UPLOADS);
 
-    const backend_limits none = {1, 1, 1, 0, 0, 0, 0, 0, 0};
+    const backend_limits none = {1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
     backend *own = NULL;
     specla_status st = backend_open(be->kind, be->device, 1, 0, &none, &own);
     if (st != SPECLA_OK) return st;

@@ -67,12 +67,3 @@ specla_status cpu_exec_resolve(int n_threads, int kernels, cpu_exec *out) {
 }
 
 SPECLA_API int specla_cpu_best_kernels(void) { return best_kernels(); }
-
-/* The CUDA backend is a static library: referencing its entry point from here makes the linker
- * keep it in libspecla. Without CUDA the answer is simply 0. */
-#ifdef SPECLA_WITH_CUDA
-int cuda_backend_device_count(void);
-SPECLA_API int specla_cuda_device_count(void) { return cuda_backend_device_count(); }
-#else
-SPECLA_API int specla_cuda_device_count(void) { return 0; }
-#endif

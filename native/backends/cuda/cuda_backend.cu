@@ -15,7 +15,9 @@ typedef struct cuda_instance {
     cuda_backend pub;
     cudaError_t first_error;
     const char *first_error_op;
-    size_t matmul_workspace_bytes; /* the front of the workspace; the rest serves the other ops */
+    size_t matmul_workspace_bytes;
+    int64_t launches, host_waits; /* since the last launch_counters call */
+    cudaGraphExec_t steps[STEP_KINDS]; /* recorded steps (capture_end), NULL until recorded */
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
@@ -23,6 +25,7 @@ static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)b
 extern "C" void cuda_note_launch(const backend *be, const char *op) {
     const cudaError_t err = cudaGetLastError();
     cuda_instance *ci = instance_of(be);
+    ci->launches++;
     if (err != cudaSuccess && ci->first_error == cudaSuccess) {
         ci->first_error = err;
         ci->first_error_op = op;
@@ -41,6 +44,8 @@ static void destroy(backend *be) {
     cuda_instance *ci = instance_of(be);
     if (!ci) return;
     cudaSetDevice(ci->pub.device);
+    for (int i = 0; i < STEP_KINDS; i++)
+        if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -49,7 +54,7 @@ static void destroy(backend *be) {
 static void *alloc(const backend *be, size_t bytes) {
     void *ptr = NULL;
     if (cudaMalloc(&ptr, bytes > 0 ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError(); /* out of memory is an answer, not a sticky error */
+        (void)cudaGetLastError(); /* out of memory is an answer, not a sticky error */
         return NULL;
     }
     if (cudaMemsetAsync(ptr, 0, bytes, cuda_stream(be)) != cudaSuccess) {
@@ -69,6 +74,7 @@ static void download(const backend *be, void *dst, const void *src, size_t bytes
     if (!bytes) return;
     note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)), "download");
     note(be, cudaStreamSynchronize(cuda_stream(be)), "download");
+    instance_of(be)->host_waits++;
 }
 static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)), "copy");
@@ -85,8 +91,15 @@ static void fill(const backend *be, float *dst, float value, int64_t n) {
     cuda_note_launch(be, "fill");
 }
 
+static void launch_counters(const backend *be, int64_t out[2]) {
+    cuda_instance *ci = instance_of(be);
+    out[0] = ci->launches, out[1] = ci->host_waits;
+    ci->launches = ci->host_waits = 0;
+}
+
 static specla_status sync(const backend *be) {
     cuda_instance *ci = instance_of(be);
+    ci->host_waits++;
     note(be, cudaStreamSynchronize(cuda_stream(be)), "sync");
     if (ci->first_error != cudaSuccess) {
         const cudaError_t err = ci->first_error;
@@ -96,6 +109,41 @@ static specla_status sync(const backend *be) {
                            cudaGetErrorString(err));
     }
     return SPECLA_OK;
+}
+
+/* ---- recorded steps -------------------------------------------------------------------------- */
+/* Relaxed capture: the matmul asks the device's attributes while it is recorded; no op of a step
+ * allocates, synchronises or copies to the host. */
+static void capture_begin(const backend *be) {
+    note(be, cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeRelaxed), "capture_begin");
+}
+
+static specla_status capture_end(const backend *be, int key) {
+    cuda_instance *ci = instance_of(be);
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(cuda_stream(be), &graph);
+    if (err == cudaSuccess && ci->first_error != cudaSuccess) err = ci->first_error;
+    if (err == cudaSuccess) {
+        if (ci->steps[key]) cudaGraphExecDestroy(ci->steps[key]);
+        ci->steps[key] = NULL;
+        err = cudaGraphInstantiate(&ci->steps[key], graph, 0);
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+        ci->steps[key] = NULL;
+        ci->first_error = cudaSuccess;
+        (void)cudaGetLastError();
+        return specla_fail(SPECLA_ERR_STATE, "cuda backend: recording step %d failed: %s", key, cudaGetErrorString(err));
+    }
+    return SPECLA_OK;
+}
+
+static int replay(const backend *be, int key) {
+    cuda_instance *ci = instance_of(be);
+    if (!ci->steps[key]) return 0;
+    note(be, cudaGraphLaunch(ci->steps[key], cuda_stream(be)), "replay");
+    ci->launches++;
+    return 1;
 }
 
 /* ---- weights -------------------------------------------------------------------------------- */
@@ -129,7 +177,10 @@ static void matmul_group(const backend *be, int n_mats, const specla_tensor *con
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
-    note(be, cuda_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales),
+    /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
+    note(be,
+         cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
+                                          (int16_t *)cuda_of(be)->workspace),
          "quantize_activations");
 }
 
@@ -144,6 +195,10 @@ static const backend_ops cuda_ops_table = {
     /* copy */ copy,
     /* fill */ fill,
     /* sync */ sync,
+    /* capture_begin */ capture_begin,
+    /* capture_end */ capture_end,
+    /* replay */ replay,
+    /* launch_counters */ launch_counters,
     /* weight_bytes */ weight_bytes,
     /* upload_weight */ upload_weight,
     /* matmul */ matmul,
@@ -183,9 +238,14 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     *out = NULL;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         return specla_fail(SPECLA_ERR_UNSUPPORTED, "backend cuda: no CUDA device on this machine");
     }
+    if (limits->gdn_head_size > 128 * 128)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "backend cuda: recurrent state size S = %d > 128 (the GDN kernels keep a head's rows in "
+                           "registers up to S = 128)",
+                           (int)(limits->gdn_head_size > 0 ? __builtin_sqrt((double)limits->gdn_head_size) : 0));
     if (device < 0 || device >= count)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: device %d, this machine has %d (0 .. %d)", device,
                            count, count - 1);
@@ -205,15 +265,20 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);
     }
-    ci->matmul_workspace_bytes = (cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width) + 255) & ~(size_t)255;
-    const size_t other = cuda_ops_workspace_bytes(limits);
-    ci->pub.workspace_bytes = ci->matmul_workspace_bytes + other;
+    /* one workspace that the op families take turns in (none keeps data there between calls) */
+    size_t bytes = cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width);
+    const size_t others[4] = {cuda_attention_workspace_bytes(limits), cuda_logits_workspace_bytes(limits),
+                              cuda_recurrent_workspace_bytes(limits),
+                              sizeof(int16_t) * (size_t)limits->max_rows * (size_t)(limits->max_width / 16 + 1)};
+    for (int i = 0; i < 4; i++) bytes = others[i] > bytes ? others[i] : bytes;
+    ci->matmul_workspace_bytes = bytes;
+    ci->pub.workspace_bytes = bytes;
     if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
-        cudaGetLastError();
+        (void)cudaGetLastError();
         cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
-                           (double)(ci->matmul_workspace_bytes + other) / 1e6);
+                           (double)bytes / 1e6);
     }
     *out = &ci->pub.base;
     return SPECLA_OK;

@@ -35,6 +35,12 @@ static inline cudaStream_t cuda_stream(const backend *be) { return cuda_of(be)->
  * sticky error that sync reports (ops themselves return nothing). */
 void cuda_note_launch(const backend *be, const char *op);
 
+/* Device workspace bytes each op family needs for an instance's limits (the families take turns
+ * in the one workspace: no op keeps data there between calls). */
+size_t cuda_attention_workspace_bytes(const backend_limits *limits);
+size_t cuda_logits_workspace_bytes(const backend_limits *limits);
+size_t cuda_recurrent_workspace_bytes(const backend_limits *limits);
+
 /* elementwise.cu */
 void cuda_get_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out);
 void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst);

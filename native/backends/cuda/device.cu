@@ -7,7 +7,7 @@
 extern "C" int cuda_backend_device_count(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        cudaGetLastError(); // clear the sticky "no driver" error; no device is not a failure
+        (void)cudaGetLastError(); // clear the sticky "no driver" error; no device is not a failure
         return 0;
     }
     return count;

@@ -1,4 +1,4 @@
-/* specla_model_create: validate a qwen35 trunk's hyper-parameters and weight views at the ABI
+/* specla_model_create: validate a qwen35 / qwen2 / qwen3 trunk's hyper-parameters and weight views at the ABI
  * boundary, so that the forward pass can trust every shape. The Python loader validates first
  * with file-level messages; this is the second gate for embedders calling the C ABI directly. */
 #include <stdio.h>

@@ -1,0 +1,365 @@
+/* The CUDA backend's NEOX RoPE and decode / verify attention (causal and tree), backend.h.
+ *
+ * RoPE: one block per token, one thread per rotated pair i; theta = pos * base^(-2i/n_rot), cos and
+ * sin in double as the CPU oracle does, then the rotation a*c - b*s, a*s + b*c as separate float
+ * operations (__fmul_rn / __fsub_rn / __fadd_rn), the oracle's arithmetic.
+ *
+ * Attention. Query t of head h sees a LOGICAL sequence of cache rows: causal, rows 0..positions[t];
+ * tree, rows 0..n_prefix-1 then n_prefix + a for node t's ancestors a root first and t itself (the
+ * parent chain is walked on the device). One device function reduces that sequence, indexed by
+ * logical position only, so a tree node gives the same bits as the same token decoded causally,
+ * and no result depends on T, on the tree shape or on how many blocks a launch has:
+ *   - the sequence is cut at fixed logical positions into segments of ATT_SEG rows, each segment
+ *     into tiles of ATT_TILE rows;
+ *   - a segment's partial (running max m, sum l, weighted V sum acc[D]) is built tile by tile in
+ *     tile order: score s = (q . k) * scale, where lane L of a 32-lane group sums q[d] k[d] for
+ *     d = L, L+32, ... with fmaf in that order and the 32 lane sums meet in a fixed xor butterfly;
+ *     tile max by butterfly (fmaxf, order-free); m' = max(m, tile max), alpha = exp(m - m'),
+ *     p = exp(s - m'); l = l*alpha + (butterfly sum of the tile's p); acc[d] = acc[d]*alpha, then
+ *     acc[d] = fmaf(p_r, v_r[d], acc[d]) for the tile's rows r in logical order;
+ *   - segment partials are merged in segment order starting from (m = -inf, l = 0, acc = 0) by
+ *     merge_scales (the same function in both launch shapes), and out = acc / l.
+ * Two launch shapes compute exactly these operations: SPLIT (flash-decoding: blocks own segments,
+ * write partials to the workspace; a second kernel merges them in segment order) when the launch
+ * would otherwise leave the GPU idle and the workspace is large enough, else UNSPLIT (one block
+ * walks all segments of its query and merges as it goes). Since a partial written to memory and read
+ * back is the same float, both shapes give identical bits and the choice may depend on T freely.
+ *
+ * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) serves one query t, one KV head and
+ * up to ATT_MAX_G of the query heads sharing it (GQA), so each K/V row is read once for all of them.
+ * Scores: group w takes the tile's rows w, w+4, ...; softmax bookkeeping: group w takes heads w,
+ * w+4, ...; V: thread i owns dims i and i + ATT_THREADS for every head of the block. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_backend.h"
+
+#define SPECLA_WARP 32
+#define ATT_THREADS 128
+#define ATT_GROUPS (ATT_THREADS / SPECLA_WARP)
+#define ATT_TILE 64   /* rows per tile: 2 per lane in the softmax step */
+#define ATT_SEG 1024  /* rows per segment (a multiple of ATT_TILE) */
+#define ATT_MAX_G 8   /* query heads per block */
+#define ATT_V_BATCH 8 /* V rows whose loads are issued together */
+#define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
+#define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
+#define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
+
+/* ---- RoPE ---------------------------------------------------------------------------------------- */
+
+static __global__ void rope_neox_kernel(float *x, const int32_t *positions, int n_heads, int head_dim, int n_rot,
+                                        float freq_base) {
+    const int t = blockIdx.x, half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double theta = (double)positions[t] * pow((double)freq_base, -2.0 * i / n_rot);
+        const float c = (float)cos(theta), s = (float)sin(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
+            const float a = xh[i], b = xh[i + half];
+            xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+            xh[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+        }
+    }
+}
+
+extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads,
+                               int head_dim, int n_rot, float freq_base) {
+    if (T <= 0 || n_rot < 2) return;
+    rope_neox_kernel<<<T, 64, 0, cuda_stream(be)>>>(x, positions, n_heads, head_dim, n_rot, freq_base);
+    cuda_note_launch(be, "rope_neox");
+}
+
+/* ---- attention ----------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float group_sum(float v) {
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, specla_shfl_xor(v, m));
+    return v;
+}
+static __device__ __forceinline__ float group_max(float v) {
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, specla_shfl_xor(v, m));
+    return v;
+}
+
+/* Merge a partial (m, l) into the running (M, L): scales a (old) and b (new) for the weighted sums. */
+static __device__ __forceinline__ void merge_scales(float M, float L, float m, float l, float *M_out, float *L_out,
+                                                    float *a, float *b) {
+    const float Mn = fmaxf(M, m);
+    *a = M == -INFINITY ? 0.0f : expf(M - Mn);
+    *b = m == -INFINITY ? 0.0f : expf(m - Mn);
+    *M_out = Mn;
+    *L_out = __fadd_rn(__fmul_rn(L, *a), __fmul_rn(l, *b));
+}
+
+struct att_shared {
+    float q[ATT_MAX_G * ATT_MAX_D];
+    float p[ATT_MAX_G][ATT_TILE]; /* scores, then probabilities of the current tile */
+    int32_t rows[ATT_TILE];       /* physical cache rows of the current tile */
+    float m[ATT_MAX_G], l[ATT_MAX_G], alpha[ATT_MAX_G]; /* the segment's running state */
+    float M[ATT_MAX_G], L[ATT_MAX_G], a[ATT_MAX_G], b[ATT_MAX_G]; /* merged over segments (unsplit) */
+    int n_rows, n_direct;
+};
+
+/* Physical row of logical position i: the first n_direct positions are rows 0..n_direct-1, the rest
+ * n_direct + chain[i - n_direct] (causal: n_direct = n_rows, no chain). */
+static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const int32_t *chain) {
+    return i < n_direct ? i : n_direct + chain[i - n_direct];
+}
+
+/* The partial of segment `seg` for the block's heads: m, l in sh, acc in the caller's registers. */
+static __device__ __forceinline__ void segment_partial(att_shared &sh, const int32_t *chain, const float *k_cache,
+                                                       const float *v_cache, int nkv, int kvh, int D, int ng,
+                                                       float scale, int seg, float (&acc)[ATT_MAX_G][ATT_DIMS_PER_THREAD]) {
+    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
+    const int64_t row_stride = (int64_t)nkv * D;
+    if (tid < ATT_MAX_G) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) acc[g][j] = 0.0f;
+    const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
+    for (int tile = seg * ATT_SEG; tile < seg_end; tile += ATT_TILE) {
+        const int tile_n = min(ATT_TILE, seg_end - tile);
+        if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
+        __syncthreads();
+        /* scores: group grp takes rows grp, grp + 4, ... */
+        for (int i = grp; i < tile_n; i += ATT_GROUPS) {
+            const float *kr = k_cache + (int64_t)sh.rows[i] * row_stride + (int64_t)kvh * D;
+            float kv[ATT_DIMS_PER_LANE];
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                const int d = lane + SPECLA_WARP * j;
+                kv[j] = d < D ? kr[d] : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) {
+                if (g >= ng) break;
+                float dot = 0.0f;
+#pragma unroll
+                for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                    const int d = lane + SPECLA_WARP * j;
+                    if (d < D) dot = fmaf(sh.q[g * D + d], kv[j], dot);
+                }
+                dot = group_sum(dot);
+                if (lane == 0) sh.p[g][i] = __fmul_rn(dot, scale);
+            }
+        }
+        __syncthreads();
+        /* softmax bookkeeping: group grp takes heads grp, grp + 4 */
+        for (int g = grp; g < ng; g += ATT_GROUPS) {
+            const float s0 = lane < tile_n ? sh.p[g][lane] : -INFINITY;
+            const float s1 = lane + SPECLA_WARP < tile_n ? sh.p[g][lane + SPECLA_WARP] : -INFINITY;
+            const float m_old = sh.m[g];
+            const float m_new = fmaxf(m_old, group_max(fmaxf(s0, s1)));
+            const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            const float p0 = lane < tile_n ? expf(s0 - m_new) : 0.0f;
+            const float p1 = lane + SPECLA_WARP < tile_n ? expf(s1 - m_new) : 0.0f;
+            sh.p[g][lane] = p0;
+            sh.p[g][lane + SPECLA_WARP] = p1;
+            const float tile_sum = group_sum(__fadd_rn(p0, p1));
+            if (lane == 0) {
+                sh.l[g] = __fadd_rn(__fmul_rn(sh.l[g], alpha), tile_sum);
+                sh.m[g] = m_new;
+                sh.alpha[g] = alpha;
+            }
+        }
+        __syncthreads();
+        /* weighted V: thread tid owns dims tid, tid + ATT_THREADS */
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
+                if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
+        if (tid < D) {
+            const float *vbase = v_cache + (int64_t)kvh * D + tid;
+            const bool second = tid + ATT_THREADS < D;
+            for (int i0 = 0; i0 < tile_n; i0 += ATT_V_BATCH) {
+                /* the batch's loads first (all in flight), then the FMAs in row order */
+                float v0[ATT_V_BATCH], v1[ATT_V_BATCH];
+#pragma unroll
+                for (int u = 0; u < ATT_V_BATCH; u++) {
+                    const bool live = i0 + u < tile_n;
+                    const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
+                    v0[u] = live ? vr[0] : 0.0f;
+                    v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < ATT_V_BATCH; u++) {
+                    if (i0 + u >= tile_n) break;
+#pragma unroll
+                    for (int g = 0; g < ATT_MAX_G; g++) {
+                        if (g < ng) {
+                            const float pg = sh.p[g][i0 + u];
+                            acc[g][0] = fmaf(pg, v0[u], acc[g][0]);
+                            if (second) acc[g][1] = fmaf(pg, v1[u], acc[g][1]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* rows and p are rewritten by the next tile */
+    }
+}
+
+/* Block (x, kvh * n_hgroups + hg, t). seg_blocks > 0: SPLIT, block x computes segments x, x +
+ * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
+ * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
+ * memory: 2 * T ints). */
+static __global__ void __launch_bounds__(ATT_THREADS, 1)
+    attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
+                     const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, float scale,
+                     int seg_blocks, int n_seg_max, float *part_acc, float *part_ml, int32_t *part_rows, float *out) {
+    __shared__ att_shared sh;
+    extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
+    const int t = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
+    const int G = nh / nkv, head0 = kvh * G + hg * ATT_MAX_G, ng = min(ATT_MAX_G, G - hg * ATT_MAX_G);
+    int32_t *chain = tree_shared + T;
+    if (parents) {
+        for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
+        __syncthreads();
+        if (tid == 0) {
+            int n = 0;
+            for (int a = t; a >= 0; a = tree_shared[a]) n++;
+            int i = n;
+            for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
+            sh.n_rows = n_prefix + n;
+            sh.n_direct = n_prefix;
+        }
+    } else if (tid == 0) {
+        sh.n_rows = positions[t] + 1;
+        sh.n_direct = sh.n_rows;
+    }
+    for (int i = tid; i < ng * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
+    if (tid < ATT_MAX_G) sh.M[tid] = -INFINITY, sh.L[tid] = 0.0f;
+    __syncthreads();
+    const int n_seg = (sh.n_rows + ATT_SEG - 1) / ATT_SEG;
+    float acc[ATT_MAX_G][ATT_DIMS_PER_THREAD];
+
+    if (seg_blocks > 0) {
+        if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[t] = sh.n_rows;
+        for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
+            segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+#pragma unroll
+            for (int g = 0; g < ATT_MAX_G; g++) {
+                if (g >= ng) break;
+                const int64_t slot = ((int64_t)t * nh + head0 + g) * n_seg_max + seg;
+                if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
+#pragma unroll
+                for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+                    const int d = tid + ATT_THREADS * j;
+                    if (d < D) part_acc[slot * D + d] = acc[g][j];
+                }
+            }
+            __syncthreads(); /* m, l are reset by the next segment */
+        }
+        return;
+    }
+
+    float total[ATT_MAX_G][ATT_DIMS_PER_THREAD];
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
+    for (int seg = 0; seg < n_seg; seg++) {
+        segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+        if (tid < ng) merge_scales(sh.M[tid], sh.L[tid], sh.m[tid], sh.l[tid], &sh.M[tid], &sh.L[tid], &sh.a[tid],
+                                   &sh.b[tid]);
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
+                if (g < ng) total[g][j] = fmaf(acc[g][j], sh.b[g], __fmul_rn(total[g][j], sh.a[g]));
+        __syncthreads(); /* a, b and the segment state are rewritten by the next segment */
+    }
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+            const int d = tid + ATT_THREADS * j;
+            if (g < ng && d < D) out[((int64_t)t * nh + head0 + g) * D + d] = __fdiv_rn(total[g][j], sh.L[g]);
+        }
+}
+
+/* SPLIT's second kernel: block (h, t) merges query t's segment partials of head h in segment order. */
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_merge_kernel(const float *part_acc, const float *part_ml, const int32_t *part_rows, int nh, int D,
+                           int n_seg_max, float *out) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int n_seg = (part_rows[t] + ATT_SEG - 1) / ATT_SEG;
+    const int64_t slot0 = ((int64_t)t * nh + h) * n_seg_max;
+    for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
+        float M = -INFINITY, L = 0.0f, total = 0.0f;
+        for (int seg = 0; seg < n_seg; seg++) {
+            float a, b;
+            merge_scales(M, L, part_ml[2 * (slot0 + seg)], part_ml[2 * (slot0 + seg) + 1], &M, &L, &a, &b);
+            total = fmaf(part_acc[(slot0 + seg) * D + d], b, __fmul_rn(total, a));
+        }
+        out[((int64_t)t * nh + h) * D + d] = __fdiv_rn(total, L);
+    }
+}
+
+static __global__ void fill_nan_kernel(float *out, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __int_as_float(0x7fc00000);
+}
+
+/* Workspace of the SPLIT shape, in bytes: partial acc and (m, l) per query, head and segment, plus
+ * the row count of each query. */
+static size_t split_workspace_bytes(int T, int nh, int D, int n_seg_max) {
+    return sizeof(float) * (size_t)T * nh * n_seg_max * (size_t)(D + 2) + sizeof(int32_t) * (size_t)T;
+}
+
+extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
+    if (l->attn_heads <= 0 || l->attn_head_dim <= 0) return 0;
+    return split_workspace_bytes(l->max_rows, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
+}
+
+static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
+                             const float *v_cache, const int32_t *positions, const int32_t *parents, int n_prefix,
+                             int max_rows, int T, int nh, int nkv, int D, float *out) {
+    if (T <= 0 || nh <= 0) return;
+    const cuda_backend *cb = cuda_of(be);
+    if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
+        /* shapes the core never passes (it checks them); a NaN output rather than a silent wrong one */
+        fill_nan_kernel<<<64, 256, 0, cuda_stream(be)>>>(out, (int64_t)T * nh * (D > 0 ? D : 1));
+        cuda_note_launch(be, name);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    const int G = nh / nkv, n_hgroups = (G + ATT_MAX_G - 1) / ATT_MAX_G;
+    const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
+    const int64_t blocks = (int64_t)T * nkv * n_hgroups;
+    const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
+    const size_t need = split_workspace_bytes(T, nh, D, n_seg_max);
+    const int sm = cb->sm_count > 0 ? cb->sm_count : 1;
+    if (n_seg_max > 1 && blocks < sm && cb->workspace && need <= cb->workspace_bytes) {
+        int seg_blocks = (int)((2 * sm + blocks - 1) / blocks);
+        if (seg_blocks > n_seg_max) seg_blocks = n_seg_max;
+        float *part_acc = (float *)cb->workspace;
+        float *part_ml = part_acc + (size_t)T * nh * n_seg_max * D;
+        int32_t *part_rows = (int32_t *)(part_ml + (size_t)T * nh * n_seg_max * 2);
+        attention_kernel<<<dim3(seg_blocks, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
+            q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, seg_blocks, n_seg_max,
+            part_acc, part_ml, part_rows, out);
+        cuda_note_launch(be, name);
+        attention_merge_kernel<<<dim3(nh, T), ATT_THREADS, 0, cuda_stream(be)>>>(part_acc, part_ml, part_rows, nh, D,
+                                                                                n_seg_max, out);
+        cuda_note_launch(be, name);
+        return;
+    }
+    attention_kernel<<<dim3(1, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
+        q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, NULL, NULL, NULL,
+        out);
+    cuda_note_launch(be, name);
+}
+
+extern "C" void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                               const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
+    launch_attention(be, "attention", q, k_cache, v_cache, positions, NULL, 0, n_kv, T, nh, nkv, D, out);
+}
+
+extern "C" void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                                    int n_prefix, const int32_t *parents, int T, int nh, int nkv, int D, float *out) {
+    launch_attention(be, "attention_tree", q, k_cache, v_cache, NULL, parents, n_prefix, n_prefix + T, T, nh, nkv, D,
+                     out);
+}

@@ -1,0 +1,86 @@
+/* CUDA/HIP quantized matmul: y[n_batch][ne1] = x[n_batch][ne0] . W^T for one weight or for several
+ * weights sharing one input. matmul.cu documents the arithmetic (the float summation order that
+ * makes every row of y the same bits whatever n_batch is); docs/cuda-matmul.md the design.
+ *
+ * Weights live on the device in a PREPARED layout (cuda_matmul_prepare_weight): the GGUF blocks of
+ * 32 consecutive rows are interleaved so that one warp (a lane per row) reads them with coalesced
+ * 16-byte loads, and the fields that break 16-byte alignment (the fp16 scale of Q8_0/Q4_0/Q5_0/Q6_K,
+ * the high bits of Q5_0) sit in separate planes. Repacking only moves bytes: block k of row o holds
+ * exactly the GGUF block's bytes, so the CPU oracle's dequantization defines the weight values.
+ *
+ * Supported weight types: F32, F16, BF16 (ne0 a multiple of 32), Q8_0, Q4_0, Q5_0 (8-bit activation
+ * blocks of 32, as the CPU), Q4_K, Q6_K (8-bit activation blocks of 256, as the CPU). Others (Q4_1,
+ * Q5_1, Q5_K) return cudaErrorNotSupported for now. */
+#ifndef SPECLA_CUDA_MATMUL_H
+#define SPECLA_CUDA_MATMUL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specla.h"
+#include "vendor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_matmul_workspace {
+    void *data;
+    size_t bytes;
+} cuda_matmul_workspace;
+
+/* Bytes of device workspace one cuda_matmul or cuda_matmul_group call needs for n_batch rows of n
+ * inputs (activation blocks, split-K partial sums, arrival counters). The workspace needs no
+ * initialisation and holds nothing between calls. */
+size_t cuda_matmul_workspace_bytes(int n_batch, int n);
+
+/* Bytes of the prepared (device) copy of a weight of `type` with ne1 rows of ne0 elements: the GGUF
+ * bytes with the row count rounded up to a multiple of 32 (the padding rows are zero); 0 when the
+ * type or shape is not supported. */
+size_t cuda_matmul_prepared_bytes(int32_t type, int32_t ne0, int32_t ne1);
+
+/* Repack host_w (GGUF blocks in host memory) into the prepared layout in host memory dst
+ * (cuda_matmul_prepared_bytes of them). Returns 0, or -1 for an unsupported type or shape. */
+int cuda_matmul_repack_host(const specla_tensor *host_w, void *dst);
+
+/* Repack host_w and copy it to device_dst (cuda_matmul_prepared_bytes of device memory); synchronous.
+ * The specla_tensor the matmul then takes has data = device_dst and the GGUF type, ne0, ne1. */
+cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, void *device_dst);
+
+/* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T on `stream`; w->data (prepared), x (16-byte aligned),
+ * y and ws in device memory; one call at a time per workspace (the calls on one stream are). Returns cudaSuccess or the launch error (cudaErrorNotSupported for an unsupported type,
+ * cudaErrorInvalidValue for a bad shape or a too small workspace). Each row of y is the same bits
+ * whatever n_batch is. */
+cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,
+                        cuda_matmul_workspace ws);
+
+/* Several matrices sharing one input x (all with the same ne0): the activations are quantized once
+ * and matrices of one type share a launch (up to CUDA_MATMUL_GROUP_LAUNCH of them), so small ones
+ * ride along with a large one. Same bits per row as separate cuda_matmul calls. */
+cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
+                              int n_batch, float *const *y, cuda_matmul_workspace ws);
+
+/* The activation blocks a matmul with weight_type uses, as the matmul makes them (the same bytes as
+ * specla_op_quantize_activations): codes[n_batch][n], scales[n_batch][n / block] and, for Q4_K/Q6_K
+ * (blocks of 256), bsums[n_batch][n / 16] (sums of 16 consecutive codes; may be NULL otherwise).
+ * Device pointers; cudaErrorNotSupported for a weight type that keeps float activations. */
+cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x, int n_batch,
+                                             int n, int8_t *codes, float *scales, int16_t *bsums);
+
+/* Whether 2..64-token calls on the 8-bit types may use the int8 tensor-core kernel (sm_80 and
+ * later; default on). Off, they run the dp4a kernel; the bits are the same either way. */
+void cuda_matmul_set_tensor_cores(int enable);
+
+/* Whether the matmul's launches (sm_90 and later) may overlap the previous kernel of the stream
+ * (programmatic dependent launch: a matmul loads its first weights while the kernel before it
+ * finishes, and reads nothing that kernel wrote before it has ended). Default on; off, every launch
+ * waits for the previous kernel as usual. The bits are the same either way. With it on, the
+ * prepared weight must not be written by the kernel launched just before the matmul on the stream
+ * (cuda_matmul_prepare_weight writes it synchronously, so prepared weights never are). */
+void cuda_matmul_set_overlap(int enable);
+
+#define CUDA_MATMUL_GROUP_LAUNCH 4
+
+#ifdef __cplusplus
+}
+#endif
+#endif

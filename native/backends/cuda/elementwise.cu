@@ -1,0 +1,379 @@
+/* The CUDA backend's element-wise and row ops (backend.h): weight row lookup and dequantization,
+ * norms, gates, splits, residual adds, row scatter and in-place row moves.
+ *
+ * Numerics. Every product, sum and difference that the CPU oracle (elementwise.c, ops_scalar.c,
+ * quant_scalar.c, all built with -ffp-contract=off) computes as separate float operations is written
+ * here with __fmul_rn / __fadd_rn / __fsub_rn, so nvcc cannot contract it into an FMA; divisions and
+ * square roots are __fdiv_rn / __fsqrt_rn (IEEE). Dequantization therefore gives the CPU's bits
+ * exactly (same products of the fp16 scale and the integer level, same order). expf / log1pf are
+ * the device library's, within an ulp or two of the host's.
+ *
+ * Norm reduction order (one row = one block of NORM_THREADS threads whatever the number of rows):
+ * thread i sums x[i], x[i + NORM_THREADS], ... in order, then the NORM_THREADS partial sums are
+ * combined by a fixed xor-butterfly inside each 32-lane group and a fixed sequential sum of the
+ * group totals in group order. The result depends only on the row's values and length.
+ *
+ * Thread mapping: element-wise ops use one thread per element (grid-stride); get_rows /
+ * dequantize decode one output element per thread; move_rows gives each thread one column and
+ * walks the moves in ascending i, so overlapping moves keep the CPU's sequential semantics. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_backend.h"
+#include "element_types.h"
+
+#define NORM_THREADS 256
+#define EW_THREADS 256
+#define SPECLA_WARP 32
+
+/* ---- element decoders (quant_scalar.c, one element at a time) ------------------------------- */
+
+static __device__ __forceinline__ uint32_t load_u16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+
+/* Exact binary16 -> binary32 (element_types.h's half_to_float: subnormals, inf and NaN payloads kept). */
+static __device__ __forceinline__ float half_bits_to_float(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while ((mant & 0x400u) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    return __uint_as_float(bits);
+}
+
+static __device__ __forceinline__ float load_half(const uint8_t *p) { return half_bits_to_float(load_u16(p)); }
+
+/* Q4_0 / Q4_1 nibble of element l (0..31): low nibble of qs[l] for l < 16, high of qs[l - 16]. */
+static __device__ __forceinline__ int nibble_level(const uint8_t *qs, int l) {
+    return l < 16 ? qs[l] & 15 : qs[l - 16] >> 4;
+}
+static __device__ __forceinline__ int five_bit_level(const uint8_t *qs, const uint8_t *qh, int l) {
+    return nibble_level(qs, l) | (((qh[l / 8] >> (l % 8)) & 1) << 4);
+}
+
+static __device__ __forceinline__ void k_scale_min_dev(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Element e of a row (or tensor) of `type` starting at `src`: the CPU's formula for that element. */
+static __device__ float decode_element(int32_t type, const uint8_t *src, int64_t e) {
+    switch (type) {
+    case SPECLA_TYPE_F32: return ((const float *)src)[e];
+    case SPECLA_TYPE_F16: return load_half(src + 2 * e);
+    case SPECLA_TYPE_BF16: return __uint_as_float(load_u16(src + 2 * e) << 16);
+    case SPECLA_TYPE_Q4_0: {
+        const uint8_t *b = src + (e / QK4_0) * (int64_t)sizeof(block_q4_0);
+        const int l = (int)(e % QK4_0);
+        return __fmul_rn(load_half(b), (float)(nibble_level(b + 2, l) - 8));
+    }
+    case SPECLA_TYPE_Q4_1: {
+        const uint8_t *b = src + (e / QK4_1) * (int64_t)sizeof(block_q4_1);
+        const int l = (int)(e % QK4_1);
+        return __fadd_rn(__fmul_rn(load_half(b), (float)nibble_level(b + 4, l)), load_half(b + 2));
+    }
+    case SPECLA_TYPE_Q5_0: {
+        const uint8_t *b = src + (e / QK5_0) * (int64_t)sizeof(block_q5_0);
+        const int l = (int)(e % QK5_0);
+        return __fmul_rn(load_half(b), (float)(five_bit_level(b + 6, b + 2, l) - 16));
+    }
+    case SPECLA_TYPE_Q5_1: {
+        const uint8_t *b = src + (e / QK5_1) * (int64_t)sizeof(block_q5_1);
+        const int l = (int)(e % QK5_1);
+        return __fadd_rn(__fmul_rn(load_half(b), (float)five_bit_level(b + 8, b + 4, l)), load_half(b + 2));
+    }
+    case SPECLA_TYPE_Q8_0: {
+        const uint8_t *b = src + (e / QK8_0) * (int64_t)sizeof(block_q8_0);
+        const int l = (int)(e % QK8_0);
+        return __fmul_rn((float)(int8_t)b[2 + l], load_half(b));
+    }
+    case SPECLA_TYPE_Q4_K:
+    case SPECLA_TYPE_Q5_K: {
+        /* both: d, dmin, 12 scale bytes; Q5_K adds qh[32] before qs[128] */
+        const int five = type == SPECLA_TYPE_Q5_K;
+        const uint8_t *b =
+            src + (e / QK_K) * (int64_t)(five ? sizeof(block_q5_K) : sizeof(block_q4_K));
+        const int w = (int)(e % QK_K), j = w / 32, l = w % 32;
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = b + 4 + K_SCALE_SIZE;
+        const uint8_t *qs = qh + (five ? QK_K / 8 : 0);
+        int sc, m;
+        k_scale_min_dev(scales, j, &sc, &m);
+        const float scale = __fmul_rn(load_half(b), (float)sc);
+        const float offset = __fmul_rn(load_half(b + 2), (float)m);
+        int level = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 15;
+        if (five) level |= ((qh[l] >> j) & 1) << 4;
+        return __fsub_rn(__fmul_rn(scale, (float)level), offset);
+    }
+    case SPECLA_TYPE_Q6_K: {
+        const uint8_t *b = src + (e / QK_K) * (int64_t)sizeof(block_q6_K);
+        const int w = (int)(e % QK_K), half = w / 128, quarter = (w % 128) / 32, l = w % 32;
+        const uint8_t *ql = b + 64 * half;                    /* ql[128] */
+        const uint8_t *qh = b + QK_K / 2 + 32 * half;         /* qh[64] */
+        const int8_t *sc = (const int8_t *)(b + QK_K / 2 + QK_K / 4) + 8 * half; /* scales[16] */
+        const float d = load_half(b + QK_K / 2 + QK_K / 4 + QK_K / 16);
+        const int low = quarter & 1 ? ql[l + 32] : ql[l];          /* quarters 1, 3 read ql[l + 32] */
+        const int nib = quarter < 2 ? low & 15 : low >> 4;          /* quarters 2, 3 the high nibble */
+        const int q = (nib | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+        return __fmul_rn(__fmul_rn(d, (float)sc[l / 16 + 2 * quarter]), (float)q);
+    }
+    default: return __int_as_float(0x7fc00000); /* unreachable: types are validated at the boundary */
+    }
+}
+
+static __global__ void get_rows_kernel(int32_t type, const uint8_t *data, int64_t row_bytes, int ne0,
+                                       const int32_t *ids, float *out) {
+    const int r = blockIdx.y;
+    const uint8_t *row = data + (int64_t)ids[r] * row_bytes;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < ne0; e += gridDim.x * blockDim.x)
+        out[(int64_t)r * ne0 + e] = decode_element(type, row, e);
+}
+
+static __global__ void dequantize_kernel(int32_t type, const uint8_t *src, int64_t n, float *dst) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        dst[e] = decode_element(type, src, e);
+}
+
+static unsigned grid_for(int64_t n, int threads) {
+    int64_t blocks = (n + threads - 1) / threads;
+    if (blocks > 65535 * 4) blocks = 65535 * 4; /* grid-stride loops cover the rest */
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+extern "C" void cuda_get_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out) {
+    if (n <= 0) return;
+    const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
+    unsigned bx = grid_for(w->ne0, EW_THREADS);
+    if (bx > 1024) bx = 1024;
+    get_rows_kernel<<<dim3(bx, (unsigned)n), EW_THREADS, 0, cuda_stream(be)>>>(
+        w->type, (const uint8_t *)w->data, row_bytes, w->ne0, ids, out);
+    cuda_note_launch(be, "get_rows");
+}
+
+extern "C" void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst) {
+    if (n <= 0) return;
+    dequantize_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>(type, (const uint8_t *)src, n,
+                                                                                    dst);
+    cuda_note_launch(be, "dequantize");
+}
+
+/* ---- norms ------------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float group_sum(float v) {
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, specla_shfl_xor(v, m));
+    return v;
+}
+
+/* Sum of squares of x[0..n) by the block (NORM_THREADS threads), in the order the header states;
+ * every thread gets the total. `partials` is NORM_THREADS / 32 floats of shared memory. */
+static __device__ float row_sum_squares(const float *x, int n, float *partials) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+    s = group_sum(s);
+    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
+    __syncthreads();
+    float total = 0.0f;
+    for (int g = 0; g < NORM_THREADS / SPECLA_WARP; g++) total = __fadd_rn(total, partials[g]);
+    __syncthreads(); /* partials may be reused by the caller's next row */
+    return total;
+}
+
+static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+static __device__ __forceinline__ float sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+static __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* rms_norm of one row (weight may be NULL); with gate, the gated form: y *= silu(gate). In place is fine:
+ * every element is read for the sum before any is written (the sum ends in a barrier). */
+static __device__ void rms_row(const float *x, const float *weight, const float *gate, int n, float eps, float *y,
+                               float *partials) {
+    const float sum = row_sum_squares(x, n, partials);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) {
+        float v = __fmul_rn(x[i], scale);
+        if (weight) v = __fmul_rn(v, weight[i]);
+        if (gate) v = __fmul_rn(v, silu_dev(gate[i]));
+        y[i] = v;
+    }
+}
+
+static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
+    const float sum = row_sum_squares(x, n, partials);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) y[i] = __fmul_rn(x[i], scale);
+}
+
+static __global__ void __launch_bounds__(NORM_THREADS) rms_norm_kernel(const float *x, const float *weight,
+                                                                       const float *gate, int n, float eps,
+                                                                       float *y) {
+    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
+    const int64_t off = (int64_t)blockIdx.x * n;
+    rms_row(x + off, weight, gate ? gate + off : NULL, n, eps, y + off, partials);
+}
+
+static __global__ void __launch_bounds__(NORM_THREADS) l2_norm_kernel(const float *x, int n, float eps, float *y) {
+    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
+    const int64_t off = (int64_t)blockIdx.x * n;
+    l2_row(x + off, n, eps, y + off, partials);
+}
+
+extern "C" void cuda_rms_norm(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps,
+                              float *y) {
+    if (n_rows <= 0 || n <= 0) return;
+    rms_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, weight, NULL, n, eps, y);
+    cuda_note_launch(be, "rms_norm");
+}
+
+extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
+                                    int n, float eps) {
+    if (n_rows <= 0 || n <= 0) return;
+    rms_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, weight, gate, n, eps, x);
+    cuda_note_launch(be, "gated_rms_norm");
+}
+
+extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y) {
+    if (n_rows <= 0 || n <= 0) return;
+    l2_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, n, eps, y);
+    cuda_note_launch(be, "l2_norm");
+}
+
+/* Block (part, t): parts 0 .. Hk-1 normalise q heads, Hk .. 2Hk-1 the k heads, part 2Hk copies v. */
+static __global__ void __launch_bounds__(NORM_THREADS) gdn_split_qkv_kernel(const float *conv_out, int Hk, int Hv,
+                                                                            int S, float eps, float *q, float *k,
+                                                                            float *v) {
+    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
+    const int part = blockIdx.x, t = blockIdx.y;
+    const int64_t qk_width = (int64_t)Hk * S, v_width = (int64_t)Hv * S;
+    const float *row = conv_out + (int64_t)t * (2 * qk_width + v_width);
+    if (part < 2 * Hk) {
+        const int is_k = part >= Hk, head = part % Hk;
+        float *dst = (is_k ? k : q) + t * qk_width + (int64_t)head * S;
+        l2_row(row + (is_k ? qk_width : 0) + (int64_t)head * S, S, eps, dst, partials);
+    } else {
+        for (int64_t i = threadIdx.x; i < v_width; i += NORM_THREADS) v[t * v_width + i] = row[2 * qk_width + i];
+    }
+}
+
+extern "C" void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps,
+                                   float *q, float *k, float *v) {
+    if (T <= 0) return;
+    gdn_split_qkv_kernel<<<dim3(2 * Hk + 1, T), NORM_THREADS, 0, cuda_stream(be)>>>(conv_out, Hk, Hv, S, eps, q, k,
+                                                                                     v);
+    cuda_note_launch(be, "gdn_split_qkv");
+}
+
+/* ---- element-wise -------------------------------------------------------------------------------- */
+
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static __global__ void add_kernel(float *dst, const float *src, int64_t n) {
+    GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], src[i]);
+}
+static __global__ void add_bias_rows_kernel(float *x, const float *bias, int64_t total, int n) {
+    GRID_STRIDE(i, total) x[i] = __fadd_rn(x[i], bias[i % n]);
+}
+static __global__ void silu_mul_kernel(float *a, const float *b, int64_t n) {
+    GRID_STRIDE(i, n) a[i] = __fmul_rn(silu_dev(a[i]), b[i]);
+}
+static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], sigmoid_dev(gate[i]));
+}
+static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, int64_t total,
+                                        int Hv) {
+    GRID_STRIDE(i, total) {
+        const int h = (int)(i % Hv);
+        beta[i] = sigmoid_dev(beta[i]);
+        g[i] = __fmul_rn(softplus_dev(__fadd_rn(g[i], dt_bias[h])), ssm_a[h]); /* log-decay <= 0 */
+    }
+}
+/* qg[t][h] = [D query | D gate] -> q[t][h], gate[t][h] */
+static __global__ void split_q_gate_kernel(const float *qg, int64_t total, int D, float *q, float *gate) {
+    GRID_STRIDE(i, total) {
+        const int64_t head = i / D, d = i % D;
+        q[i] = qg[head * 2 * D + d];
+        gate[i] = qg[head * 2 * D + D + d];
+    }
+}
+static __global__ void scatter_rows_kernel(float *dst, int64_t dst_stride, const int32_t *rows, const float *src,
+                                           int width) {
+    const int t = blockIdx.y;
+    float *d = dst + (int64_t)rows[t] * dst_stride;
+    const float *s = src + (int64_t)t * width;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) d[c] = s[c];
+}
+/* One thread per column walks the moves in order: column c of every row is touched by this thread
+ * only, so the moves happen exactly as the CPU's sequential memcpy loop does them. */
+static __global__ void move_rows_kernel(float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
+                                        int n) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= width) return;
+    for (int i = 0; i < n; i++) {
+        const int32_t f = from[i], t = to[i];
+        if (f != t) buf[(int64_t)t * stride + c] = buf[(int64_t)f * stride + c];
+    }
+}
+
+#define LAUNCH_EW(kernel, n, name, ...)                                                           \
+    do {                                                                                          \
+        if ((n) <= 0) return;                                                                     \
+        kernel<<<grid_for((n), EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>(__VA_ARGS__);       \
+        cuda_note_launch(be, name);                                                               \
+    } while (0)
+
+extern "C" void cuda_add(const backend *be, float *dst, const float *src, int64_t n) {
+    LAUNCH_EW(add_kernel, n, "add", dst, src, n);
+}
+extern "C" void cuda_add_bias_rows(const backend *be, float *x, const float *bias, int rows, int n) {
+    const int64_t total = (int64_t)rows * n;
+    LAUNCH_EW(add_bias_rows_kernel, total, "add_bias_rows", x, bias, total, n);
+}
+extern "C" void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n) {
+    LAUNCH_EW(silu_mul_kernel, n, "silu_mul", a, b, n);
+}
+extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
+    LAUNCH_EW(sigmoid_mul_kernel, n, "sigmoid_mul", x, gate, n);
+}
+extern "C" void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
+                               int T, int Hv) {
+    const int64_t total = (int64_t)T * Hv;
+    LAUNCH_EW(gdn_gates_kernel, total, "gdn_gates", beta, g, dt_bias, ssm_a, total, Hv);
+}
+extern "C" void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate) {
+    const int64_t total = (int64_t)T * nh * D;
+    LAUNCH_EW(split_q_gate_kernel, total, "split_q_gate", qg, total, D, q, gate);
+}
+
+extern "C" void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows,
+                                  const float *src, int T, int width) {
+    if (T <= 0 || width <= 0) return;
+    scatter_rows_kernel<<<dim3(grid_for(width, EW_THREADS), T), EW_THREADS, 0, cuda_stream(be)>>>(dst, dst_stride,
+                                                                                                 rows, src, width);
+    cuda_note_launch(be, "scatter_rows");
+}
+
+extern "C" void cuda_move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from,
+                               const int32_t *to, int n) {
+    if (n <= 0 || width <= 0) return;
+    move_rows_kernel<<<(width + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, cuda_stream(be)>>>(buf, stride, width,
+                                                                                               from, to, n);
+    cuda_note_launch(be, "move_rows");
+}

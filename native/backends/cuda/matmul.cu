@@ -1,0 +1,533 @@
+/* CUDA/HIP matmul: y[b][o] = sum_i W[o][i] * x[b][i] for the weight types of cuda_matmul.h.
+ *
+ * Arithmetic (the GPU's fixed order; matmul_blocks.h holds the per-block code, shared with the host
+ * model in tools/cuda_matmul_check.cu):
+ *
+ * 1. Activations. For Q8_0/Q4_0/Q5_0 weights each row x[b] is rounded to Q8_0 activation blocks of
+ *    32, for Q4_K/Q6_K to Q8_K blocks of 256, with the CPU's quantizers operation for operation
+ *    (activation_q8.c): the GPU's codes, scales and bsums are the CPU's bytes. F32/F16/BF16 weights
+ *    take the float activations.
+ * 2. Blocks. A row's ne0 elements are n_blocks blocks (the weight's blocks; 32 elements for the
+ *    float types). Per block and token, the 8-bit types form exact integer sums and then:
+ *      Q8_0/Q4_0/Q5_0: s = sum_i w_i a_i (levels as the CPU's, bias included)
+ *                      acc = fma(d_w * d_a, s, acc)
+ *      Q4_K:           s = sum_j sc_j sum_{i in sub-block j} q_i a_i, t = sum_j m_j (bsum_2j + bsum_2j+1)
+ *                      acc = fma(d_a * d, s, acc); acc = fma(-(d_a * dmin), t, acc)
+ *      Q6_K:           s = sum_g sc_g (sum_{i in group g} q_i a_i - 32 bsum_g) over the 16 groups of 16
+ *                      acc = fma(d_a * d, s, acc)
+ *    (products d * d rounded once, (float)s rounded to nearest, fma single-rounding), and the float
+ *    types run acc = fma(w_i, x_i, acc) for the block's 32 elements in order.
+ * 3. Chunks. The plan (mm_plan_for: a function of type, ne0 and ne1 ONLY) cuts every row into
+ *    n_chunks chunks of chunk_blocks consecutive blocks (the last one shorter). A chunk's partial sum
+ *    starts at +0.0f and takes its blocks in increasing order, as in 2.
+ * 4. Rows. y = p_0 when n_chunks = 1, else ((p_0 + p_1) + p_2) + ... + p_{C-1}: chunk order, one
+ *    rounded add each.
+ * Nothing in 1-4 depends on n_batch, on how many tokens a warp carries at once, on which warp or
+ * block computes a chunk, on the other matrices of a group launch or on the device: every row of y
+ * is the same bits for any n_batch, and a group launch gives the bits of separate calls. Against the
+ * CPU oracle only the float summation order differs (the CPU sums 8 lanes per block, then the
+ * lanes); the integers and the activation codes are the same.
+ *
+ * Work layout: a warp owns one (row group of 32 rows, chunk) unit. The dp4a kernel here (one token,
+ * the float types, and every type before sm_80) gives each lane a row; the prepared layout
+ * (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp access, and the
+ * warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
+ * of up to 8 per pass over the chunk. For 2..64 tokens on the 8-bit types matmul_mma.cuh's int8
+ * tensor-core kernel runs the same units. With more than one chunk, partial sums go to the
+ * workspace and the last warp to finish a row group (an atomic arrival counter) adds them in chunk
+ * order; the counters are zeroed by the quantize kernel that starts every call.
+ *
+ * Launch overlap (sm_90+, cuda_matmul_set_overlap): the quantize and matmul kernels are launched
+ * with programmatic stream serialization; each waits (griddepcontrol.wait) for the previous kernel
+ * of the stream to finish before reading or writing anything but the constant weights, so a
+ * matmul's first weight loads overlap the kernel before it. The arithmetic is untouched. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_matmul.h"
+#include "matmul_launch.h"
+
+#define MM_WARPS_PER_BLOCK 4
+#define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
+
+/* ---- workspace layout ------------------------------------------------------------------------- */
+typedef struct mm_workspace_layout {
+    size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, counters, partials, total;
+} mm_workspace_layout;
+
+static size_t mm_align(size_t v) { return (v + 255) & ~(size_t)255; }
+
+static mm_workspace_layout mm_workspace_for(int n_batch, int n) {
+    mm_workspace_layout l;
+    const size_t nb = (size_t)n_batch, nn = (size_t)n;
+    size_t off = 0;
+    l.codes_q8_0 = off, off = mm_align(off + nb * nn);
+    l.scales_q8_0 = off, off = mm_align(off + nb * (nn / 32) * sizeof(float));
+    l.codes_q8_k = off, off = mm_align(off + nb * nn);
+    l.scales_q8_k = off, off = mm_align(off + nb * (nn / 256) * sizeof(float));
+    l.bsums_q8_k = off, off = mm_align(off + nb * (nn / 16) * sizeof(int16_t));
+    l.counters = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned));
+    l.partials = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * nb * MM_MAX_PARTIALS_PER_TOKEN * sizeof(float));
+    l.total = off;
+    return l;
+}
+
+extern "C" size_t cuda_matmul_workspace_bytes(int n_batch, int n) {
+    if (n_batch < 1 || n < 1) return 0;
+    return mm_workspace_for(n_batch, n).total;
+}
+
+/* ---- activation quantizers: a warp per block ----------------------------------------------------- */
+__device__ __forceinline__ float mm_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(MM_FULL_MASK, v, o));
+    return v;
+}
+__device__ __forceinline__ int mm_warp_min_int(int v) {
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(MM_FULL_MASK, v, o));
+    return v;
+}
+
+/* Q8_0: lane i holds element i (mm_quantize_q8_0_block spread over the warp). */
+__device__ void mm_warp_quantize_q8_0(const float *x, int8_t *codes, float *scale, int lane) {
+    const float v = x[lane];
+    const int finite = __all_sync(MM_FULL_MASK, mm_isfinite(v));
+    const float amax = mm_warp_max(fabsf(v)); /* exact: a max of non-negative finite values */
+    if (!finite) {
+        codes[lane] = 0;
+        if (lane == 0) *scale = mm_nan();
+        return;
+    }
+    const float id = amax != 0.0f ? mm_div(127.0f, amax) : 0.0f;
+    if (!mm_isfinite(id)) {
+        codes[lane] = 0;
+        if (lane == 0) *scale = 0.0f;
+        return;
+    }
+    codes[lane] = (int8_t)mm_rint(mm_mul(v, id));
+    if (lane == 0) *scale = mm_round_to_half(mm_div(amax, 127.0f));
+}
+
+/* Q8_K: lane l holds elements 8l..8l+7 (mm_quantize_q8_k_block spread over the warp). */
+__device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums, int lane) {
+    float v[8];
+    const float4 v0 = *(const float4 *)(x + 8 * lane), v1 = *(const float4 *)(x + 8 * lane + 4);
+    v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+    int finite = 1;
+    float amax = 0.0f;
+    int first = 1 << 30; /* index of this lane's first element of largest magnitude */
+    float first_value = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        finite &= mm_isfinite(v[j]);
+        const float a = fabsf(v[j]);
+        if (a > amax) amax = a, first = 8 * lane + j, first_value = v[j];
+    }
+    finite = __all_sync(MM_FULL_MASK, finite);
+    const float block_amax = mm_warp_max(amax);
+    /* the CPU keeps the first element (lowest index) whose magnitude is the block's largest */
+    const int candidate = (amax == block_amax && block_amax != 0.0f) ? first : (1 << 30);
+    const int winner = mm_warp_min_int(candidate);
+    const float max = __shfl_sync(MM_FULL_MASK, first_value, (winner >> 3) & 31);
+    const float iscale = block_amax != 0.0f ? mm_div(-127.0f, max) : 0.0f;
+    int2 packed = make_int2(0, 0);
+    int32_t sum = 0;
+    const int zero = !finite || !mm_isfinite(iscale) || block_amax == 0.0f;
+    if (!zero) {
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int32_t q = mm_rint(mm_mul(iscale, v[j]));
+            q = q < 127 ? q : 127;
+            sum += q;
+            if (j < 4)
+                lo |= (uint32_t)(uint8_t)(int8_t)q << (8 * j);
+            else
+                hi |= (uint32_t)(uint8_t)(int8_t)q << (8 * (j - 4));
+        }
+        packed = make_int2((int)lo, (int)hi);
+    }
+    *(int2 *)(codes + 8 * lane) = packed;
+    sum += __shfl_xor_sync(MM_FULL_MASK, sum, 1); /* a group of 16 = lanes 2g, 2g + 1 */
+    if ((lane & 1) == 0) bsums[lane / 2] = (int16_t)sum;
+    if (lane == 0) *scale = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
+}
+
+/* Quantizes x[n_batch][n] to one kind of activation blocks (kind MM_ACT_FLOAT: none) and zeroes the
+ * split-K arrival counters of the launches that follow. */
+__global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__restrict__ x, int64_t n, int n_batch,
+                                                                  int kind, int8_t *codes, float *scales,
+                                                                  int16_t *bsums, unsigned *counters, int n_counters) {
+    const int64_t tid = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x;
+    mm_wait_prior_grid();  /* x is the previous kernel's output; the counters its matmul's */
+    mm_allow_dependents(); /* the matmul may start loading weights (it waits for this grid's end) */
+    if (tid < n_counters) counters[tid] = 0;
+    if (kind == MM_ACT_FLOAT) return;
+    const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
+    const int64_t per_row = n / unit, n_blocks = per_row * n_batch;
+    const int64_t blk = tid / 32;
+    const int lane = threadIdx.x & 31;
+    if (blk >= n_blocks) return; /* whole warps leave together */
+    const int64_t b = blk / per_row, k = blk % per_row;
+    const float *xb = x + b * n + k * unit;
+    int8_t *cb = codes + b * n + k * unit;
+    if (kind == MM_ACT_Q8_K)
+        mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, lane);
+    else
+        mm_warp_quantize_q8_0(xb, cb, scales + blk, lane);
+}
+
+/* ---- the dp4a kernel ---------------------------------------------------------------------------- */
+/* A load group of blocks of one lane's row, in registers. */
+template <int TYPE> struct mm_frag {
+    uint32_t w[mm_traits<TYPE>::load_group][4 * mm_traits<TYPE>::pieces];
+    mm_side side[mm_traits<TYPE>::load_group];
+};
+
+template <int TYPE>
+__device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_base, int k, int k_end, int lane) {
+    constexpr int G = mm_traits<TYPE>::load_group, P = mm_traits<TYPE>::pieces;
+    constexpr int64_t slot_bytes = (int64_t)MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (k + g < k_end) {
+            const uint8_t *slot = group_base + (int64_t)(k + g) * slot_bytes;
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                const uint4 v = __ldg((const uint4 *)(slot + p * 16 * MM_GROUP_ROWS) + lane);
+                f.w[g][4 * p] = v.x, f.w[g][4 * p + 1] = v.y, f.w[g][4 * p + 2] = v.z, f.w[g][4 * p + 3] = v.w;
+            }
+            const uint8_t *side = slot + P * 16 * MM_GROUP_ROWS;
+            if (mm_traits<TYPE>::has_d) f.side[g].d = __ldg((const unsigned short *)side + lane);
+            if (TYPE == SPECLA_TYPE_Q5_0) f.side[g].qh = __ldg((const unsigned *)(side + 2 * MM_GROUP_ROWS) + lane);
+        }
+    }
+}
+
+/* After a warp stored its unit's partial sums: the last chunk of a split row group to arrive adds
+ * the partial sums in chunk order (lane = row within the group) and re-arms the counter. */
+__device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int lane, int n_batch) {
+    if (M.n_chunks == 1) return;
+    __threadfence();
+    __syncwarp();
+    unsigned arrived = 0;
+    if (lane == 0) arrived = atomicAdd(M.counters + rg, 1u);
+    arrived = __shfl_sync(MM_FULL_MASK, arrived, 0);
+    if (arrived != (unsigned)M.n_chunks - 1) return;
+    __threadfence();
+    const int row = rg * MM_GROUP_ROWS + lane;
+    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
+    if (row < M.ne1) {
+        /* the partials are loaded MM_FINISH_BATCH at a time (independent L2 reads in flight
+         * together, not one round trip per chunk: this runs at the very end of the kernel) and
+         * added strictly in chunk order */
+        constexpr int MM_FINISH_BATCH = 8;
+        for (int b = 0; b < n_batch; b++) {
+            const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
+            float s = 0.0f;
+            for (int c0 = 0; c0 < M.n_chunks; c0 += MM_FINISH_BATCH) {
+                float v[MM_FINISH_BATCH];
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++) v[j] = c0 + j < M.n_chunks ? __ldcg(p + (c0 + j) * rows_padded) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MM_FINISH_BATCH; j++)
+                    if (c0 + j < M.n_chunks) s = c0 + j == 0 ? v[j] : mm_add(s, v[j]); /* p_0, then + p_1, ... */
+            }
+            M.y[(int64_t)b * M.ne1 + row] = s;
+        }
+    }
+    if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
+}
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) mm_kernel(const mm_launch_args args) {
+    constexpr int G = mm_traits<TYPE>::load_group;
+    const int lane = threadIdx.x & 31;
+    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    if (u >= args.n_units) return; /* whole warps */
+    const mm_mat_args M = mm_select_mat(args, u);
+    const int local = u - M.unit_begin;
+    const int rg = local / M.n_chunks, c = local % M.n_chunks;
+    const int k_begin = c * M.chunk_blocks;
+    const int k_end = min(M.n_blocks, k_begin + M.chunk_blocks);
+    const int row = rg * MM_GROUP_ROWS + lane;
+    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
+
+    for (int t0 = 0; t0 < args.n_batch; t0 += NT) {
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+        mm_frag<TYPE> cur, nxt;
+        mm_load(cur, group_base, k_begin, k_end, lane);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        for (int k = k_begin; k < k_end; k += G) {
+            if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                if (k + g < k_end) {
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        if (t0 + t < args.n_batch)
+                            acc[t] = mm_block_step<TYPE>(cur.w[g], cur.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
+                }
+            }
+            cur = nxt;
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int b = t0 + t;
+            if (b >= args.n_batch) break;
+            mm_store(M, c, row, b, acc[t]);
+        }
+    }
+    mm_finish_unit(M, rg, lane, args.n_batch);
+}
+
+#define MM_KERNELS
+#include "matmul_mma.cuh"
+
+/* ---- host side ----------------------------------------------------------------------------------- */
+static int mm_supported(int32_t type) { return mm_unit_elements(type) != 0; }
+
+extern "C" size_t cuda_matmul_prepared_bytes(int32_t type, int32_t ne0, int32_t ne1) {
+    if (!mm_supported(type) || ne0 <= 0 || ne1 <= 0 || ne0 % mm_unit_elements(type) != 0) return 0;
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    return (size_t)p.row_groups * MM_GROUP_ROWS * p.n_blocks * mm_unit_bytes(type);
+}
+
+/* Where a block's 16-byte-aligned part and its side fields sit in the GGUF block (see the layout in
+ * matmul_blocks.h). */
+static void mm_block_fields(int32_t type, int *aligned_at, int *d_at, int *qh_at) {
+    *aligned_at = 0, *d_at = -1, *qh_at = -1;
+    switch (type) {
+    case SPECLA_TYPE_Q6_K: *d_at = 208; break;
+    case SPECLA_TYPE_Q8_0:
+    case SPECLA_TYPE_Q4_0: *aligned_at = 2, *d_at = 0; break;
+    case SPECLA_TYPE_Q5_0: *aligned_at = 6, *d_at = 0, *qh_at = 2; break;
+    default: break;
+    }
+}
+
+extern "C" int cuda_matmul_repack_host(const specla_tensor *w, void *dst) {
+    const size_t bytes = cuda_matmul_prepared_bytes(w->type, w->ne0, w->ne1);
+    if (bytes == 0 || !w->data) return -1;
+    const mm_plan p = mm_plan_for(w->type, w->ne0, w->ne1);
+    const int ub = mm_unit_bytes(w->type), pieces = mm_pieces(w->type);
+    int aligned_at, d_at, qh_at;
+    mm_block_fields(w->type, &aligned_at, &d_at, &qh_at);
+    const size_t row_bytes = (size_t)p.n_blocks * ub;
+    uint8_t *out = (uint8_t *)dst;
+    memset(out, 0, bytes);
+    for (int64_t g = 0; g < p.row_groups; g++) {
+        for (int k = 0; k < p.n_blocks; k++) {
+            uint8_t *slot = out + mm_slot_offset(w->type, p.n_blocks, g, k);
+            uint8_t *side = slot + (size_t)pieces * 16 * MM_GROUP_ROWS;
+            for (int r = 0; r < MM_GROUP_ROWS; r++) {
+                const int64_t o = g * MM_GROUP_ROWS + r;
+                if (o >= w->ne1) break; /* padding rows stay zero */
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)o * row_bytes + (size_t)k * ub;
+                for (int q = 0; q < pieces; q++) memcpy(slot + ((size_t)q * MM_GROUP_ROWS + r) * 16, blk + aligned_at + 16 * q, 16);
+                if (d_at >= 0) memcpy(side + 2 * r, blk + d_at, 2);
+                if (qh_at >= 0) memcpy(side + 2 * MM_GROUP_ROWS + 4 * r, blk + qh_at, 4);
+            }
+        }
+    }
+    return 0;
+}
+
+extern "C" cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, void *device_dst) {
+    const size_t bytes = cuda_matmul_prepared_bytes(host_w->type, host_w->ne0, host_w->ne1);
+    if (bytes == 0) return cudaErrorNotSupported;
+    void *staging = malloc(bytes);
+    if (!staging) return cudaErrorMemoryAllocation;
+    if (cuda_matmul_repack_host(host_w, staging) != 0) {
+        free(staging);
+        return cudaErrorInvalidValue;
+    }
+    const cudaError_t err = cudaMemcpy(device_dst, staging, bytes, cudaMemcpyHostToDevice);
+    free(staging);
+    return err;
+}
+
+static int g_use_tensor_cores = 1;
+
+extern "C" void cuda_matmul_set_tensor_cores(int enable) { g_use_tensor_cores = enable != 0; }
+
+/* int8 mma.sync needs sm_80; the answer is cached per device */
+static int mm_device_has_int8_mma(void) {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cached[dev] == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        cached[dev] = major >= 8 ? 1 : -1;
+    }
+    return cached[dev] > 0;
+}
+
+static int g_use_overlap = 1;
+
+extern "C" void cuda_matmul_set_overlap(int enable) { g_use_overlap = enable != 0; }
+
+/* programmatic dependent launch needs sm_90; the answer is cached per device */
+static int mm_device_has_pdl(void) {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cached[dev] == 0) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+        cached[dev] = major >= 9 ? 1 : -1;
+    }
+    return cached[dev] > 0;
+}
+
+/* A launch on `stream`, with programmatic stream serialization where the device has it and the
+ * overlap is on (the kernels call mm_wait_prior_grid before touching anything an earlier kernel
+ * wrote), else a plain launch. */
+template <typename... KArgs, typename... Args>
+static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream, Args... args) {
+#if !defined(SPECLA_USE_HIP)
+    if (g_use_overlap && mm_device_has_pdl()) {
+        cudaLaunchConfig_t config;
+        memset(&config, 0, sizeof config);
+        config.gridDim = dim3(grid), config.blockDim = dim3(MM_THREADS), config.dynamicSmemBytes = 0;
+        config.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attr, config.numAttrs = 1;
+        return cudaLaunchKernelEx(&config, kernel, args...);
+    }
+#endif
+    kernel<<<grid, MM_THREADS, 0, stream>>>(args...);
+    return cudaGetLastError();
+}
+
+template <int TYPE>
+static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
+    const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
+    if constexpr (mm_traits<TYPE>::int8) {
+        if (args.n_batch >= 2 && g_use_tensor_cores && mm_device_has_int8_mma()) {
+            switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+            case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
+            case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
+            case 3: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>, grid, stream, args);
+            default: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>, grid, stream, args);
+            }
+        }
+    }
+    if (args.n_batch == 1)
+        return mm_start(mm_kernel<TYPE, 1>, grid, stream, args);
+    else if (args.n_batch == 2)
+        return mm_start(mm_kernel<TYPE, 2>, grid, stream, args);
+    else if (args.n_batch <= 4)
+        return mm_start(mm_kernel<TYPE, 4>, grid, stream, args);
+    else
+        return mm_start(mm_kernel<TYPE, 8>, grid, stream, args);
+}
+
+static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_args &args) {
+    switch (type) {
+    case SPECLA_TYPE_F32: return mm_launch_type<SPECLA_TYPE_F32>(stream, args);
+    case SPECLA_TYPE_F16: return mm_launch_type<SPECLA_TYPE_F16>(stream, args);
+    case SPECLA_TYPE_BF16: return mm_launch_type<SPECLA_TYPE_BF16>(stream, args);
+    case SPECLA_TYPE_Q8_0: return mm_launch_type<SPECLA_TYPE_Q8_0>(stream, args);
+    case SPECLA_TYPE_Q4_0: return mm_launch_type<SPECLA_TYPE_Q4_0>(stream, args);
+    case SPECLA_TYPE_Q5_0: return mm_launch_type<SPECLA_TYPE_Q5_0>(stream, args);
+    case SPECLA_TYPE_Q4_K: return mm_launch_type<SPECLA_TYPE_Q4_K>(stream, args);
+    case SPECLA_TYPE_Q6_K: return mm_launch_type<SPECLA_TYPE_Q6_K>(stream, args);
+    default: return cudaErrorNotSupported;
+    }
+}
+
+static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n_batch, int kind, uint8_t *ws,
+                               const mm_workspace_layout &l, int zero_counters) {
+    const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
+    const int64_t warps = kind == MM_ACT_FLOAT ? 0 : (int64_t)n_batch * (n / unit);
+    const int64_t threads_for_blocks = warps * 32;
+    const int n_counters = zero_counters ? CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS : 0;
+    const int64_t threads = threads_for_blocks > n_counters ? threads_for_blocks : n_counters;
+    if (threads == 0) return cudaSuccess;
+    const int64_t grid = (threads + MM_THREADS - 1) / MM_THREADS;
+    int8_t *codes = (int8_t *)(ws + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
+    float *scales = (float *)(ws + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
+    return mm_start(mm_quantize_kernel, (unsigned)grid, stream, x, (int64_t)n, n_batch, kind, codes, scales,
+                    (int16_t *)(ws + l.bsums_q8_k), (unsigned *)(ws + l.counters), n_counters);
+}
+
+extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x,
+                                                        int n_batch, int n, int8_t *codes, float *scales,
+                                                        int16_t *bsums) {
+    const int kind = mm_act_kind(weight_type);
+    if (!mm_supported(weight_type) || kind == MM_ACT_FLOAT) return cudaErrorNotSupported;
+    const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
+    if (n_batch < 1 || n < unit || n % unit != 0 || !x || !codes || !scales || (kind == MM_ACT_Q8_K && !bsums))
+        return cudaErrorInvalidValue;
+    const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
+    mm_quantize_kernel<<<(unsigned)grid, MM_THREADS, 0, stream>>>(x, n, n_batch, kind, codes, scales, bsums, nullptr, 0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
+                                         int n_batch, float *const *y, cuda_matmul_workspace ws) {
+    if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
+    const int n = w[0] ? w[0]->ne0 : 0;
+    int need_q8_0 = 0, need_q8_k = 0;
+    for (int i = 0; i < n_mats; i++) {
+        if (!w[i] || !w[i]->data || !y[i]) return cudaErrorInvalidValue;
+        if (!mm_supported(w[i]->type)) return cudaErrorNotSupported;
+        if (w[i]->ne0 != n || n <= 0 || w[i]->ne1 < 1 || n % mm_unit_elements(w[i]->type) != 0) return cudaErrorInvalidValue;
+        need_q8_0 |= mm_act_kind(w[i]->type) == MM_ACT_Q8_0;
+        need_q8_k |= mm_act_kind(w[i]->type) == MM_ACT_Q8_K;
+    }
+    const mm_workspace_layout l = mm_workspace_for(n_batch, n);
+    if (ws.bytes < l.total) return cudaErrorInvalidValue;
+    uint8_t *base = (uint8_t *)ws.data;
+
+    /* the first launch also zeroes the arrival counters */
+    cudaError_t err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT,
+                                  base, l, 1);
+    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
+    if (err != cudaSuccess) return err;
+
+    mm_acts act;
+    act.x = x;
+    act.codes = nullptr, act.scales = nullptr, act.bsums = (const int16_t *)(base + l.bsums_q8_k);
+    static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
+                                         SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
+    for (int32_t type : type_order) {
+        const int kind = mm_act_kind(type);
+        act.codes = (const int8_t *)(base + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
+        act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
+        mm_launch_args args;
+        memset(&args, 0, sizeof args);
+        for (int i = 0; i <= n_mats; i++) {
+            const int flush = i == n_mats || (args.n_mats == CUDA_MATMUL_GROUP_LAUNCH && w[i]->type == type);
+            if (flush && args.n_mats > 0) {
+                args.n_batch = n_batch, args.n = n, args.act = act;
+                err = mm_launch(stream, type, args);
+                if (err != cudaSuccess) return err;
+                memset(&args, 0, sizeof args);
+            }
+            if (i == n_mats || w[i]->type != type) continue;
+            const mm_plan p = mm_plan_for(type, w[i]->ne0, w[i]->ne1);
+            mm_mat_args &m = args.mat[args.n_mats];
+            m.w = (const uint8_t *)w[i]->data;
+            m.y = y[i];
+            m.partials = (float *)(base + l.partials) + (size_t)args.n_mats * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
+            m.counters = (unsigned *)(base + l.counters) + (size_t)args.n_mats * MM_MAX_COUNTERS;
+            m.ne1 = w[i]->ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups;
+            m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
+            m.unit_begin = args.n_units;
+            args.n_units += p.row_groups * p.n_chunks;
+            args.n_mats++;
+        }
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,
+                                   cuda_matmul_workspace ws) {
+    return cuda_matmul_group(stream, 1, &w, x, n_batch, &y, ws);
+}

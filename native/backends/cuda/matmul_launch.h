@@ -1,0 +1,98 @@
+/* What a matmul launch carries (one launch serves up to CUDA_MATMUL_GROUP_LAUNCH matrices of one
+ * type), the compile-time facts of each weight type, and the partial-sum store: shared by the
+ * kernels of matmul.cu and matmul_mma.cuh and by the host emulation of the tensor-core kernel in
+ * tools/cuda_matmul_check.cu. */
+#ifndef SPECLA_CUDA_MATMUL_LAUNCH_H
+#define SPECLA_CUDA_MATMUL_LAUNCH_H
+
+#include "cuda_matmul.h"
+#include "matmul_blocks.h"
+
+#define MM_FULL_MASK 0xffffffffu
+
+typedef struct mm_mat_args {
+    const uint8_t *w; /* prepared weight */
+    float *y;
+    float *partials;  /* [n_batch][n_chunks][row_groups * 32] when n_chunks > 1 */
+    unsigned *counters;
+    int ne1, n_blocks, row_groups, chunk_blocks, n_chunks, unit_begin;
+} mm_mat_args;
+
+typedef struct mm_launch_args {
+    mm_mat_args mat[CUDA_MATMUL_GROUP_LAUNCH];
+    int n_mats, n_units, n_batch;
+    int64_t n;
+    mm_acts act;
+} mm_launch_args;
+
+/* Compile-time facts of a type: 16-byte pieces per block, bytes per block, blocks per load group
+ * (enough 16-byte loads per lane in flight for the small block types). */
+template <int TYPE> struct mm_traits {
+    static constexpr int pieces = TYPE == SPECLA_TYPE_Q6_K ? 13
+                                  : TYPE == SPECLA_TYPE_Q4_K ? 9
+                                  : TYPE == SPECLA_TYPE_F32  ? 8
+                                  : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 4
+                                  : TYPE == SPECLA_TYPE_Q8_0 ? 2
+                                                             : 1;
+    static constexpr int unit_bytes = TYPE == SPECLA_TYPE_F32 ? 128
+                                      : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 64
+                                      : TYPE == SPECLA_TYPE_Q8_0 ? 34
+                                      : TYPE == SPECLA_TYPE_Q4_0 ? 18
+                                      : TYPE == SPECLA_TYPE_Q5_0 ? 22
+                                      : TYPE == SPECLA_TYPE_Q4_K ? 144
+                                                                 : 210;
+    static constexpr int load_group = TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ? 8
+                                      : TYPE == SPECLA_TYPE_Q8_0                           ? 4
+                                      : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 2
+                                                                                            : 1;
+    /* CTAs of 4 warps per SM the dp4a kernel's register budget is sized for: 3 (168 registers)
+     * keeps 12 warps per SM for one token without spills; Q6_K's 13-piece blocks need the full 255
+     * (2 CTAs, 8 warps), and so do several tokens per pass (the fallback of the tensor-core path). */
+    static constexpr int min_blocks(int nt) { return TYPE == SPECLA_TYPE_Q6_K || nt > 1 ? 1 : 3; }
+    static constexpr bool int8 = TYPE != SPECLA_TYPE_F32 && TYPE != SPECLA_TYPE_F16 && TYPE != SPECLA_TYPE_BF16;
+    static constexpr int has_d = TYPE == SPECLA_TYPE_Q8_0 || TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ||
+                                 TYPE == SPECLA_TYPE_Q6_K;
+};
+
+/* The chunk partial sum `v` of (row, token b): y itself when the row is one chunk, else the
+ * workspace (read back by mm_finish_unit). */
+MM_HD void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
+    if (M.n_chunks == 1) {
+        if (row < M.ne1) M.y[(int64_t)b * M.ne1 + row] = v;
+    } else {
+        float *p = M.partials + ((int64_t)b * M.n_chunks + c) * (M.row_groups * MM_GROUP_ROWS) + row;
+#if MM_DEVICE_CODE
+        __stcg(p, v); /* to L2: another SM's warp adds the partials */
+#else
+        *p = v;
+#endif
+    }
+}
+
+/* Programmatic dependent launch (sm_90+): matmul.cu launches the quantize kernel and the matmul
+ * kernels with programmatic stream serialization, so a grid may start while the previous kernel of
+ * the stream still runs. mm_wait_prior_grid blocks until that kernel has finished and its writes are
+ * visible (a no-op when the launch had no such dependency, before sm_90, on HIP and on the host);
+ * nothing written by an earlier kernel (activations, counters, partials, y) may be touched before
+ * it, only the constant weights. mm_allow_dependents lets the next such grid start launching. */
+MM_HD void mm_wait_prior_grid(void) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+MM_HD void mm_allow_dependents(void) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The matrix of a group launch that unit u belongs to (selects, no indexed parameter access). */
+MM_HD mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
+    mm_mat_args M = args.mat[0];
+#pragma unroll
+    for (int i = 1; i < CUDA_MATMUL_GROUP_LAUNCH; i++)
+        if (i < args.n_mats && u >= args.mat[i].unit_begin) M = args.mat[i];
+    return M;
+}
+
+#endif

@@ -1,0 +1,889 @@
+/* The recurrent ops of the CUDA (and HIP) backend: the causal conv, the gated delta rule, and the
+ * SpecLA tree verify (state-resident HLD chains, the two baselines it is measured against, the
+ * factor folds and the tree conv). Semantics are those of backend.h; the CPU oracle is
+ * backends/cpu/ops_scalar.c, specla_tree_cpu.c and recurrent_step.h.
+ *
+ * Exactness. Every kernel that moves a Gated DeltaNet state goes through the one step function
+ * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
+ * reduction tree whatever the kernel, T or tree shape. A node verified in a tree therefore gets
+ * the bits of decoding its root path with cuda_gated_delta_rule, and folding an accepted path's
+ * factors gives the bits of the sequentially decoded state. Every float operation of the state
+ * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
+ * split any of them: the decay is __fmul_rn(row, decay), the rank-1 update is the fused
+ * __fmaf_rn(k, delta, decayed row) in both gdn_step and gdn_fold (the state update is
+ * fl(row * decay) then fl(k * delta + that) on both paths), and the dot products accumulate with
+ * __fmaf_rn (they exist only in gdn_step). The fused update rounds once where the CPU oracle rounds
+ * twice: GPU and CPU agree to float rounding, GPU paths agree bit for bit. decay = expf(g) inside
+ * gdn_step / gdn_fold (the accurate expf, no fast math); SiLU divides with __fdiv_rn.
+ * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
+ *
+ * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
+ * (blockIdx.y, plus a head offset) and 16 consecutive value rows j of it (blockIdx.x): S = 128
+ * gives 8 blocks per head, 384 blocks for the 27B's 48 heads (at most 3 per SM of 132). The
+ * block's 8 groups of 16 lanes (half warps) take 2 rows each: thread t has group = t / 16,
+ * lane = t % 16, and rows j = 16 * blockIdx.x + 8 r + group (r = 0, 1). Within a row the lane
+ * holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th (m = 0 .. KPL - 1) being
+ * i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128: float4 runs, 16 lanes
+ * covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread keeps 2 * KPL state floats
+ * (16 at S = 128) for the whole call. Keys i >= S and rows j >= S (S not a multiple of 16) hold
+ * zeros and are never stored.
+ * Reduction order of a row's dot product (M^T k and M^T q): each lane accumulates its KPL products
+ * in increasing m with fmaf, starting from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1,
+ * each stage adding the partner's partial (IEEE addition is commutative, so all 16 lanes end with
+ * the same bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
+ * row += k * delta, o = row . q, out = o * scale.
+ * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
+ * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
+ * one memory latency per chunk rather than per token.
+ *
+ * Conv thread mapping: one thread per channel c (blocks of 128 channels); the window of K raw
+ * inputs, the K weights and the output sum (oldest sample first, then SiLU) live in registers.
+ * The sequential conv splits T into chunks of CONV_T_CHUNK tokens (grid.y); each chunk rebuilds its
+ * window from the rows before it, so outputs do not depend on the chunking.
+ *
+ * Workspace: only cuda_gdn_tree_chains uses it, for boundary states: per value head in flight
+ * gdn_slots_per_head(max_nodes) = max(1, (max_nodes - 1) / 2) slots of S * S floats (a boundary
+ * node has at least two children, so a tree of N nodes has at most (N - 1) / 2 of them). All Hv heads
+ * in flight need Hv * max(1, (max_nodes - 1) / 2) * S * S * 4 bytes (27B, max_nodes 64: 48 * 31 *
+ * 64 KiB = 93 MiB); a smaller workspace runs the heads in batches (one launch per batch), down to
+ * one head's slots. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_backend.h"
+#include "hld_layout.h"
+
+#define GDN_LANES 16         /* lanes per state row (one half warp) */
+#define GDN_ROWS_PER_THREAD 2 /* rows of a head each thread keeps */
+#define GDN_THREADS 128
+#define GDN_GROUPS (GDN_THREADS / GDN_LANES)                   /* 8 row groups per block */
+#define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 16 */
+#define GDN_MAX_KEYS_PER_LANE 8
+#define GDN_MAX_S (GDN_LANES * GDN_MAX_KEYS_PER_LANE) /* 128 */
+#define GDN_CHUNK 8 /* tokens staged in shared memory at once */
+
+#define CONV_THREADS 128
+#define CONV_T_CHUNK 8
+#define CONV_MAX_K 64 /* the ABI's bound (api_ops.c, factor_banks.c) */
+
+/* walk entries of the chain kernel: no state load at this node / load the durable state */
+#define WALK_NO_LOAD (-2)
+#define WALK_DURABLE (-1)
+
+/* ------------------------------------------------------------------------------------------
+ * Schedule reads on the device. hld_layout.h's accessors are host functions; these read the same
+ * packed layout through its offsets (HLD_*), from device memory.
+ * ---------------------------------------------------------------------------------------- */
+__device__ __forceinline__ const int32_t *hld_dev_array(const int32_t *s, int which) { return s + s[which]; }
+
+/* ------------------------------------------------------------------------------------------
+ * The GDN step and fold: the only state arithmetic of this file.
+ * ---------------------------------------------------------------------------------------- */
+
+/* the two halves of the state update; gdn_step and gdn_fold both call exactly these */
+__device__ __forceinline__ float gdn_decay(float m, float decay) { return __fmul_rn(m, decay); }
+__device__ __forceinline__ float gdn_rank1(float m, float k, float delta) { return __fmaf_rn(k, delta, m); }
+
+/* sum over the 16 lanes of a row group, fixed butterfly xor 8, 4, 2, 1; every lane gets the sum */
+__device__ __forceinline__ void gdn_row_sums(float (&part)[GDN_ROWS_PER_THREAD]) {
+#pragma unroll
+    for (int offset = GDN_LANES / 2; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) part[r] = __fadd_rn(part[r], SPECLA_SHFL_XOR(part[r], offset));
+    }
+}
+
+/* where a thread sits: its head, key lane and rows */
+struct gdn_lane {
+    int S, Hk, Hv, h, kh, lane;
+    int row[GDN_ROWS_PER_THREAD];
+};
+
+__device__ __forceinline__ gdn_lane gdn_lane_of(int S, int Hk, int Hv, int h) {
+    gdn_lane L;
+    L.S = S;
+    L.Hk = Hk;
+    L.Hv = Hv;
+    L.h = h;
+    L.kh = h % Hk; /* tiled V-head mapping of the qwen35 converter */
+    L.lane = (int)threadIdx.x % GDN_LANES;
+    const int group = (int)threadIdx.x / GDN_LANES;
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) L.row[r] = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + r * GDN_GROUPS + group;
+    return L;
+}
+
+/* one token's inputs as one thread needs them */
+template <int KPL> struct gdn_token {
+    float k[KPL], q[KPL], v[GDN_ROWS_PER_THREAD];
+    float g, beta; /* g raw: expf is taken in gdn_step, so a prefetch does not wait on the load */
+};
+
+/* one accepted token's factors as one thread needs them */
+template <int KPL> struct gdn_factor {
+    float k[KPL], delta[GDN_ROWS_PER_THREAD];
+    float g; /* raw, as in gdn_token */
+};
+
+/* Token inputs reach the threads through shared memory, GDN_CHUNK tokens at a time: the block
+ * loads a chunk with all its threads (every load independent, so one memory latency per chunk
+ * rather than one per token) while it steps through the previous chunk, double buffered. A chunk
+ * holds the key head's k and q (zero beyond S), the block's 16 rows of v (or of delta, for folds)
+ * and g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row element t, and g / beta
+ * for t < GDN_CHUNK. */
+template <int KPL> struct __align__(16) gdn_chunk {
+    float k[GDN_CHUNK][KPL * GDN_LANES], q[GDN_CHUNK][KPL * GDN_LANES];
+    float rows[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
+    float g[GDN_CHUNK], beta[GDN_CHUNK];
+};
+static_assert(GDN_CHUNK * GDN_ROWS_PER_BLOCK == GDN_THREADS, "one row element per thread and chunk");
+static_assert(GDN_CHUNK * GDN_LANES == GDN_THREADS, "KPL key elements per thread and chunk");
+
+/* a thread's share of one chunk, held in registers between the global loads and the shared stores */
+template <int KPL> struct gdn_chunk_share {
+    float k[KPL], q[KPL], row, g, beta;
+};
+
+/* token c of a chunk starting at `base`: ids[base + c], or base + c when ids is NULL */
+__device__ __forceinline__ int gdn_token_id(const int32_t *ids, int base, int c) { return ids ? ids[base + c] : base + c; }
+
+/* this thread's share of tokens base .. base + GDN_CHUNK - 1 (those < n) from k, q [.][Hk][S] (q may
+ * be NULL), rows [.][Hv][S], g and beta [.][Hv] (beta may be NULL) */
+template <int KPL>
+__device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const int32_t *ids, int base, int n,
+                                                const gdn_lane &L, const float *k, const float *q, const float *rows,
+                                                const float *g, const float *beta) {
+    const int tid = (int)threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < KPL; e++) {
+        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+        float kv = 0.0f, qv = 0.0f;
+        if (base + c < n && i < L.S) {
+            const int64_t at = ((int64_t)gdn_token_id(ids, base, c) * L.Hk + L.kh) * L.S + i;
+            kv = k[at];
+            if (q) qv = q[at];
+        }
+        sh.k[e] = kv;
+        sh.q[e] = qv;
+    }
+    {
+        const int c = tid / GDN_ROWS_PER_BLOCK, row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + tid % GDN_ROWS_PER_BLOCK;
+        sh.row = base + c < n && row < L.S ? rows[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row] : 0.0f;
+    }
+    sh.g = 0.0f;
+    sh.beta = 0.0f;
+    if (tid < GDN_CHUNK && base + tid < n) {
+        const int64_t at = (int64_t)gdn_token_id(ids, base, tid) * L.Hv + L.h;
+        sh.g = g[at];
+        if (beta) sh.beta = beta[at];
+    }
+}
+
+template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> &s, const gdn_chunk_share<KPL> &sh) {
+    const int tid = (int)threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < KPL; e++) {
+        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+        s.k[c][i] = sh.k[e];
+        s.q[c][i] = sh.q[e];
+    }
+    s.rows[tid / GDN_ROWS_PER_BLOCK][tid % GDN_ROWS_PER_BLOCK] = sh.row;
+    if (tid < GDN_CHUNK) {
+        s.g[tid] = sh.g;
+        s.beta[tid] = sh.beta;
+    }
+}
+
+/* Key i that lane `lane` holds as its m-th: with KPL a multiple of 4 (S = 64, 128) the lanes take
+ * float4 runs, i = 64 (m / 4) + 4 lane + m % 4, so 16 lanes read 256 contiguous bytes per
+ * access; otherwise i = 16 m + lane. */
+template <int KPL> __device__ __forceinline__ int gdn_key(int lane, int m) {
+    if constexpr (KPL % 4 == 0)
+        return (m / 4) * (4 * GDN_LANES) + lane * 4 + m % 4;
+    else
+        return m * GDN_LANES + lane;
+}
+
+/* the lane's KPL keys of one key vector src [KPL * 16] (no masking: src holds KPL * 16 floats) */
+template <int KPL> __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
+    if constexpr (KPL % 4 == 0) {
+#pragma unroll
+        for (int m = 0; m < KPL; m += 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m));
+            dst[m] = x.x;
+            dst[m + 1] = x.y;
+            dst[m + 2] = x.z;
+            dst[m + 3] = x.w;
+        }
+    } else {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) dst[m] = src[gdn_key<KPL>(lane, m)];
+    }
+}
+
+/* the thread's view of token c of a chunk */
+template <int KPL>
+__device__ __forceinline__ void gdn_token_of(gdn_token<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
+    gdn_keys_of<KPL>(in.k, s.k[c], L.lane);
+    gdn_keys_of<KPL>(in.q, s.q[c], L.lane);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.v[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
+    in.g = s.g[c];
+    in.beta = s.beta[c];
+}
+
+template <int KPL>
+__device__ __forceinline__ void gdn_factor_of(gdn_factor<KPL> &in, const gdn_chunk<KPL> &s, int c, const gdn_lane &L) {
+    gdn_keys_of<KPL>(in.k, s.k[c], L.lane);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.delta[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
+    in.g = s.g[c];
+}
+
+/* Calls body(index, chunk, c) for the n tokens in order (index = position 0 .. n - 1, token c of the
+ * chunk in shared memory), fetching the next chunk while the body walks the current one. Every
+ * thread of the block must call it with the same n (it synchronises the block). */
+template <int KPL, class Body>
+__device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const int32_t *ids, int n, const gdn_lane &L,
+                                                const float *k, const float *q, const float *rows, const float *g,
+                                                const float *beta, Body body) {
+    if (n <= 0) return;
+    gdn_chunk_share<KPL> sh;
+    gdn_chunk_fetch<KPL>(sh, ids, 0, n, L, k, q, rows, g, beta);
+    gdn_chunk_put<KPL>(buf[0], sh);
+    __syncthreads();
+    for (int base = 0, b = 0; base < n; base += GDN_CHUNK, b ^= 1) {
+        const bool more = base + GDN_CHUNK < n;
+        if (more) gdn_chunk_fetch<KPL>(sh, ids, base + GDN_CHUNK, n, L, k, q, rows, g, beta);
+        const int count = min(GDN_CHUNK, n - base);
+        for (int c = 0; c < count; c++) body(base + c, buf[b], c);
+        if (more) gdn_chunk_put<KPL>(buf[b ^ 1], sh);
+        __syncthreads();
+    }
+}
+
+/* One token of the gated delta rule on the thread's rows (see the mapping at the top). */
+template <int KPL>
+__device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_token<KPL> &in, float scale,
+                                         float (&out)[GDN_ROWS_PER_THREAD], float (&delta)[GDN_ROWS_PER_THREAD]) {
+    const float decay = expf(in.g);
+    float part[GDN_ROWS_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < KPL; m++) {
+            M[r][m] = gdn_decay(M[r][m], decay);
+            acc = __fmaf_rn(M[r][m], in.k[m], acc);
+        }
+        part[r] = acc;
+    }
+    gdn_row_sums(part); /* part[r] = (M^T k)_j */
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) delta[r] = __fmul_rn(in.beta, __fsub_rn(in.v[r], part[r]));
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < KPL; m++) {
+            M[r][m] = gdn_rank1(M[r][m], in.k[m], delta[r]);
+            acc = __fmaf_rn(M[r][m], in.q[m], acc);
+        }
+        part[r] = acc;
+    }
+    gdn_row_sums(part); /* part[r] = (M^T q)_j */
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) out[r] = __fmul_rn(part[r], scale);
+}
+
+/* One accepted token's factors into the state: gdn_step's update without the reads. */
+template <int KPL>
+__device__ __forceinline__ void gdn_fold(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_factor<KPL> &in) {
+    const float decay = expf(in.g);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) M[r][m] = gdn_rank1(gdn_decay(M[r][m], decay), in.k[m], in.delta[r]);
+    }
+}
+
+/* the thread's part of one head's state [S][S] (rows j, keys gdn_key(lane, m)); float4 accesses
+ * when S = 16 KPL with KPL a multiple of 4 (S = 64, 128) and the head is 16-byte aligned */
+template <int KPL> __device__ __forceinline__ bool gdn_state_vectorizable(const float *head, const gdn_lane &L) {
+    return KPL % 4 == 0 && L.S == KPL * GDN_LANES && ((uintptr_t)head & 15) == 0;
+}
+
+template <int KPL>
+__device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *head,
+                                               const gdn_lane &L) {
+    if (gdn_state_vectorizable<KPL>(head, L)) {
+#pragma unroll
+        for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+            if (L.row[r] < L.S) {
+                gdn_keys_of<KPL>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
+            } else {
+#pragma unroll
+                for (int m = 0; m < KPL; m++) M[r][m] = 0.0f;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) {
+            const int i = gdn_key<KPL>(L.lane, m);
+            M[r][m] = L.row[r] < L.S && i < L.S ? head[(int64_t)L.row[r] * L.S + i] : 0.0f;
+        }
+    }
+}
+
+template <int KPL>
+__device__ __forceinline__ void gdn_store_state(const float (&M)[GDN_ROWS_PER_THREAD][KPL], float *head,
+                                                const gdn_lane &L) {
+    if constexpr (KPL % 4 == 0) {
+        if (gdn_state_vectorizable<KPL>(head, L)) {
+#pragma unroll
+            for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+                if (L.row[r] >= L.S) continue;
+                float *at = head + (int64_t)L.row[r] * L.S;
+#pragma unroll
+                for (int m = 0; m < KPL; m += 4)
+                    *reinterpret_cast<float4 *>(at + gdn_key<KPL>(L.lane, m)) =
+                        make_float4(M[r][m], M[r][m + 1], M[r][m + 2], M[r][m + 3]);
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) {
+            const int i = gdn_key<KPL>(L.lane, m);
+            if (L.row[r] < L.S && i < L.S) head[(int64_t)L.row[r] * L.S + i] = M[r][m];
+        }
+    }
+}
+
+/* a thread's state registers parked in / restored from one shared-memory slot, [r][m][thread]
+ * (consecutive threads at consecutive words: no bank conflicts) */
+#define GDN_PARKED_FLOATS(KPL) (GDN_ROWS_PER_THREAD * (KPL) * GDN_THREADS)
+template <int KPL> __device__ __forceinline__ void gdn_park(const float (&M)[GDN_ROWS_PER_THREAD][KPL], float *slot) {
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) slot[(r * KPL + m) * GDN_THREADS + threadIdx.x] = M[r][m];
+    }
+}
+template <int KPL> __device__ __forceinline__ void gdn_unpark(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *slot) {
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) M[r][m] = slot[(r * KPL + m) * GDN_THREADS + threadIdx.x];
+    }
+}
+
+/* row values (equal on all 16 lanes) into dst [.][Hv][S] at token / node t; lane 0 writes */
+__device__ __forceinline__ void gdn_write_rows(float *dst, int t, const gdn_lane &L,
+                                               const float (&val)[GDN_ROWS_PER_THREAD]) {
+    if (dst == NULL || L.lane != 0) return;
+    float *at = dst + ((int64_t)t * L.Hv + L.h) * L.S;
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++)
+        if (L.row[r] < L.S) at[L.row[r]] = val[r];
+}
+
+/* ------------------------------------------------------------------------------------------
+ * GDN kernels; grid (ceil(S / 16), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
+ * ---------------------------------------------------------------------------------------- */
+
+template <int KPL>
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_sequential_kernel(const float *q, const float *k, const float *v, const float *g, const float *beta, int T,
+                          int Hk, int Hv, int S, float scale, float *state, float *out) {
+    __shared__ gdn_chunk<KPL> chunks[2];
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
+    float *head = state + (int64_t)L.h * S * S;
+    float M[GDN_ROWS_PER_THREAD][KPL];
+    gdn_load_state<KPL>(M, head, L);
+    gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
+        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+        gdn_step<KPL>(M, in, scale, o, d);
+        gdn_write_rows(out, t, L, o);
+    });
+    gdn_store_state<KPL>(M, head, L);
+}
+
+/* n accepted tokens' factors k [.][Hk][S], delta [.][Hv][S], g [.][Hv] into M, in order */
+template <int KPL>
+__device__ __forceinline__ void gdn_fold_tokens(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> (&chunks)[2],
+                                                const gdn_lane &L, const float *k, const float *delta, const float *g,
+                                                int n) {
+    gdn_walk_tokens<KPL>(chunks, NULL, n, L, k, NULL, delta, g, NULL, [&](int, const gdn_chunk<KPL> &s, int c) {
+        gdn_factor<KPL> f;
+        gdn_factor_of<KPL>(f, s, c, L);
+        gdn_fold<KPL>(M, f);
+    });
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_fold_kernel(float *state, const float *k, const float *delta, const float *g, int P, int Hk, int Hv, int S) {
+    __shared__ gdn_chunk<KPL> chunks[2];
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
+    float *head = state + (int64_t)L.h * S * S;
+    float M[GDN_ROWS_PER_THREAD][KPL];
+    gdn_load_state<KPL>(M, head, L);
+    gdn_fold_tokens<KPL>(M, chunks, L, k, delta, g, P);
+    gdn_store_state<KPL>(M, head, L);
+}
+
+/* SpecLA's state-resident chain verify. The block first copies the walk out of the schedule into
+ * shared memory: position p of `order` gives the node, whether a chain starts there (and from which
+ * state: the durable one or a boundary slot) and the slot that receives the state after it. Then
+ * it folds the pending accepted path into the durable state and writes it back once (the deferred
+ * fused commit), and walks the nodes in schedule order with the state in registers: loaded once per
+ * chain, stored only at boundary nodes. Boundary slots below smem_slots live in shared memory (the
+ * block's rows only, [slot][r][m][thread]); the others in the workspace, [head in launch][slot][S][S].
+ * Each thread reloads exactly the slot elements it stored, so no synchronisation is needed between
+ * a boundary store and the chains that start from it. */
+template <int KPL>
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_tree_chains_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
+                           const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
+                           const float *pending_delta, const float *pending_g, int pending_n, float *out,
+                           float *delta_out, float *slots, int slots_per_head, int smem_slots, int head0,
+                           int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
+    extern __shared__ float4 chains_shared[]; /* smem_slots parked states, then the walk */
+    float *parked = reinterpret_cast<float *>(chains_shared);
+    int32_t *walk = reinterpret_cast<int32_t *>(parked + (size_t)smem_slots * GDN_PARKED_FLOATS(KPL));
+    int32_t *walk_node = walk, *walk_load = walk + max_nodes, *walk_store = walk + 2 * max_nodes;
+    const int N = schedule[HLD_N_NODES_AT];
+    /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
+    if (N < 1 || N > max_nodes || schedule[HLD_N_BOUNDARIES_AT] > slots_per_head) return;
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, head0 + (int)blockIdx.y);
+    const int64_t head_size = (int64_t)S * S;
+    float *durable = state + (int64_t)L.h * head_size;
+    float *head_slots = slots + (int64_t)blockIdx.y * slots_per_head * head_size;
+    /* the durable state's loads are issued first, so they overlap the schedule reads below */
+    float M[GDN_ROWS_PER_THREAD][KPL];
+    gdn_load_state<KPL>(M, durable, L);
+
+    const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
+    const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
+    const int32_t *chain_parent_boundary = hld_dev_array(schedule, HLD_OFF_CHAIN_PARENT_BOUNDARY);
+    const int32_t *node_boundary = hld_dev_array(schedule, HLD_OFF_NODE_BOUNDARY);
+    const int32_t *node_chain = hld_dev_array(schedule, HLD_OFF_NODE_CHAIN);
+    for (int p = (int)threadIdx.x; p < N; p += (int)blockDim.x) {
+        const int node = order[p], chain = node_chain[node];
+        walk_node[p] = node;
+        walk_load[p] = chain_offsets[chain] == p ? chain_parent_boundary[chain] : WALK_NO_LOAD;
+        walk_store[p] = node_boundary[node];
+    }
+    __syncthreads();
+
+    if (pending_n > 0) {
+        gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, pending_n);
+        gdn_store_state<KPL>(M, durable, L);
+    }
+    /* position 0 is the root chain's first node: it starts from the durable state now in M */
+    gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
+        const int node = walk_node[p], load = walk_load[p];
+        if (load >= 0 && load < smem_slots)
+            gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
+        else if (load >= 0)
+            gdn_load_state<KPL>(M, head_slots + load * head_size, L);
+        else if (load == WALK_DURABLE && p > 0)
+            gdn_load_state<KPL>(M, durable, L);
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
+        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+        gdn_step<KPL>(M, in, scale, o, d);
+        gdn_write_rows(out, node, L, o);
+        gdn_write_rows(delta_out, node, L, d);
+        const int store = walk_store[p];
+        if (store >= 0 && store < smem_slots)
+            gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
+        else if (store >= 0)
+            gdn_store_state<KPL>(M, head_slots + store * head_size, L);
+    });
+}
+
+/* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
+ * the last nodes of the chains; thread 0 writes each path root first into shared memory (the walk
+ * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
+ * paths are written once per path, with the same bits. */
+template <int KPL>
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
+                                 const float *g, const float *beta, int Hk, int Hv, int S, float scale,
+                                 const float *state, float *out, float *delta_out, int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
+    extern __shared__ int32_t path[];
+    const int N = schedule[HLD_N_NODES_AT];
+    if (N < 1 || N > max_nodes) return;
+    const int n_chains = schedule[HLD_N_CHAINS_AT];
+    const int32_t *parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
+    const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
+    const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
+    const int32_t *node_depth = hld_dev_array(schedule, HLD_OFF_NODE_DEPTH);
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
+    const float *durable = state + (int64_t)L.h * S * S;
+    for (int c = 0; c < n_chains; c++) {
+        const int leaf = order[chain_offsets[c + 1] - 1];
+        const int len = node_depth[leaf] + 1;
+        if (threadIdx.x == 0)
+            for (int t = leaf; t >= 0; t = parents[t]) path[node_depth[t]] = t;
+        __syncthreads();
+        float M[GDN_ROWS_PER_THREAD][KPL];
+        gdn_load_state<KPL>(M, durable, L);
+        gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, [&](int i, const gdn_chunk<KPL> &s, int cc) {
+            gdn_token<KPL> in;
+            gdn_token_of<KPL>(in, s, cc, L);
+            float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+            gdn_step<KPL>(M, in, scale, o, d);
+            gdn_write_rows(out, path[i], L, o);
+            gdn_write_rows(delta_out, path[i], L, d);
+        });
+    }
+}
+
+/* Baseline: the full state after every node, checkpoints [N][Hv][S][S], nodes in topological
+ * order from their parent's checkpoint (kept in registers when the parent is the previous node). */
+template <int KPL>
+__global__ void __launch_bounds__(GDN_THREADS)
+    gdn_tree_checkpoints_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
+                                const float *g, const float *beta, int Hk, int Hv, int S, float scale,
+                                const float *state, float *out, float *delta_out, float *checkpoints, int max_nodes) {
+    __shared__ gdn_chunk<KPL> chunks[2];
+    const int N = schedule[HLD_N_NODES_AT];
+    if (N < 1 || N > max_nodes) return;
+    const int32_t *parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
+    const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
+    const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
+    float M[GDN_ROWS_PER_THREAD][KPL];
+    gdn_load_state<KPL>(M, state + (int64_t)L.h * head_size, L);
+    gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
+        const int parent = parents[t];
+        if (t > 0 && parent != t - 1) gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
+        gdn_token<KPL> in;
+        gdn_token_of<KPL>(in, s, c, L);
+        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+        gdn_step<KPL>(M, in, scale, o, d);
+        gdn_write_rows(out, t, L, o);
+        gdn_write_rows(delta_out, t, L, d);
+        gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
+    });
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Conv: one thread per channel, window of KMAX registers of which the first K are used.
+ * ---------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+/* SiLU of window . w, summed from the oldest sample (window[0]); the one conv output function */
+template <int KMAX>
+__device__ __forceinline__ float conv_output(const float (&window)[KMAX], const float (&w)[KMAX], int K) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+        if (j < K) acc = __fadd_rn(acc, __fmul_rn(window[j], w[j]));
+    return silu_dev(acc);
+}
+
+template <int KMAX>
+__device__ __forceinline__ void conv_load_weights(float (&w)[KMAX], const float *weight, int c, int K) {
+#pragma unroll
+    for (int j = 0; j < KMAX; j++) w[j] = j < K ? weight[(int64_t)c * K + j] : 0.0f;
+}
+
+/* row `row` of the concatenated sequence [conv_state (K - 1 rows) ; x], channel c */
+__device__ __forceinline__ float conv_row(const float *conv_state, const float *x, int row, int hist, int C, int c) {
+    return row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
+}
+
+/* grid (ceil(C / 128), ceil(T / CONV_T_CHUNK)); with one chunk the thread also writes the new state */
+template <int KMAX>
+__global__ void __launch_bounds__(CONV_THREADS)
+    causal_conv_kernel(const float *x, const float *weight, int T, int C, int K, float *conv_state, float *y) {
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= C) return;
+    const int hist = K - 1;
+    const int t0 = (int)blockIdx.y * CONV_T_CHUNK, t1 = min(T, t0 + CONV_T_CHUNK);
+    float w[KMAX], window[KMAX];
+    conv_load_weights<KMAX>(w, weight, c, K);
+#pragma unroll
+    for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, t0 + j, hist, C, c) : 0.0f;
+    for (int t = t0; t < t1; t++) {
+        /* window of token t = rows t .. t + K - 1 of the concatenation, oldest first */
+#pragma unroll
+        for (int j = 0; j < KMAX; j++)
+            if (j == hist) window[j] = x[(int64_t)t * C + c];
+        y[(int64_t)t * C + c] = conv_output<KMAX>(window, w, K);
+#pragma unroll
+        for (int j = 0; j + 1 < KMAX; j++)
+            if (j < hist) window[j] = window[j + 1];
+    }
+    if (gridDim.y == 1) {
+        /* window[0 .. hist) = rows T .. T + hist - 1: the last K - 1 raw inputs */
+#pragma unroll
+        for (int j = 0; j < KMAX; j++)
+            if (j < hist) conv_state[(int64_t)j * C + c] = window[j];
+    }
+}
+
+/* the new conv state after P more raw inputs: rows P .. P + K - 2 of [conv_state ; x], read into
+ * registers before any is written (causal conv with several chunks, and the accepted-path fold) */
+template <int KMAX>
+__global__ void __launch_bounds__(CONV_THREADS) conv_shift_kernel(float *conv_state, const float *x, int P, int C, int K) {
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= C) return;
+    const int hist = K - 1;
+    float window[KMAX];
+#pragma unroll
+    for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, P + j, hist, C, c) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+        if (j < hist) conv_state[(int64_t)j * C + c] = window[j];
+}
+
+/* grid (ceil(C / 128), max_nodes): thread (c, node t); the window is t's raw input and its
+ * ancestors' (newest first up the parent links), then the durable window's rows, newest last */
+template <int KMAX>
+__global__ void __launch_bounds__(CONV_THREADS)
+    conv_tree_kernel(const int32_t *schedule, const float *x, const float *weight, int C, int K,
+                     const float *conv_state, float *y, float *window_out) {
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    const int t = (int)blockIdx.y;
+    if (c >= C || t >= schedule[HLD_N_NODES_AT]) return;
+    const int32_t *parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
+    const int hist = K - 1;
+    float w[KMAX], window[KMAX];
+    conv_load_weights<KMAX>(w, weight, c, K);
+    int node = parents[t], state_row = hist - 1;
+#pragma unroll
+    for (int j = KMAX - 1; j >= 0; j--) {
+        if (j > hist) {
+            window[j] = 0.0f;
+        } else if (j == hist) {
+            window[j] = x[(int64_t)t * C + c];
+        } else if (node >= 0) {
+            window[j] = x[(int64_t)node * C + c];
+            node = parents[node];
+        } else {
+            window[j] = conv_state[(int64_t)(state_row--) * C + c];
+        }
+    }
+    y[(int64_t)t * C + c] = conv_output<KMAX>(window, w, K);
+    if (window_out) {
+#pragma unroll
+        for (int j = 0; j < KMAX; j++)
+            if (j < hist) window_out[((int64_t)t * hist + j) * C + c] = window[j + 1 < KMAX ? j + 1 : j];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Host entry points (cuda_backend.h).
+ * ---------------------------------------------------------------------------------------- */
+
+static float gdn_scale(int S) { return 1.0f / sqrtf((float)S); }
+
+/* keys per lane of the state mapping, 1 .. GDN_MAX_KEYS_PER_LANE; 0 for an S this file cannot keep on
+ * chip (S > 128). Every GDN kernel dispatches on this one value, so for a given S all of them run
+ * the same instantiation of gdn_step. */
+static int gdn_keys_per_lane(int S) { return S >= 1 && S <= GDN_MAX_S ? (S + GDN_LANES - 1) / GDN_LANES : 0; }
+
+static int gdn_slots_per_head(int max_nodes) { return max_nodes > 2 ? (max_nodes - 1) / 2 : 1; }
+
+extern "C" size_t cuda_recurrent_workspace_bytes(const backend_limits *l) {
+    if (l->max_nodes <= 0 || l->gdn_heads <= 0) return 0;
+    return sizeof(float) * (size_t)l->gdn_heads * (size_t)gdn_slots_per_head(l->max_nodes) * (size_t)l->gdn_head_size;
+}
+
+/* An op this file cannot run records a launch error naming it: a launch with an empty grid fails
+ * with "invalid configuration argument", and cuda_note_launch reports it under `why`. */
+__global__ void recurrent_refused_kernel(void) {}
+static void refuse(const backend *be, const char *why) {
+    recurrent_refused_kernel<<<dim3(0), dim3(1), 0, cuda_stream(be)>>>();
+    cuda_note_launch(be, why);
+}
+
+#define GDN_DISPATCH(kpl, LAUNCH)                                                                                      \
+    switch (kpl) {                                                                                                     \
+    case 1: LAUNCH(1); break;                                                                                          \
+    case 2: LAUNCH(2); break;                                                                                          \
+    case 3: LAUNCH(3); break;                                                                                          \
+    case 4: LAUNCH(4); break;                                                                                          \
+    case 5: LAUNCH(5); break;                                                                                          \
+    case 6: LAUNCH(6); break;                                                                                          \
+    case 7: LAUNCH(7); break;                                                                                          \
+    default: LAUNCH(8); break;                                                                                         \
+    }
+
+static dim3 gdn_grid(int S, int heads) { return dim3((unsigned)((S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK), (unsigned)heads); }
+
+extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const float *k, const float *v,
+                                      const float *g, const float *beta, int T, int Hk, int Hv, int S, float *state,
+                                      float *out) {
+    const int kpl = gdn_keys_per_lane(S);
+    if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
+    const float scale = gdn_scale(S);
+#define LAUNCH(KPL)                                                                                                    \
+    gdn_sequential_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(q, k, v, g, beta, T, Hk, Hv, S,  \
+                                                                                      scale, state, out)
+    GDN_DISPATCH(kpl, LAUNCH)
+#undef LAUNCH
+    cuda_note_launch(be, "gated_delta_rule");
+}
+
+extern "C" void cuda_gdn_fold(const backend *be, float *state, const float *k, const float *delta, const float *g,
+                              int P, int Hk, int Hv, int S) {
+    const int kpl = gdn_keys_per_lane(S);
+    if (kpl == 0) return refuse(be, "gdn_fold: state size S must be 1 .. 128 on this backend");
+    if (P <= 0) return;
+#define LAUNCH(KPL)                                                                                                    \
+    gdn_fold_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(state, k, delta, g, P, Hk, Hv, S)
+    GDN_DISPATCH(kpl, LAUNCH)
+#undef LAUNCH
+    cuda_note_launch(be, "gdn_fold");
+}
+
+/* Boundary slots kept in shared memory per block: as many as fit beside the static staging buffers
+ * and the walk within the 48 KiB every CUDA and HIP target gives a block without opt-in (3 at
+ * S = 128, so the few boundaries of a typical tree never leave the SM). */
+template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) {
+    const size_t budget = 48 * 1024, fixed = 2 * sizeof(gdn_chunk<KPL>) + sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const size_t per_slot = sizeof(float) * GDN_PARKED_FLOATS(KPL);
+    const size_t fit = fixed < budget ? (budget - fixed) / per_slot : 0;
+    return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
+}
+
+template <int KPL>
+static void launch_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                               const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
+                               const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
+                               int slots_per_head, int max_nodes) {
+    const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
+    const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
+    const float *pg = pending ? pending->g : NULL;
+    const int pn = pending ? pending->n : 0;
+    float *slots = (float *)cuda_of(be)->workspace;
+    for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
+        const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
+        gdn_tree_chains_kernel<KPL><<<gdn_grid(S, heads), GDN_THREADS, shared, cuda_stream(be)>>>(
+            schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
+            slots_per_head, smem_slots, head0, max_nodes);
+        cuda_note_launch(be, "gdn_tree_chains");
+    }
+}
+
+extern "C" void cuda_gdn_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                     const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                     float *state, const gdn_pending *pending, float *out, float *delta_out) {
+    const cuda_backend *cb = cuda_of(be);
+    const int kpl = gdn_keys_per_lane(S);
+    if (kpl == 0) return refuse(be, "gdn_tree_chains: state size S must be 1 .. 128 on this backend");
+    const int max_nodes = cb->limits.max_nodes;
+    if (max_nodes < 1) return refuse(be, "gdn_tree_chains: backend created without tree limits (max_nodes 0)");
+    const int slots_per_head = gdn_slots_per_head(max_nodes);
+    const size_t head_bytes = sizeof(float) * (size_t)slots_per_head * (size_t)S * (size_t)S;
+    const size_t fit = head_bytes > 0 ? cb->workspace_bytes / head_bytes : 0;
+    if (cb->workspace == NULL || fit == 0)
+        return refuse(be, "gdn_tree_chains: workspace smaller than one head's boundary states");
+    const int heads_per_launch = fit < (size_t)Hv ? (int)fit : Hv;
+#define LAUNCH(KPL)                                                                                                    \
+    launch_tree_chains<KPL>(be, schedule, q, k, v, g, beta, Hk, Hv, S, state, pending, out, delta_out,                \
+                            heads_per_launch, slots_per_head, max_nodes)
+    GDN_DISPATCH(kpl, LAUNCH)
+#undef LAUNCH
+}
+
+extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                           const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                           const float *state, float *out, float *delta_out) {
+    const int kpl = gdn_keys_per_lane(S);
+    if (kpl == 0) return refuse(be, "gdn_tree_root_to_leaf: state size S must be 1 .. 128 on this backend");
+    const int max_nodes = cuda_of(be)->limits.max_nodes;
+    if (max_nodes < 1) return refuse(be, "gdn_tree_root_to_leaf: backend created without tree limits (max_nodes 0)");
+    const float scale = gdn_scale(S);
+    const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
+#define LAUNCH(KPL)                                                                                                    \
+    gdn_tree_root_to_leaf_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, shared, cuda_stream(be)>>>(                      \
+        schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
+    GDN_DISPATCH(kpl, LAUNCH)
+#undef LAUNCH
+    cuda_note_launch(be, "gdn_tree_root_to_leaf");
+}
+
+extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *schedule, const float *q, const float *k,
+                                          const float *v, const float *g, const float *beta, int Hk, int Hv, int S,
+                                          const float *state, float *out, float *delta_out, float *checkpoints) {
+    const int kpl = gdn_keys_per_lane(S);
+    if (kpl == 0) return refuse(be, "gdn_tree_checkpoints: state size S must be 1 .. 128 on this backend");
+    const int max_nodes = cuda_of(be)->limits.max_nodes;
+    if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
+    const float scale = gdn_scale(S);
+#define LAUNCH(KPL)                                                                                                    \
+    gdn_tree_checkpoints_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(                            \
+        schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
+    GDN_DISPATCH(kpl, LAUNCH)
+#undef LAUNCH
+    cuda_note_launch(be, "gdn_tree_checkpoints");
+}
+
+/* K <= 4 (the models' 4 taps) keeps the window in 4 registers; larger K up to the ABI's 64 takes
+ * the wide instantiation: the same float operations in the same order, so outputs agree. */
+#define CONV_DISPATCH(K, LAUNCH)                                                                                       \
+    if ((K) <= 4)                                                                                                      \
+        LAUNCH(4);                                                                                                     \
+    else                                                                                                               \
+        LAUNCH(CONV_MAX_K)
+
+static unsigned conv_blocks(int C) { return (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS); }
+
+extern "C" void cuda_causal_conv(const backend *be, const float *x, const float *weight, int T, int C, int K,
+                                 float *conv_state, float *y) {
+    if (K < 2 || K > CONV_MAX_K) return refuse(be, "causal_conv: kernel size K must be 2 .. 64");
+    if (T <= 0 || C <= 0) return;
+    const unsigned chunks = (unsigned)((T + CONV_T_CHUNK - 1) / CONV_T_CHUNK);
+#define LAUNCH(KMAX)                                                                                                   \
+    causal_conv_kernel<KMAX><<<dim3(conv_blocks(C), chunks), CONV_THREADS, 0, cuda_stream(be)>>>(x, weight, T, C, K,  \
+                                                                                                 conv_state, y)
+    CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+    cuda_note_launch(be, "causal_conv");
+    if (chunks > 1) {
+#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, T, C, K)
+        CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+        cuda_note_launch(be, "causal_conv (state)");
+    }
+}
+
+extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C,
+                               int K, const float *conv_state, float *y, float *window_out) {
+    if (K < 2 || K > CONV_MAX_K) return refuse(be, "conv_tree: kernel size K must be 2 .. 64");
+    const int max_nodes = cuda_of(be)->limits.max_nodes;
+    if (max_nodes < 1) return refuse(be, "conv_tree: backend created without tree limits (max_nodes 0)");
+    if (C <= 0) return;
+#define LAUNCH(KMAX)                                                                                                   \
+    conv_tree_kernel<KMAX><<<dim3(conv_blocks(C), (unsigned)max_nodes), CONV_THREADS, 0, cuda_stream(be)>>>(          \
+        schedule, x, weight, C, K, conv_state, y, window_out)
+    CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+    cuda_note_launch(be, "conv_tree");
+}
+
+extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K) {
+    if (K < 2 || K > CONV_MAX_K) return refuse(be, "conv_fold: kernel size K must be 2 .. 64");
+    if (P <= 0 || C <= 0) return;
+#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, P, C, K)
+    CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+    cuda_note_launch(be, "conv_fold");
+}

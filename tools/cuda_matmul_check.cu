@@ -1,0 +1,1012 @@
+/* Check and benchmark of the CUDA matmul (native/backends/cuda/matmul.cu) against the CPU oracle.
+ *
+ *   cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] [--self-test]
+ *                     [--json PATH] [--commit HASH] [--oracle-kernels N] [--no-overlap]
+ *
+ * Check (default on): for every supported type and a set of shapes (odd row counts, one block up to
+ * 17408 inputs), seeded random valid weight blocks and activations:
+ *   (1) every output element is written (y is poisoned with NaN first) and finite;
+ *   (2) every row is bit-identical to the n_batch = 1 run of the same input row, for n_batch in
+ *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with the int8 tensor-core kernel (the default for 2+
+ *       tokens on the 8-bit types) and with the dp4a kernel alone, and a group launch gives the
+ *       bits of separate calls;
+ *   (3) |gpu - cpu| <= bound * sum_i |w_i x_i| per element against specla_op_matmul (the CPU oracle,
+ *       scalar kernels unless --oracle-kernels says otherwise), the bound per type printed below;
+ *   (4) the GPU's activation blocks are the CPU's bytes (specla_op_quantize_activations), special
+ *       rows (zeros, ties, NaN, inf, tiny, huge) included;
+ *   (5) every output is bit-identical to the host model of the kernels (below), which computes the
+ *       order matmul.cu documents with the same per-block code: a difference says the device
+ *       arithmetic departs from its specification (and where).
+ * --host-model runs, instead of the GPU, a host model of the kernels built from the same per-block
+ * code (matmul_blocks.h) and the same layout, chunking and summation order: it exercises this
+ * program's generation and comparison logic (and the arithmetic) on a machine without a GPU; the
+ * batch-invariance checks are then true by construction, and the group test is skipped.
+ * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
+ * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
+ * MMA (check_mma_emulation) and compares it bit for bit with the host model.
+ *
+ * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
+ * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
+ * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
+ * launch (cuda_matmul_set_overlap(0)) for the whole run, to measure what it gains. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_matmul.h"
+#include "matmul_launch.h"
+#include "matmul_mma.cuh"
+#include "specla.h"
+
+#define CK(call)                                                                                                    \
+    do {                                                                                                            \
+        cudaError_t e_ = (call);                                                                                    \
+        if (e_ != cudaSuccess) {                                                                                    \
+            fprintf(stderr, "cuda_matmul_check: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, \
+                    __LINE__);                                                                                      \
+            exit(2);                                                                                                \
+        }                                                                                                           \
+    } while (0)
+
+static const int kBatches[] = {1, 2, 3, 4, 5, 8, 16, 23, 32, 64};
+enum { MAX_BATCH = 64 };
+
+struct Options {
+    bool host_model = false, quick = false, check = true, bench = true, self_test = false, overlap = true;
+    std::string json, commit = "unknown";
+    int oracle_kernels = SPECLA_CPU_SCALAR;
+};
+static Options g_opt;
+
+/* ---- seeded random inputs ----------------------------------------------------------------------- */
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    uint64_t next() { /* splitmix64 */
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return (float)((next() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; } /* [-1, 1) */
+};
+
+/* a finite fp16 scale of magnitude 2^-12 .. 2^-6, random sign */
+static uint16_t random_scale(Rng &r) {
+    const float mag = ldexpf(1.0f + 0.5f * (r.uniform() + 1.0f), -6 - (int)(r.next() % 7));
+    return float_to_half((r.next() & 1) ? -mag : mag);
+}
+
+/* GGUF bytes of a random valid weight: random quants, finite small scales. */
+static std::vector<uint8_t> make_weight(int32_t type, int ne0, int ne1, Rng &r) {
+    const int64_t row_bytes = type_row_bytes(type, ne0);
+    std::vector<uint8_t> w((size_t)(row_bytes * ne1));
+    for (size_t i = 0; i < w.size(); i += 8) { /* 8 random bytes per draw */
+        const uint64_t v = r.next();
+        memcpy(w.data() + i, &v, std::min<size_t>(8, w.size() - i));
+    }
+    const int bb = type_block_bytes(type);
+    const size_t n_blocks = w.size() / bb;
+    for (size_t i = 0; i < n_blocks; i++) {
+        uint8_t *blk = w.data() + i * bb;
+        uint16_t h;
+        switch (type) {
+        case SPECLA_TYPE_F32: {
+            const float f = r.uniform();
+            memcpy(blk, &f, 4);
+            break;
+        }
+        case SPECLA_TYPE_F16: h = float_to_half(r.uniform()), memcpy(blk, &h, 2); break;
+        case SPECLA_TYPE_BF16: {
+            const float f = r.uniform();
+            uint32_t bits;
+            memcpy(&bits, &f, 4);
+            h = (uint16_t)(bits >> 16);
+            memcpy(blk, &h, 2);
+            break;
+        }
+        case SPECLA_TYPE_Q8_0:
+        case SPECLA_TYPE_Q4_0:
+        case SPECLA_TYPE_Q5_0: h = random_scale(r), memcpy(blk, &h, 2); break;
+        case SPECLA_TYPE_Q4_K:
+            h = random_scale(r), memcpy(blk, &h, 2);
+            h = random_scale(r), memcpy(blk + 2, &h, 2);
+            break;
+        case SPECLA_TYPE_Q6_K: h = random_scale(r), memcpy(blk + 208, &h, 2); break;
+        default: break;
+        }
+    }
+    return w;
+}
+
+/* MAX_BATCH activation rows of n: random, with row 1 starting with a zero block of 256, row 2 with
+ * ties of largest magnitude (+A first, then -A) in every block of 32, row 3 small with an outlier. */
+static std::vector<float> make_activations(int n, Rng &r) {
+    std::vector<float> x((size_t)MAX_BATCH * n);
+    for (int b = 0; b < MAX_BATCH; b++) {
+        const float row_scale = 0.25f + 2.0f * (r.uniform() + 1.0f);
+        for (int i = 0; i < n; i++) x[(size_t)b * n + i] = r.uniform() * row_scale;
+    }
+    for (int i = 0; i < std::min(n, 256); i++) x[(size_t)1 * n + i] = 0.0f;
+    for (int k = 0; k + 32 <= n; k += 32) x[(size_t)2 * n + k + 5] = 3.0f, x[(size_t)2 * n + k + 9] = -3.0f;
+    for (int i = 0; i < n; i++) x[(size_t)3 * n + i] *= 1e-3f;
+    x[(size_t)3 * n + n / 2] = 50.0f;
+    return x;
+}
+
+/* Rows only the quantizer check sees: a NaN, an infinity, tiny values (the scale underflows), huge
+ * values (the fp16 Q8_0 scale overflows), all zeros, negative ties. */
+static std::vector<float> make_special_rows(int n, Rng &r, int *rows) {
+    *rows = 6;
+    std::vector<float> x((size_t)*rows * n);
+    for (auto &v : x) v = r.uniform();
+    x[7] = NAN;
+    x[(size_t)1 * n + 40] = INFINITY;
+    for (int i = 0; i < n; i++) x[(size_t)2 * n + i] *= 1e-38f;
+    for (int i = 0; i < n; i++) x[(size_t)3 * n + i] *= 2e7f;
+    for (int i = 0; i < n; i++) x[(size_t)4 * n + i] = 0.0f;
+    for (int k = 0; k + 32 <= n; k += 32) x[(size_t)5 * n + k + 3] = -4.0f, x[(size_t)5 * n + k + 30] = 4.0f;
+    return x;
+}
+
+/* ---- the CPU oracle (libspecla's public ABI) ------------------------------------------------------ */
+static specla_tensor host_tensor(const std::vector<uint8_t> &w, int32_t type, int ne0, int ne1) {
+    specla_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = w.data(), t.type = type, t.ne0 = ne0, t.ne1 = ne1, t.nbytes = (int64_t)w.size();
+    return t;
+}
+
+static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, float *y) {
+    specla_op_options opt = {0, g_opt.oracle_kernels, SPECLA_BACKEND_CPU, 0}; /* the CPU oracle */
+    if (specla_op_matmul(&opt, &w, x, n_batch, y) != SPECLA_OK) {
+        fprintf(stderr, "cuda_matmul_check: specla_op_matmul(%s %dx%d) failed: %s\n", type_name(w.type), w.ne0, w.ne1,
+                specla_last_error());
+        exit(2);
+    }
+}
+
+/* Magnitudes of the float terms an element's weight enters the sums with, row o of w (double):
+ * |w| for most types; for Q4_K |d sc q| + |dmin m| (the s and t sums are separate fma terms on both
+ * sides), for Q6_K |d sc| (q + 32) (the CPU's lanes carry q a and 32 bsum separately). */
+static void term_magnitudes(const specla_tensor &w, int o, double *out) {
+    const int64_t row_bytes = type_row_bytes(w.type, w.ne0);
+    const uint8_t *row = (const uint8_t *)w.data + (size_t)o * row_bytes;
+    if (w.type == SPECLA_TYPE_Q4_K) {
+        for (int k = 0; k < w.ne0 / 256; k++) {
+            const block_q4_K *b = (const block_q4_K *)row + k;
+            const double d = fabs(half_to_float(b->d)), dmin = fabs(half_to_float(b->dmin));
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                k_scale_min(b->scales, j, &sc, &m);
+                for (int i = 0; i < 32; i++) {
+                    const int q = (b->qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
+                    out[256 * k + 32 * j + i] = d * sc * q + dmin * m;
+                }
+            }
+        }
+        return;
+    }
+    if (w.type == SPECLA_TYPE_Q6_K) {
+        for (int k = 0; k < w.ne0 / 256; k++) {
+            const block_q6_K *b = (const block_q6_K *)row + k;
+            const double d = fabs(half_to_float(b->d));
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+                    const int q[4] = {(ql[l] & 15) | ((qh[l] >> 0) & 3) << 4, (ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4,
+                                      (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4, (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4};
+                    for (int m = 0; m < 4; m++) {
+                        const int e = 128 * h + 32 * m + l;
+                        out[256 * k + e] = d * abs(b->scales[e / 16]) * (q[m] + 32);
+                    }
+                }
+        }
+        return;
+    }
+    std::vector<float> wf(w.ne0);
+    specla_op_options opt = {1, SPECLA_CPU_SCALAR, SPECLA_BACKEND_CPU, 0};
+    if (specla_op_dequantize(&opt, w.type, row, w.ne0, wf.data()) != SPECLA_OK) {
+        fprintf(stderr, "cuda_matmul_check: specla_op_dequantize(%s) failed: %s\n", type_name(w.type), specla_last_error());
+        exit(2);
+    }
+    for (int i = 0; i < w.ne0; i++) out[i] = fabs((double)wf[i]);
+}
+
+/* scale[b][o] = sum_i term_magnitude(W[o][i]) |x[b][i]|: the size of the terms both sides round */
+static std::vector<double> abs_scale(const specla_tensor &w, const float *x, int n_batch) {
+    std::vector<double> s((size_t)n_batch * w.ne1);
+#pragma omp parallel
+    {
+        std::vector<double> mag(w.ne0);
+#pragma omp for schedule(static)
+        for (int o = 0; o < w.ne1; o++) {
+            term_magnitudes(w, o, mag.data());
+            for (int b = 0; b < n_batch; b++) {
+                double acc = 0;
+                const float *xr = x + (size_t)b * w.ne0;
+                for (int i = 0; i < w.ne0; i++) acc += mag[i] * fabs((double)xr[i]);
+                s[(size_t)b * w.ne1 + o] = acc;
+            }
+        }
+    }
+    return s;
+}
+
+/* ---- the host model of the kernels --------------------------------------------------------------- */
+struct HostActs {
+    std::vector<int8_t> codes;
+    std::vector<float> scales;
+    std::vector<int16_t> bsums;
+};
+
+static HostActs host_quantize(int kind, const float *x, int n_batch, int n) {
+    HostActs a;
+    const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
+    a.codes.resize((size_t)n_batch * n);
+    a.scales.resize((size_t)n_batch * (n / unit));
+    a.bsums.resize((size_t)n_batch * (n / 16));
+    for (int b = 0; b < n_batch; b++)
+        for (int k = 0; k < n / unit; k++) {
+            const size_t e = (size_t)b * n + (size_t)k * unit, blk = (size_t)b * (n / unit) + k;
+            if (kind == MM_ACT_Q8_K)
+                mm_quantize_q8_k_block(x + e, a.codes.data() + e, &a.scales[blk], a.bsums.data() + blk * 16);
+            else
+                mm_quantize_q8_0_block(x + e, a.codes.data() + e, &a.scales[blk]);
+        }
+    return a;
+}
+
+template <int TYPE>
+static float host_chunk(const uint8_t *prep, const mm_plan &p, int rg, int lane, int c, const mm_acts &act, int n, int b) {
+    uint32_t w[MM_MAX_WORDS];
+    float acc = 0.0f;
+    const int k_end = std::min(p.n_blocks, (c + 1) * p.chunk_blocks);
+    for (int k = c * p.chunk_blocks; k < k_end; k++) {
+        const uint8_t *slot = prep + mm_slot_offset(TYPE, p.n_blocks, rg, k);
+        for (int q = 0; q < mm_pieces(TYPE); q++) memcpy(w + 4 * q, slot + ((size_t)q * MM_GROUP_ROWS + lane) * 16, 16);
+        acc = mm_block_step<TYPE>(w, mm_load_side(TYPE, slot, lane), act, n, b, k, acc);
+    }
+    return acc;
+}
+
+/* y[n_batch][ne1] in the kernels' order: chunk partial sums, then added in chunk order. */
+static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch, float *y) {
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    const int kind = mm_act_kind(type);
+    HostActs a;
+    if (kind != MM_ACT_FLOAT) a = host_quantize(kind, x, n_batch, ne0);
+    mm_acts act;
+    act.x = x, act.codes = a.codes.data(), act.scales = a.scales.data(), act.bsums = a.bsums.data();
+#pragma omp parallel for schedule(dynamic)
+    for (int o = 0; o < ne1; o++) {
+        const int rg = o / MM_GROUP_ROWS, lane = o % MM_GROUP_ROWS;
+        for (int b = 0; b < n_batch; b++) {
+            float s = 0.0f;
+            for (int c = 0; c < p.n_chunks; c++) {
+                float part = 0.0f;
+                switch (type) {
+                case SPECLA_TYPE_F32: part = host_chunk<SPECLA_TYPE_F32>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_F16: part = host_chunk<SPECLA_TYPE_F16>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_BF16: part = host_chunk<SPECLA_TYPE_BF16>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q8_0: part = host_chunk<SPECLA_TYPE_Q8_0>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q4_0: part = host_chunk<SPECLA_TYPE_Q4_0>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q5_0: part = host_chunk<SPECLA_TYPE_Q5_0>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q4_K: part = host_chunk<SPECLA_TYPE_Q4_K>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q6_K: part = host_chunk<SPECLA_TYPE_Q6_K>(prep, p, rg, lane, c, act, ne0, b); break;
+                default: break;
+                }
+                s = c == 0 ? part : mm_add(s, part);
+            }
+            y[(size_t)b * ne1 + o] = s;
+        }
+    }
+}
+
+/* ---- checks ------------------------------------------------------------------------------------- */
+static int g_failures = 0;
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stdout, "FAIL ");
+    vfprintf(stdout, fmt, ap);
+    fprintf(stdout, "\n");
+    va_end(ap);
+    g_failures++;
+}
+
+/* ---- the tensor-core kernel's per-lane code, emulated on 32 host threads -------------------------- */
+/* mm_mma_unit (matmul_mma.cuh) runs here as host code, one thread per lane; mm_mma_k16 meets its 31
+ * partners at a barrier and computes its C share from all lanes' fragments with the PTX layout of
+ * mma.m16n8k16 .s8 (A: lane (g, t) holds rows g and g + 8, k 4t..4t+3; B: k 4t..4t+3 of column g;
+ * C: rows g, g + 8 x columns 2t, 2t + 1). This checks the kernel's unpacking, scales, fragment
+ * indices and stores against the host model bit for bit, before any device run. */
+struct MmaEmulation {
+    std::barrier<> *barrier = nullptr;
+    uint32_t in[32][3];
+};
+static MmaEmulation g_mma;
+static bool g_mma_fault = false; /* --self-test: the emulated MMA swaps the rows g and g + 8 */
+
+void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
+    g_mma.in[lane][0] = a0, g_mma.in[lane][1] = a1, g_mma.in[lane][2] = b0;
+    g_mma.barrier->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int tt = 0; tt < 4; tt++) {
+        int32_t a_row_g = (int32_t)g_mma.in[4 * g + tt][0], a_row_g8 = (int32_t)g_mma.in[4 * g + tt][1];
+        if (g_mma_fault) std::swap(a_row_g, a_row_g8);
+        const int32_t b_col0 = (int32_t)g_mma.in[4 * (2 * t) + tt][2], b_col1 = (int32_t)g_mma.in[4 * (2 * t + 1) + tt][2];
+        c[0] = mm_dot4(a_row_g, b_col0, c[0]);
+        c[1] = mm_dot4(a_row_g, b_col1, c[1]);
+        c[2] = mm_dot4(a_row_g8, b_col0, c[2]);
+        c[3] = mm_dot4(a_row_g8, b_col1, c[3]);
+    }
+    g_mma.barrier->arrive_and_wait(); /* nobody overwrites `in` before all have read it */
+}
+
+template <int TYPE, int NTILES>
+static void emulate_units(const mm_launch_args &args) {
+    std::barrier<> barrier(32);
+    g_mma.barrier = &barrier;
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 32; lane++)
+        lanes.emplace_back([&args, lane] {
+            for (int u = 0; u < args.n_units; u++) mm_mma_unit<TYPE, NTILES>(args, u, lane);
+        });
+    for (auto &th : lanes) th.join();
+    g_mma.barrier = nullptr;
+}
+
+template <int TYPE>
+static void emulate_dispatch(const mm_launch_args &args) { /* the tile count matmul.cu picks */
+    switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+    case 1: emulate_units<TYPE, 1>(args); break;
+    case 2: emulate_units<TYPE, 2>(args); break;
+    case 3: emulate_units<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>(args); break;
+    default: emulate_units<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>(args); break;
+    }
+}
+
+/* y[n_batch][ne1] through the tensor-core kernel's code (emulated), partial sums added in chunk
+ * order as mm_finish_unit does. */
+static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
+                               float *y) {
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    const HostActs a = host_quantize(mm_act_kind(type), x, n_batch, ne0);
+    const int64_t rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
+    std::vector<float> partials((size_t)n_batch * p.n_chunks * rows_padded, NAN);
+    mm_launch_args args;
+    memset(&args, 0, sizeof args);
+    mm_mat_args &m = args.mat[0];
+    m.w = prep, m.y = y, m.partials = partials.data(), m.counters = nullptr;
+    m.ne1 = ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups, m.chunk_blocks = p.chunk_blocks;
+    m.n_chunks = p.n_chunks, m.unit_begin = 0;
+    args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
+    args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
+    switch (type) {
+    case SPECLA_TYPE_Q8_0: emulate_dispatch<SPECLA_TYPE_Q8_0>(args); break;
+    case SPECLA_TYPE_Q4_0: emulate_dispatch<SPECLA_TYPE_Q4_0>(args); break;
+    case SPECLA_TYPE_Q5_0: emulate_dispatch<SPECLA_TYPE_Q5_0>(args); break;
+    case SPECLA_TYPE_Q4_K: emulate_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+    case SPECLA_TYPE_Q6_K: emulate_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+    default: fprintf(stderr, "cuda_matmul_check: no tensor-core kernel for %s\n", type_name(type)), exit(2);
+    }
+    if (p.n_chunks > 1)
+        for (int b = 0; b < n_batch; b++)
+            for (int o = 0; o < ne1; o++) {
+                const float *q = partials.data() + (size_t)b * p.n_chunks * rows_padded + o;
+                float s = q[0];
+                for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+                y[(size_t)b * ne1 + o] = s;
+            }
+}
+
+/* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
+static void check_mma_emulation(bool one_type = false) {
+    printf("tensor-core kernel code, emulated on the host, against the host model:\n");
+    const int32_t all_types[] = {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K};
+    const std::vector<int32_t> types = one_type ? std::vector<int32_t>{SPECLA_TYPE_Q4_K}
+                                                : std::vector<int32_t>(all_types, all_types + 5);
+    uint64_t seed = 5000;
+    for (int32_t type : types) {
+        const int unit = mm_unit_elements(type);
+        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}};
+        for (const auto &sh : shapes) {
+            const int ne0 = sh[0], ne1 = sh[1];
+            Rng r(seed++);
+            const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
+            const std::vector<float> x = make_activations(ne0, r);
+            const specla_tensor hw = host_tensor(w, type, ne0, ne1);
+            std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(type, ne0, ne1));
+            if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(type));
+            std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
+            host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
+            const int before = g_failures;
+            for (int n_batch : {2, 5, 8, 23, 64}) {
+                std::fill(y.begin(), y.end(), NAN);
+                emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
+                for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
+                    if (memcmp(&y[i], &model[i], 4) != 0) {
+                        fail("%s %dx%d n_batch %d: emulated tensor-core y[%zu][%zu] = %.9g, host model %.9g",
+                             type_name(type), ne0, ne1, n_batch, i / ne1, i % ne1, y[i], model[i]);
+                        break;
+                    }
+            }
+            printf("  %-5s ne0 %5d ne1 %4d  n_batch {2,5,8,23,64}: %s\n", type_name(type), ne0, ne1,
+                   g_failures == before ? "bits equal" : "FAILED");
+            fflush(stdout);
+        }
+    }
+}
+
+/* ---- one matrix under test, on the GPU or in the host model -------------------------------------- */
+struct Subject {
+    int32_t type;
+    int ne0, ne1;
+    std::vector<uint8_t> prep_host;
+    void *prep_dev = nullptr;
+    /* The host model's y for all MAX_BATCH rows: the specification of the GPU's arithmetic (its
+     * results do not depend on n_batch), compared bit for bit with the GPU's. */
+    float *x_dev = nullptr, *y_dev = nullptr;
+    cuda_matmul_workspace ws = {nullptr, 0};
+    std::vector<float> host_rows;
+
+    Subject(int32_t t, int n0, int n1, const std::vector<uint8_t> &gguf, const std::vector<float> &x,
+            bool with_host_model = true)
+        : type(t), ne0(n0), ne1(n1) {
+        specla_tensor hw = host_tensor(gguf, t, n0, n1);
+        prep_host.resize(cuda_matmul_prepared_bytes(t, n0, n1));
+        if (prep_host.empty() || cuda_matmul_repack_host(&hw, prep_host.data()) != 0) {
+            fprintf(stderr, "cuda_matmul_check: cannot prepare %s %dx%d\n", type_name(t), n0, n1);
+            exit(2);
+        }
+        if (with_host_model || g_opt.host_model) {
+            host_rows.resize((size_t)MAX_BATCH * n1);
+            host_model(t, prep_host.data(), n0, n1, x.data(), MAX_BATCH, host_rows.data());
+        }
+        if (g_opt.host_model) return;
+        CK(cudaMalloc(&prep_dev, prep_host.size()));
+        CK(cuda_matmul_prepare_weight(&hw, prep_dev));
+        CK(cudaMalloc(&x_dev, x.size() * sizeof(float)));
+        CK(cudaMemcpy(x_dev, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&y_dev, (size_t)MAX_BATCH * n1 * sizeof(float)));
+        ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
+        CK(cudaMalloc(&ws.data, ws.bytes));
+    }
+    ~Subject() {
+        if (prep_dev) cudaFree(prep_dev), cudaFree(x_dev), cudaFree(y_dev), cudaFree(ws.data);
+    }
+    specla_tensor dev_tensor() const {
+        specla_tensor t;
+        memset(&t, 0, sizeof t);
+        t.data = prep_dev, t.type = type, t.ne0 = ne0, t.ne1 = ne1;
+        t.nbytes = type_row_bytes(type, ne0) * ne1;
+        return t;
+    }
+    /* y[n_batch][ne1] for input rows first_row .. first_row + n_batch - 1, y poisoned first */
+    void run(int first_row, int n_batch, float *y) {
+        const size_t count = (size_t)n_batch * ne1;
+        if (g_opt.host_model) {
+            for (size_t i = 0; i < count; i++) y[i] = NAN;
+            memcpy(y, host_rows.data() + (size_t)first_row * ne1, count * sizeof(float));
+            return;
+        }
+        CK(cudaMemset(y_dev, 0xff, count * sizeof(float))); /* all-ones words are NaNs */
+        const specla_tensor t = dev_tensor();
+        CK(cuda_matmul(0, &t, x_dev + (size_t)first_row * ne0, n_batch, y_dev, ws));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y, y_dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+};
+
+/* The bound of check (3), in units of sum |term| (abs_scale): both sides round every term into float
+ * sums, in different orders: the CPU over 8 lanes of n_blocks fmas each plus 3 adds (the float types:
+ * one chain of ne0 rounded adds), the GPU over chunks of chunk_blocks fmas plus n_chunks adds (the
+ * float types: ne0 fmas plus n_chunks adds). Rounding errors of such chains grow like a random walk,
+ * u sqrt(N) with u = 2^-24 and N the longer chain; the bound is 8 u sqrt(N + 4): measured maxima in
+ * the host model (the GPU's arithmetic, run here) sit 3.4x to 4.2x below it at worst (Q4_K 5120 x
+ * 4101, two versions of the random data) and mostly 5-20x. */
+static double error_bound(int32_t type, int ne0) {
+    const double chain = mm_act_kind(type) == MM_ACT_FLOAT ? ne0 : (double)ne0 / mm_unit_elements(type);
+    return 8.0 * ldexp(1.0, -24) * sqrt(chain + 4.0);
+}
+
+/* Fault injection for --self-test: which check to break (0 = none). */
+static int g_inject = 0;
+enum { INJECT_UNWRITTEN = 1, INJECT_VARIANCE = 2, INJECT_ERROR = 3 };
+
+struct CaseResult {
+    double max_err = 0, bound = 0;
+    int n_checked = 0;
+};
+
+static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
+    CaseResult res;
+    Rng r(seed);
+    const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
+    const std::vector<float> x = make_activations(ne0, r);
+    const specla_tensor hw = host_tensor(w, type, ne0, ne1);
+    std::vector<float> oracle((size_t)MAX_BATCH * ne1);
+    oracle_matmul(hw, x.data(), MAX_BATCH, oracle.data()); /* the CPU is batch-invariant: one run serves all */
+    const std::vector<double> scale = abs_scale(hw, x.data(), MAX_BATCH);
+
+    const double bound = error_bound(type, ne0);
+    res.bound = bound;
+    Subject s(type, ne0, ne1, w, x);
+    std::vector<float> ref1((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
+    for (int b = 0; b < MAX_BATCH; b++) s.run(b, 1, ref1.data() + (size_t)b * ne1);
+    for (int pass = 0; pass < 2 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
+        /* every n_batch twice: with the tensor-core kernel allowed (used for n_batch >= 2 on the
+         * 8-bit types, sm_80 and later) and with the dp4a kernel only */
+        const int n_batch = kBatches[pass / 2];
+        const bool tensor_cores = pass % 2 == 0;
+        if (!tensor_cores && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(tensor_cores);
+        s.run(0, n_batch, y.data());
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(1);
+        const char *path = tensor_cores ? "" : " (dp4a only)";
+        if (g_inject == INJECT_UNWRITTEN && n_batch == 23) y[(size_t)22 * ne1 + ne1 - 1] = NAN;
+        if (g_inject == INJECT_VARIANCE && n_batch == 23) {
+            uint32_t bits;
+            memcpy(&bits, &y[(size_t)5 * ne1], 4), bits ^= 1u, memcpy(&y[(size_t)5 * ne1], &bits, 4);
+        }
+        int bad_finite = 0, bad_bits = 0, bad_err = 0, bad_model = 0;
+        for (int b = 0; b < n_batch; b++)
+            for (int o = 0; o < ne1; o++) {
+                const size_t i = (size_t)b * ne1 + o;
+                if (!std::isfinite(y[i])) {
+                    if (bad_finite++ == 0)
+                        fail("%s %dx%d n_batch %d%s: y[%d][%d] = %g not written or not finite", type_name(type), ne0,
+                             ne1, n_batch, path, b, o, y[i]);
+                    continue;
+                }
+                if (memcmp(&y[i], &s.host_rows[i], 4) != 0 && bad_model++ == 0)
+                    fail("%s %dx%d n_batch %d%s: y[%d][%d] = %.9g but the host model of the kernels gives %.9g",
+                         type_name(type), ne0, ne1, n_batch, path, b, o, y[i], s.host_rows[i]);
+                if (memcmp(&y[i], &ref1[i], 4) != 0 && bad_bits++ == 0)
+                    fail("%s %dx%d n_batch %d%s: y[%d][%d] = %.9g but the n_batch = 1 run gave %.9g", type_name(type),
+                         ne0, ne1, n_batch, path, b, o, y[i], ref1[i]);
+                double got = y[i];
+                if (g_inject == INJECT_ERROR && n_batch == 23 && b == 7 && o == 0) got += 1e-4 * scale[i] + 1e-30;
+                const double err = fabs(got - (double)oracle[i]) / (scale[i] > 0 ? scale[i] : 1.0);
+                if (getenv("CMC_DEBUG") && err > res.max_err)
+                    printf("    debug: n_batch %d b %d o %d got %.9g cpu %.9g scale %.6g err %.3g\n", n_batch, b, o, got,
+                           oracle[i], scale[i], err);
+                res.max_err = std::max(res.max_err, err);
+                if (err > bound && bad_err++ == 0)
+                    fail("%s %dx%d n_batch %d%s: y[%d][%d] = %.9g, CPU %.9g: error %.3g of sum|terms| = %.6g > %.3g",
+                         type_name(type), ne0, ne1, n_batch, path, b, o, got, oracle[i], err, scale[i], bound);
+                res.n_checked++;
+            }
+    }
+    return res;
+}
+
+/* Group launch: the same bits per matrix as separate calls (GPU only). Five matrices of `type` (more
+ * than one launch holds) plus one of another type, all on one input. */
+static void check_group(int32_t type, int ne0, uint64_t seed) {
+    Rng r(seed);
+    const std::vector<float> x = make_activations(ne0, r);
+    const int32_t other = mm_act_kind(type) == MM_ACT_Q8_K ? SPECLA_TYPE_Q8_0 : SPECLA_TYPE_Q4_K;
+    const bool other_ok = ne0 % mm_unit_elements(other) == 0;
+    const int shapes[6] = {33, 48, 4101, 1, 7, 100};
+    std::vector<std::vector<uint8_t>> ws;
+    std::vector<Subject *> subj;
+    const int n_mats = other_ok ? 6 : 5;
+    for (int i = 0; i < n_mats; i++) {
+        const int32_t t = i == 5 ? other : type;
+        ws.push_back(make_weight(t, ne0, shapes[i], r));
+        subj.push_back(new Subject(t, ne0, shapes[i], ws.back(), x, false));
+    }
+    for (int n_batch : {1, 5, 23}) {
+        std::vector<specla_tensor> ts(n_mats);
+        std::vector<const specla_tensor *> tp(n_mats);
+        std::vector<float *> yp(n_mats);
+        for (int i = 0; i < n_mats; i++) {
+            ts[i] = subj[i]->dev_tensor(), tp[i] = &ts[i];
+            CK(cudaMalloc(&yp[i], (size_t)n_batch * shapes[i] * sizeof(float)));
+            CK(cudaMemset(yp[i], 0xff, (size_t)n_batch * shapes[i] * sizeof(float)));
+        }
+        CK(cuda_matmul_group(0, n_mats, tp.data(), subj[0]->x_dev, n_batch, yp.data(), subj[0]->ws));
+        CK(cudaDeviceSynchronize());
+        for (int i = 0; i < n_mats; i++) {
+            std::vector<float> g((size_t)n_batch * shapes[i]), sep((size_t)n_batch * shapes[i]);
+            CK(cudaMemcpy(g.data(), yp[i], g.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            subj[i]->run(0, n_batch, sep.data());
+            if (memcmp(g.data(), sep.data(), g.size() * sizeof(float)) != 0)
+                fail("group %s: matrix %d (%s %dx%d) n_batch %d differs from its separate call", type_name(type), i,
+                     type_name(ts[i].type), ne0, shapes[i], n_batch);
+            cudaFree(yp[i]);
+        }
+    }
+    for (auto *s : subj) delete s;
+}
+
+/* (4) the activation blocks against specla_op_quantize_activations */
+static void check_activations(int32_t weight_type, int n, uint64_t seed) {
+    Rng r(seed);
+    int n_special = 0;
+    std::vector<float> x = make_activations(n, r);
+    const std::vector<float> sp = make_special_rows(n, r, &n_special);
+    x.insert(x.end(), sp.begin(), sp.end());
+    const int rows = MAX_BATCH + n_special;
+    const int unit = mm_act_kind(weight_type) == MM_ACT_Q8_K ? 256 : 32;
+    std::vector<int8_t> cpu_codes((size_t)rows * n), gpu_codes((size_t)rows * n);
+    std::vector<float> cpu_scales((size_t)rows * (n / unit)), gpu_scales((size_t)rows * (n / unit));
+    std::vector<int16_t> gpu_bsums((size_t)rows * (n / 16));
+    specla_op_options opt = {0, g_opt.oracle_kernels, SPECLA_BACKEND_CPU, 0}; /* the CPU oracle */
+    if (specla_op_quantize_activations(&opt, weight_type, x.data(), rows, n, cpu_codes.data(), cpu_scales.data()) !=
+        SPECLA_OK) {
+        fprintf(stderr, "cuda_matmul_check: specla_op_quantize_activations failed: %s\n", specla_last_error());
+        exit(2);
+    }
+    if (g_opt.host_model) {
+        HostActs a = host_quantize(mm_act_kind(weight_type), x.data(), rows, n);
+        gpu_codes = a.codes, gpu_scales = a.scales, gpu_bsums = a.bsums;
+    } else {
+        float *xd;
+        int8_t *cd;
+        float *sd;
+        int16_t *bd;
+        CK(cudaMalloc(&xd, x.size() * sizeof(float)));
+        CK(cudaMalloc(&cd, gpu_codes.size()));
+        CK(cudaMalloc(&sd, gpu_scales.size() * sizeof(float)));
+        CK(cudaMalloc(&bd, gpu_bsums.size() * sizeof(int16_t)));
+        CK(cudaMemcpy(xd, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMemset(cd, 0x55, gpu_codes.size()));
+        CK(cudaMemset(sd, 0xff, gpu_scales.size() * sizeof(float)));
+        CK(cudaMemset(bd, 0x55, gpu_bsums.size() * sizeof(int16_t)));
+        CK(cuda_matmul_quantize_activations(0, weight_type, xd, rows, n, cd, sd, bd));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(gpu_codes.data(), cd, gpu_codes.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gpu_scales.data(), sd, gpu_scales.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gpu_bsums.data(), bd, gpu_bsums.size() * sizeof(int16_t), cudaMemcpyDeviceToHost));
+        cudaFree(xd), cudaFree(cd), cudaFree(sd), cudaFree(bd);
+    }
+    for (size_t i = 0; i < cpu_codes.size(); i++)
+        if (cpu_codes[i] != gpu_codes[i]) {
+            fail("activations for %s, n %d: code %zu (row %zu) is %d, CPU %d", type_name(weight_type), n, i, i / n,
+                 gpu_codes[i], cpu_codes[i]);
+            break;
+        }
+    for (size_t i = 0; i < cpu_scales.size(); i++) {
+        const bool both_nan = std::isnan(cpu_scales[i]) && std::isnan(gpu_scales[i]);
+        if (!both_nan && memcmp(&cpu_scales[i], &gpu_scales[i], 4) != 0) {
+            fail("activations for %s, n %d: scale %zu (row %zu) is %.9g, CPU %.9g", type_name(weight_type), n, i,
+                 i / (n / unit), gpu_scales[i], cpu_scales[i]);
+            break;
+        }
+    }
+    if (unit == 256)
+        for (size_t g = 0; g < gpu_bsums.size(); g++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += cpu_codes[16 * g + i];
+            if (sum != gpu_bsums[g]) {
+                fail("activations for %s, n %d: bsum %zu is %d, the CPU codes sum to %d", type_name(weight_type), n, g,
+                     gpu_bsums[g], sum);
+                break;
+            }
+        }
+}
+
+static const int32_t kTypes[] = {SPECLA_TYPE_F32,  SPECLA_TYPE_F16,  SPECLA_TYPE_BF16, SPECLA_TYPE_Q8_0,
+                                 SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K};
+
+static void run_checks() {
+    printf("check: oracle = specla_op_matmul (cpu_kernels %d), error bound 8 u sqrt(chain + 4) x sum|terms|, "
+           "n_batch {1,2,3,4,5,8,16,23,32,64}\n",
+           g_opt.oracle_kernels);
+    const int rows_full[] = {1, 7, 33, 4101};
+    const int rows_quick[] = {1, 7, 33, 100};
+    uint64_t seed = 1;
+    for (int32_t type : kTypes) {
+        const int unit = mm_unit_elements(type);
+        const int cols_full[] = {unit, 5120, 17408};
+        const int cols_quick[] = {unit, 512, 1024};
+        const int *cols = g_opt.quick ? cols_quick : cols_full;
+        const int *rows = g_opt.quick ? rows_quick : rows_full;
+        for (int ci = 0; ci < 3; ci++)
+            for (int ri = 0; ri < 4; ri++) {
+                const int ne0 = cols[ci], ne1 = rows[ri];
+                /* the widest, tallest case only for the types real ffn_down weights have */
+                if (!g_opt.quick && ne0 == 17408 && ne1 == 4101 && type != SPECLA_TYPE_Q4_K && type != SPECLA_TYPE_Q6_K)
+                    continue;
+                const int before = g_failures;
+                const CaseResult r = check_case(type, ne0, ne1, seed++);
+                const mm_plan p = mm_plan_for(type, ne0, ne1);
+                printf("  %-5s ne0 %6d ne1 %5d  chunks %3d x %3d blocks  max err %.3g (bound %.3g)  %s\n", type_name(type), ne0,
+                       ne1, p.n_chunks, p.chunk_blocks, r.max_err, r.bound, g_failures == before ? "ok" : "FAILED");
+                fflush(stdout);
+            }
+        if (!g_opt.host_model) check_group(type, g_opt.quick ? 1024 : 5120, seed++);
+    }
+    for (int32_t wt : {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_K})
+        for (int n : {256, 5120, 17408}) {
+            const int before = g_failures;
+            check_activations(wt, n, seed++);
+            printf("  activations for %s n %d: %s\n", type_name(wt), n, g_failures == before ? "bytes equal" : "FAILED");
+        }
+}
+
+/* ---- benchmark ---------------------------------------------------------------------------------- */
+struct BenchShape {
+    const char *name;
+    int32_t type;
+    int ne0, ne1;
+};
+/* The Qwen3.6-27B trunk (E 5120, F 17408, C 10240, Hv*S 6144, nh 24, D 256, nkv 4) and its head,
+ * types as llama.cpp's Q4_K_M mix puts them. */
+static const BenchShape kBench[] = {
+    {"attn_qkv", SPECLA_TYPE_Q6_K, 5120, 10240}, {"attn_gate", SPECLA_TYPE_Q4_K, 5120, 6144},
+    {"ssm_alpha", SPECLA_TYPE_Q4_K, 5120, 48},   {"ssm_out", SPECLA_TYPE_Q4_K, 6144, 5120},
+    {"attn_q", SPECLA_TYPE_Q4_K, 5120, 12288},   {"attn_k", SPECLA_TYPE_Q4_K, 5120, 1024},
+    {"attn_v", SPECLA_TYPE_Q6_K, 5120, 1024},    {"attn_output", SPECLA_TYPE_Q4_K, 6144, 5120},
+    {"ffn_up", SPECLA_TYPE_Q4_K, 5120, 17408},   {"ffn_down", SPECLA_TYPE_Q4_K, 17408, 5120},
+    {"ffn_down", SPECLA_TYPE_Q6_K, 17408, 5120}, {"output", SPECLA_TYPE_Q6_K, 5120, 248320},
+};
+static const int kBenchBatches[] = {1, 2, 4, 8, 16, 23, 32, 64};
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static double measure_copy_gbps() {
+    const size_t bytes = (size_t)2 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 1, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    for (int i = 0; i < 6; i++) {
+        CK(cudaEventRecord(e0));
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i > 0) t.push_back(ms);
+    }
+    cudaFree(a), cudaFree(b);
+    return 2.0 * bytes / (median(t) * 1e-3) / 1e9; /* bytes read + written */
+}
+
+/* A GDN layer's input matrices (attn_qkv Q6_K, attn_gate, ssm_beta, ssm_alpha Q4_K) on one x: one
+ * cuda_matmul_group call against four cuda_matmul calls, over enough copies of the set to defeat L2. */
+static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *js) {
+    const int n0 = 5120;
+    const int32_t types[4] = {SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q4_K};
+    const int rows[4] = {10240, 6144, 48, 48};
+    Rng r(777);
+    double bytes = 0, prep = 0;
+    std::vector<std::vector<uint8_t>> w(4);
+    for (int i = 0; i < 4; i++) {
+        w[i] = make_weight(types[i], n0, rows[i], r);
+        bytes += (double)w[i].size();
+        prep += (double)cuda_matmul_prepared_bytes(types[i], n0, rows[i]);
+    }
+    const int copies = (int)(3.0 * prop.l2CacheSize / prep) + 1;
+    std::vector<specla_tensor> t((size_t)copies * 4);
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < 4; i++) {
+            specla_tensor &ti = t[(size_t)c * 4 + i];
+            ti = host_tensor(w[i], types[i], n0, rows[i]);
+            void *d;
+            CK(cudaMalloc(&d, cuda_matmul_prepared_bytes(types[i], n0, rows[i])));
+            CK(cuda_matmul_prepare_weight(&ti, d));
+            ti.data = d;
+        }
+    const std::vector<float> x = make_activations(n0, r);
+    float *xd;
+    CK(cudaMalloc(&xd, x.size() * sizeof(float)));
+    CK(cudaMemcpy(xd, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    float *yd[4];
+    for (int i = 0; i < 4; i++) CK(cudaMalloc(&yd[i], (size_t)MAX_BATCH * rows[i] * sizeof(float)));
+    cuda_matmul_workspace ws;
+    ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
+    CK(cudaMalloc(&ws.data, ws.bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("  GDN input group (attn_qkv Q6_K + attn_gate + ssm_beta + ssm_alpha Q4_K, %.1f MB):\n", bytes / 1e6);
+    for (int n_batch : {1, 23}) {
+        double us[2];
+        for (int grouped = 0; grouped < 2; grouped++) {
+            std::vector<double> times;
+            for (int pass = 0; pass < 22; pass++) {
+                CK(cudaEventRecord(e0));
+                for (int c = 0; c < copies; c++) {
+                    const specla_tensor *tp[4] = {&t[(size_t)c * 4], &t[(size_t)c * 4 + 1], &t[(size_t)c * 4 + 2],
+                                                  &t[(size_t)c * 4 + 3]};
+                    if (grouped)
+                        CK(cuda_matmul_group(0, 4, tp, xd, n_batch, yd, ws));
+                    else
+                        for (int i = 0; i < 4; i++) CK(cuda_matmul(0, tp[i], xd, n_batch, yd[i], ws));
+                }
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (pass >= 2) times.push_back(ms * 1e3 / copies);
+            }
+            us[grouped] = median(times);
+        }
+        printf("    n_batch %2d: four calls %7.1f us (%5.0f GB/s), one group call %7.1f us (%5.0f GB/s)\n", n_batch, us[0],
+               bytes / (us[0] * 1e-6) / 1e9, us[1], bytes / (us[1] * 1e-6) / 1e9);
+        if (js)
+            fprintf(js,
+                    "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"gdn_input_group\", \"n_batch\": %d, "
+                    "\"weight_bytes\": %.0f, \"copies\": %d, \"separate_us\": %.3f, \"group_us\": %.3f, "
+                    "\"group_gbps\": %.1f, \"copy_gbps\": %.1f, \"overlap\": %d}\n",
+                    g_opt.commit.c_str(), prop.name, n_batch, bytes, copies, us[0], us[1], bytes / (us[1] * 1e-6) / 1e9,
+                    copy_gbps, g_opt.overlap ? 1 : 0);
+    }
+    for (auto &ti : t) cudaFree((void *)ti.data);
+    for (int i = 0; i < 4; i++) cudaFree(yd[i]);
+    cudaFree(xd), cudaFree(ws.data);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+static void run_bench() {
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const double copy_gbps = measure_copy_gbps();
+    printf("bench: %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (2 GiB, read + write)\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbps);
+    FILE *js = g_opt.json.empty() ? nullptr : fopen(g_opt.json.c_str(), "w");
+    if (!g_opt.json.empty() && !js) {
+        fprintf(stderr, "cuda_matmul_check: cannot write --json %s\n", g_opt.json.c_str());
+        exit(2);
+    }
+    printf("  %-11s %-5s %6s %6s  %8s", "matrix", "type", "ne0", "ne1", "MB");
+    for (int n : kBenchBatches) printf("  n=%-2d us (GB/s)", n);
+    printf("\n");
+    Rng r(12345);
+    for (const BenchShape &bs : kBench) {
+        const std::vector<uint8_t> w = make_weight(bs.type, bs.ne0, bs.ne1, r);
+        const double weight_bytes = (double)w.size();
+        const size_t prep_bytes = cuda_matmul_prepared_bytes(bs.type, bs.ne0, bs.ne1);
+        const int copies = (int)std::max<size_t>(1, (size_t)(3.0 * prop.l2CacheSize / prep_bytes) + 1);
+        std::vector<void *> dev(copies);
+        const specla_tensor hw = host_tensor(w, bs.type, bs.ne0, bs.ne1);
+        CK(cudaMalloc(&dev[0], prep_bytes));
+        CK(cuda_matmul_prepare_weight(&hw, dev[0]));
+        for (int c = 1; c < copies; c++) {
+            CK(cudaMalloc(&dev[c], prep_bytes));
+            CK(cudaMemcpy(dev[c], dev[0], prep_bytes, cudaMemcpyDeviceToDevice));
+        }
+        const std::vector<float> x = make_activations(bs.ne0, r);
+        float *xd, *yd;
+        CK(cudaMalloc(&xd, x.size() * sizeof(float)));
+        CK(cudaMemcpy(xd, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&yd, (size_t)MAX_BATCH * bs.ne1 * sizeof(float)));
+        cuda_matmul_workspace ws;
+        ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, bs.ne0);
+        CK(cudaMalloc(&ws.data, ws.bytes));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        printf("  %-11s %-5s %6d %6d  %8.1f", bs.name, type_name(bs.type), bs.ne0, bs.ne1, weight_bytes / 1e6);
+        double us1 = 0;
+        for (int n_batch : kBenchBatches) {
+            std::vector<double> t;
+            for (int pass = 0; pass < 22; pass++) {
+                CK(cudaEventRecord(e0));
+                for (int c = 0; c < copies; c++) {
+                    specla_tensor dt = hw;
+                    dt.data = dev[c];
+                    CK(cuda_matmul(0, &dt, xd, n_batch, yd, ws));
+                }
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (pass >= 2) t.push_back(ms * 1e3 / copies); /* two warm-up passes */
+            }
+            const double us = median(t), gbps = weight_bytes / (us * 1e-6) / 1e9;
+            if (n_batch == 1) us1 = us;
+            printf("  %7.1f (%5.0f)", us, gbps);
+            const char *kernel =
+                n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 ? "int8-mma" : "dp4a";
+            if (js)
+                fprintf(js,
+                        "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
+                        "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
+                        "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
+                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d}\n",
+                        g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
+                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us / us1, g_opt.overlap ? 1 : 0);
+        }
+        printf("\n");
+        fflush(stdout);
+        for (void *p : dev) cudaFree(p);
+        cudaFree(xd), cudaFree(yd), cudaFree(ws.data);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+    }
+    bench_gdn_group(prop, copy_gbps, js);
+    if (js) fclose(js);
+}
+
+/* ---- main --------------------------------------------------------------------------------------- */
+static void usage(const char *msg) {
+    fprintf(stderr,
+            "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
+            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap]\n",
+            msg);
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--host-model") g_opt.host_model = true;
+        else if (a == "--quick") g_opt.quick = true;
+        else if (a == "--no-check") g_opt.check = false;
+        else if (a == "--no-bench") g_opt.bench = false;
+        else if (a == "--self-test") g_opt.self_test = true;
+        else if (a == "--no-overlap") g_opt.overlap = false;
+        else if (a == "--json" && i + 1 < argc) g_opt.json = argv[++i];
+        else if (a == "--commit" && i + 1 < argc) g_opt.commit = argv[++i];
+        else if (a == "--oracle-kernels" && i + 1 < argc) {
+            g_opt.oracle_kernels = atoi(argv[++i]);
+            if (g_opt.oracle_kernels < 0 || g_opt.oracle_kernels > 3) usage("--oracle-kernels takes 0..3");
+        } else
+            usage(("unknown or incomplete argument " + a).c_str());
+    }
+    if (g_opt.self_test && !g_opt.host_model) usage("--self-test runs with --host-model");
+    if (!g_opt.host_model) {
+        int devices = 0;
+        if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+            usage("no CUDA device (run with --host-model to check the host model only)");
+        cuda_matmul_set_overlap(g_opt.overlap ? 1 : 0);
+        printf("programmatic dependent launch (sm_90+): %s\n", g_opt.overlap ? "on" : "off (--no-overlap)");
+    }
+    if (g_opt.self_test) {
+        /* every injected fault must be caught, on one small case */
+        int caught = 0;
+        for (int f = INJECT_UNWRITTEN; f <= INJECT_ERROR; f++) {
+            g_inject = f;
+            const int before = g_failures;
+            check_case(SPECLA_TYPE_Q4_K, 512, 33, 99);
+            const bool hit = g_failures > before;
+            printf("self-test: fault %d %s\n", f, hit ? "caught" : "NOT CAUGHT");
+            caught += hit;
+        }
+        g_inject = 0;
+        {
+            g_mma_fault = true;
+            const int before = g_failures;
+            check_mma_emulation(true);
+            const bool hit = g_failures > before;
+            printf("self-test: fault 4 (emulated MMA rows swapped) %s\n", hit ? "caught" : "NOT CAUGHT");
+            caught += hit;
+            g_mma_fault = false;
+        }
+        g_failures = 0;
+        if (caught != 4) {
+            printf("self-test FAILED\n");
+            return 1;
+        }
+    }
+    if (g_opt.check) {
+        run_checks();
+        if (g_opt.host_model) check_mma_emulation();
+    }
+    if (g_opt.bench && !g_opt.host_model) run_bench();
+    printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+    return g_failures ? 1 : 0;
+}

@@ -1,0 +1,276 @@
+// Device check (tools/device/cuda_ops_check/build.sh): the CUDA ops of elementwise.cu, attention.cu, logits.cu
+// against the CPU backend's ops table on seeded random inputs.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+extern "C" {
+#include "backend.h"
+}
+#include "cuda_backend.h"
+#include "element_types.h"
+
+extern "C" void cuda_note_launch(const backend *be, const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) { printf("LAUNCH ERROR %s: %s\n", op, cudaGetErrorString(e)); exit(1); }
+}
+
+static cuda_backend G;
+static backend *CPU;
+static std::mt19937 rng(1234);
+static int failures = 0;
+
+static float *dev(size_t n) { float *p; cudaMalloc(&p, n * 4 + 16); cudaMemset(p, 0xff, n * 4 + 16); return p; } // NaN poison
+static void up(void *d, const void *h, size_t b) { cudaMemcpy(d, h, b, cudaMemcpyHostToDevice); }
+static void down(void *h, const void *d, size_t b) { cudaDeviceSynchronize(); cudaError_t e = cudaGetLastError(); if (e) { printf("ERR %s\n", cudaGetErrorString(e)); exit(1);} cudaMemcpy(h, d, b, cudaMemcpyDeviceToHost); }
+static std::vector<float> randv(size_t n, float lo = -2, float hi = 2) { std::uniform_real_distribution<float> u(lo, hi); std::vector<float> v(n); for (auto &x : v) x = u(rng); return v; }
+static float *updev(const std::vector<float> &v) { float *d = dev(v.size()); up(d, v.data(), v.size() * 4); return d; }
+static int32_t *updevi(const std::vector<int32_t> &v) { int32_t *d; cudaMalloc(&d, v.size() * 4 + 4); up(d, v.data(), v.size() * 4); return d; }
+static std::vector<float> get(const float *d, size_t n) { std::vector<float> h(n); down(h.data(), d, n * 4); return h; }
+
+static double cmp(const char *name, const std::vector<float> &a, const std::vector<float> &b, double tol, bool bits = false) {
+    double worst = 0; size_t nbad = 0, ndiff = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        if (memcmp(&a[i], &b[i], 4)) ndiff++;
+        double d = fabs((double)a[i] - b[i]) / (fabs((double)b[i]) + 1e-3);
+        if (std::isnan(a[i]) != std::isnan(b[i])) d = INFINITY;
+        if (std::isnan(a[i]) && std::isnan(b[i])) d = 0;
+        if (d > worst) worst = d;
+        if (d > tol) nbad++;
+    }
+    bool ok = bits ? ndiff == 0 : nbad == 0;
+    printf("%-40s n=%zu max_rel=%.3g bitdiff=%zu %s\n", name, a.size(), worst, ndiff, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+    return worst;
+}
+
+static uint16_t rand_half() { // finite half, moderate exponent
+    std::uniform_int_distribution<int> e(5, 20), m(0, 1023), s(0, 1);
+    return (uint16_t)((s(rng) << 15) | (e(rng) << 10) | m(rng));
+}
+
+static void test_quant() {
+    int types[] = {SPECLA_TYPE_F32, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q4_1, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q5_1, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q5_K, SPECLA_TYPE_Q6_K};
+    for (int type : types) {
+        const int ne0 = 1024, ne1 = 7;
+        const int64_t rb = type_row_bytes(type, ne0);
+        std::vector<uint8_t> data(rb * ne1);
+        std::uniform_int_distribution<int> byte(0, 255);
+        for (auto &b : data) b = (uint8_t)byte(rng);
+        // put finite halves where the scales live
+        const int bb = type_block_bytes(type), be_ = type_block_elements(type);
+        for (int64_t b = 0; b < (int64_t)data.size() / bb; b++) {
+            uint8_t *p = data.data() + b * bb;
+            auto put = [&](int off) { uint16_t h = rand_half(); memcpy(p + off, &h, 2); };
+            switch (type) {
+            case SPECLA_TYPE_F32: { float f = randv(1)[0]; memcpy(p, &f, 4); break; }
+            case SPECLA_TYPE_F16: put(0); break;
+            case SPECLA_TYPE_BF16: { float f = randv(1)[0]; uint32_t u; memcpy(&u, &f, 4); uint16_t h = u >> 16; memcpy(p, &h, 2); break; }
+            case SPECLA_TYPE_Q4_1: case SPECLA_TYPE_Q5_1: case SPECLA_TYPE_Q4_K: case SPECLA_TYPE_Q5_K: put(0); put(2); break;
+            case SPECLA_TYPE_Q6_K: put(208); break;
+            default: put(0);
+            }
+        }
+        (void)be_;
+        std::vector<float> ref(ne0 * ne1);
+        CPU->ops->dequantize(CPU, type, data.data(), (int64_t)ne0 * ne1, ref.data());
+        uint8_t *d; cudaMalloc(&d, data.size()); up(d, data.data(), data.size());
+        float *out = dev(ne0 * ne1);
+        cuda_dequantize(&G.base, type, d, (int64_t)ne0 * ne1, out);
+        char name[64]; snprintf(name, 64, "dequantize %s", type_name(type));
+        cmp(name, get(out, ne0 * ne1), ref, 0, true);
+        // get_rows
+        std::vector<int32_t> ids = {3, 0, 6, 3};
+        specla_tensor wh = {data.data(), type, ne0, ne1, 0, (int64_t)data.size()};
+        specla_tensor wd = {d, type, ne0, ne1, 0, (int64_t)data.size()};
+        std::vector<float> ref2(ne0 * 4);
+        CPU->ops->get_rows(CPU, &wh, ids.data(), 4, ref2.data());
+        float *out2 = dev(ne0 * 4);
+        cuda_get_rows(&G.base, &wd, updevi(ids), 4, out2);
+        snprintf(name, 64, "get_rows %s", type_name(type));
+        cmp(name, get(out2, ne0 * 4), ref2, 0, true);
+    }
+}
+
+static void test_elementwise() {
+    for (int n : {16, 128, 1000, 5120}) {
+        int rows = 5;
+        auto x = randv(rows * n), w = randv(n), gate = randv(rows * n);
+        std::vector<float> ref(rows * n);
+        CPU->ops->rms_norm(CPU, x.data(), w.data(), rows, n, 1e-6f, ref.data());
+        float *y = dev(rows * n);
+        cuda_rms_norm(&G.base, updev(x), updev(w), rows, n, 1e-6f, y);
+        char name[64]; snprintf(name, 64, "rms_norm n=%d", n); cmp(name, get(y, rows * n), ref, 1e-5);
+        // batch invariance: row 2 alone
+        float *y1 = dev(n); float *x2 = updev(std::vector<float>(x.begin() + 2 * n, x.begin() + 3 * n));
+        cuda_rms_norm(&G.base, x2, updev(w), 1, n, 1e-6f, y1);
+        auto all = get(y, rows * n);
+        snprintf(name, 64, "rms_norm n=%d row alone == in batch", n);
+        cmp(name, get(y1, n), std::vector<float>(all.begin() + 2 * n, all.begin() + 3 * n), 0, true);
+        CPU->ops->rms_norm(CPU, x.data(), nullptr, rows, n, 1e-6f, ref.data());
+        cuda_rms_norm(&G.base, updev(x), nullptr, rows, n, 1e-6f, y);
+        snprintf(name, 64, "rms_norm no weight n=%d", n); cmp(name, get(y, rows * n), ref, 1e-5);
+        CPU->ops->l2_norm(CPU, x.data(), rows, n, 1e-6f, ref.data());
+        cuda_l2_norm(&G.base, updev(x), rows, n, 1e-6f, y);
+        snprintf(name, 64, "l2_norm n=%d", n); cmp(name, get(y, rows * n), ref, 1e-5);
+        auto xx = x; CPU->ops->gated_rms_norm(CPU, xx.data(), w.data(), gate.data(), rows, n, 1e-6f);
+        float *xd = updev(x); cuda_gated_rms_norm(&G.base, xd, updev(w), updev(gate), rows, n, 1e-6f);
+        snprintf(name, 64, "gated_rms_norm n=%d", n); cmp(name, get(xd, rows * n), xx, 1e-5);
+    }
+    const int64_t n = 100003;
+    auto a = randv(n, -30, 30), b = randv(n);
+    { auto r = a; CPU->ops->add(CPU, r.data(), b.data(), n); float *d = updev(a); cuda_add(&G.base, d, updev(b), n); cmp("add", get(d, n), r, 0, true); }
+    { auto r = a; CPU->ops->silu_mul(CPU, r.data(), b.data(), n); float *d = updev(a); cuda_silu_mul(&G.base, d, updev(b), n); cmp("silu_mul", get(d, n), r, 1e-6); }
+    { auto r = b; CPU->ops->sigmoid_mul(CPU, r.data(), a.data(), n); float *d = updev(b); cuda_sigmoid_mul(&G.base, d, updev(a), n); cmp("sigmoid_mul", get(d, n), r, 1e-6); }
+    { int rows = 7, w = 333; auto x = randv(rows * w), bias = randv(w); auto r = x; CPU->ops->add_bias_rows(CPU, r.data(), bias.data(), rows, w); float *d = updev(x); cuda_add_bias_rows(&G.base, d, updev(bias), rows, w); cmp("add_bias_rows", get(d, rows * w), r, 0, true); }
+    { int T = 9, Hv = 32; auto beta = randv(T * Hv, -8, 8), g = randv(T * Hv, -10, 25), dt = randv(Hv), sa = randv(Hv, -5, 0);
+      auto rb = beta, rg = g; CPU->ops->gdn_gates(CPU, rb.data(), rg.data(), dt.data(), sa.data(), T, Hv);
+      float *db = updev(beta), *dg = updev(g); cuda_gdn_gates(&G.base, db, dg, updev(dt), updev(sa), T, Hv);
+      cmp("gdn_gates beta", get(db, T * Hv), rb, 1e-6); cmp("gdn_gates g", get(dg, T * Hv), rg, 1e-6); }
+    { int T = 3, Hk = 4, Hv = 8, S = 128; int64_t C = 2 * Hk * S + Hv * S; auto co = randv(T * C);
+      std::vector<float> q(T * Hk * S), k(T * Hk * S), v(T * Hv * S);
+      CPU->ops->gdn_split_qkv(CPU, co.data(), T, Hk, Hv, S, 1e-6f, q.data(), k.data(), v.data());
+      float *dq = dev(q.size()), *dk = dev(k.size()), *dv = dev(v.size());
+      cuda_gdn_split_qkv(&G.base, updev(co), T, Hk, Hv, S, 1e-6f, dq, dk, dv);
+      cmp("gdn_split_qkv q", get(dq, q.size()), q, 1e-6); cmp("gdn_split_qkv k", get(dk, k.size()), k, 1e-6); cmp("gdn_split_qkv v", get(dv, v.size()), v, 0, true); }
+    { int T = 3, nh = 6, D = 64; auto qg = randv(T * nh * 2 * D); std::vector<float> q(T * nh * D), g(T * nh * D);
+      CPU->ops->split_q_gate(CPU, qg.data(), T, nh, D, q.data(), g.data());
+      float *dq = dev(q.size()), *dg = dev(g.size()); cuda_split_q_gate(&G.base, updev(qg), T, nh, D, dq, dg);
+      cmp("split_q_gate q", get(dq, q.size()), q, 0, true); cmp("split_q_gate gate", get(dg, g.size()), g, 0, true); }
+    { int rows = 40, width = 700; int64_t stride = 800; auto buf = randv(rows * stride); auto src = randv(5 * width);
+      std::vector<int32_t> r = {7, 3, 39, 0, 12};
+      auto ref = buf; CPU->ops->scatter_rows(CPU, ref.data(), stride, r.data(), src.data(), 5, width);
+      float *d = updev(buf); cuda_scatter_rows(&G.base, d, stride, updevi(r), updev(src), 5, width); cmp("scatter_rows", get(d, rows * stride), ref, 0, true);
+      std::vector<int32_t> from = {10, 11, 12, 13, 20, 5}, to = {5, 6, 10, 11, 12, 13};
+      ref = buf; CPU->ops->move_rows(CPU, ref.data(), stride, width, from.data(), to.data(), 6);
+      d = updev(buf); cuda_move_rows(&G.base, d, stride, width, updevi(from), updevi(to), 6); cmp("move_rows (overlapping chain)", get(d, rows * stride), ref, 0, true); }
+    { int T = 4, nh = 5, hd = 256, nr = 64; auto x = randv(T * nh * hd); std::vector<int32_t> pos = {0, 17, 4000, 131071};
+      auto r = x; CPU->ops->rope_neox(CPU, r.data(), pos.data(), T, nh, hd, nr, 1e7f);
+      float *d = updev(x); cuda_rope_neox(&G.base, d, updevi(pos), T, nh, hd, nr, 1e7f); cmp("rope_neox", get(d, x.size()), r, 1e-6); }
+}
+
+static void test_attention(int nh, int nkv, int D, int n_past, int T) {
+    const int n_kv = n_past + T + 8;
+    auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
+    std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = n_past + t;
+    std::vector<float> ref((size_t)T * nh * D);
+    CPU->ops->attention(CPU, Q.data(), K.data(), V.data(), pos.data(), T, n_kv, nh, nkv, D, ref.data());
+    float *dK = updev(K), *dV = updev(V), *dQ = updev(Q); int32_t *dp = updevi(pos);
+    float *o1 = dev(ref.size()), *o2 = dev(ref.size()), *o3 = dev(nh * D);
+    char name[128];
+    // unsplit
+    size_t saved = G.workspace_bytes; G.workspace_bytes = 0;
+    cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o1);
+    G.workspace_bytes = saved;
+    auto u = get(o1, ref.size());
+    snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d", nh, nkv, D, n_past, T); cmp(name, u, ref, 2e-5);
+    int saved_sm = G.sm_count; G.sm_count = 100000; // force split
+    cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o2);
+    G.sm_count = saved_sm;
+    snprintf(name, 128, "  split == unsplit"); cmp(name, get(o2, ref.size()), u, 0, true);
+    // last query alone (T=1) == in the batch
+    cuda_attention(&G.base, dQ + (size_t)(T - 1) * nh * D, dK, dV, dp + T - 1, 1, n_kv, nh, nkv, D, o3);
+    snprintf(name, 128, "  last query alone == in batch");
+    cmp(name, get(o3, nh * D), std::vector<float>(u.end() - nh * D, u.end()), 0, true);
+}
+
+// Tree: nodes 0..T-1 with parents; K/V rows n_prefix + node. Compare node t to causal decode of its path.
+static void test_tree(int nh, int nkv, int D, int n_prefix) {
+    std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3, 6, 7, 5};
+    const int T = parents.size(), n_kv = n_prefix + T;
+    auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
+    std::vector<float> ref((size_t)T * nh * D);
+    CPU->ops->attention_tree(CPU, Q.data(), K.data(), V.data(), n_prefix, parents.data(), T, nh, nkv, D, ref.data());
+    float *dK = updev(K), *dV = updev(V), *dQ = updev(Q);
+    float *o = dev(ref.size());
+    cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o);
+    auto tree = get(o, ref.size());
+    char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d", nh, nkv, D, n_prefix);
+    cmp(name, tree, ref, 2e-5);
+    int saved_sm = G.sm_count; G.sm_count = 100000;
+    float *o2 = dev(ref.size());
+    cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o2);
+    G.sm_count = saved_sm;
+    cmp("  tree split == unsplit", get(o2, ref.size()), tree, 0, true);
+    // node 8: path 0 1 3 6 7 8 -> causal cache with those rows appended
+    int node = 8; std::vector<int> path; for (int a = node; a >= 0; a = parents[a]) path.insert(path.begin(), a);
+    const int n2 = n_prefix + path.size();
+    std::vector<float> K2((size_t)n2 * nkv * D), V2((size_t)n2 * nkv * D);
+    size_t row = (size_t)nkv * D;
+    for (int i = 0; i < n2; i++) { int src = i < n_prefix ? i : n_prefix + path[i - n_prefix]; memcpy(&K2[i * row], &K[src * row], row * 4); memcpy(&V2[i * row], &V[src * row], row * 4); }
+    std::vector<int32_t> pos = {n2 - 1};
+    float *o3 = dev(nh * D);
+    cuda_attention(&G.base, dQ + (size_t)node * nh * D, updev(K2), updev(V2), updevi(pos), 1, n2, nh, nkv, D, o3);
+    cmp("  tree node == causal decode of its path", get(o3, nh * D), std::vector<float>(tree.begin() + node * nh * D, tree.begin() + (node + 1) * nh * D), 0, true);
+}
+
+static void test_logits(int rows, int V, int k) {
+    auto L = randv((size_t)rows * V, -20, 20);
+    std::uniform_int_distribution<int> pick(0, V - 1);
+    // ties and specials
+    for (int r = 0; r < rows; r++) {
+        float *row = &L[(size_t)r * V];
+        for (int j = 0; j < 40; j++) row[pick(rng)] = 25.0f; // many ties at the max
+        for (int j = 0; j < 30; j++) row[pick(rng)] = NAN;
+        row[pick(rng)] = -INFINITY;
+        if (r == 1) row[0] = NAN;
+        if (r == 2) for (int i = 0; i < V; i++) row[i] = NAN;
+        if (r == 3) { row[0] = 0.0f; row[1] = -0.0f; row[V - 1] = -0.0f; for (int i = 2; i < V - 1; i++) row[i] = (i % 7 == 0) ? NAN : -1.0f; }
+    }
+    std::vector<int32_t> ref(rows), got(rows);
+    CPU->ops->argmax_rows(CPU, L.data(), rows, V, ref.data());
+    float *dL = updev(L); int32_t *dout; cudaMalloc(&dout, rows * 4);
+    cuda_argmax_rows(&G.base, dL, rows, V, dout); down(got.data(), dout, rows * 4);
+    int bad = 0; for (int r = 0; r < rows; r++) if (got[r] != ref[r]) { bad++; printf("   row %d gpu %d cpu %d\n", r, got[r], ref[r]); }
+    printf("argmax rows=%d V=%d %s\n", rows, V, bad ? "FAIL" : "ok"); failures += bad > 0;
+    size_t saved = G.workspace_bytes; G.workspace_bytes = 0;
+    cuda_argmax_rows(&G.base, dL, rows, V, dout); down(got.data(), dout, rows * 4); G.workspace_bytes = saved;
+    bad = 0; for (int r = 0; r < rows; r++) bad += got[r] != ref[r];
+    printf("argmax one chunk rows=%d V=%d %s\n", rows, V, bad ? "FAIL" : "ok"); failures += bad > 0;
+
+    std::vector<int32_t> rt(rows * k), gt(rows * k); std::vector<float> rl(rows * k);
+    CPU->ops->topk_log_softmax(CPU, L.data(), rows, V, k, rt.data(), rl.data());
+    int32_t *dt; cudaMalloc(&dt, rows * k * 4); float *dl = dev(rows * k);
+    for (int shape = 0; shape < 2; shape++) {
+        if (shape == 1) G.workspace_bytes = 0;
+        cuda_topk_log_softmax(&G.base, dL, rows, V, k, dt, dl);
+        down(gt.data(), dt, rows * k * 4); auto gl = get(dl, rows * k);
+        G.workspace_bytes = saved;
+        bad = 0; for (int i = 0; i < rows * k; i++) if (gt[i] != rt[i]) { if (bad < 5) printf("   slot %d gpu %d cpu %d\n", i, gt[i], rt[i]); bad++; }
+        char name[128]; snprintf(name, 128, "topk ids rows=%d V=%d k=%d %s", rows, V, k, shape ? "one chunk" : "chunked");
+        printf("%-40s %s\n", name, bad ? "FAIL" : "ok"); failures += bad > 0;
+        snprintf(name, 128, "  topk logprobs %s", shape ? "one chunk" : "chunked");
+        cmp(name, gl, rl, 1e-6);
+    }
+}
+
+int main() {
+    backend_limits lim = {64, 8192, 70000, 64, 128 * 128, 8192};
+    if (cpu_backend_create(1, SPECLA_CPU_SCALAR, &lim, &CPU) != SPECLA_OK) { printf("cpu backend failed\n"); return 1; }
+    cudaDeviceProp prop; cudaGetDeviceProperties(&prop, 0);
+    G.sm_count = prop.multiProcessorCount; G.workspace_bytes = 256u << 20;
+    cudaMalloc(&G.workspace, G.workspace_bytes);
+    cudaStreamCreate(&G.stream);
+    printf("device %s sms %d\n", prop.name, G.sm_count);
+    test_quant();
+    test_elementwise();
+    test_attention(8, 2, 128, 0, 1);
+    test_attention(8, 2, 128, 37, 5);
+    test_attention(24, 4, 256, 3000, 4);
+    test_attention(16, 1, 64, 5000, 3); // G = 16: two head groups
+    test_attention(4, 4, 16, 1100, 17);
+    test_attention(12, 4, 32, 2047, 64);
+    test_attention(6, 2, 80, 1500, 2);
+    test_tree(8, 2, 128, 100);
+    test_tree(24, 4, 256, 2500);
+    test_tree(4, 1, 16, 0);
+    test_logits(5, 248320, 8);
+    test_logits(4, 1000, 64);
+    test_logits(16, 248320, 64);
+    test_logits(4, 50, 64);
+    printf("FAILURES %d\n", failures);
+    return failures != 0;
+}

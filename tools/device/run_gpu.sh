@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# THE script a device call runs on the lent H200 machine (no network, no registry). The call's
+# command line stays short; this script does the work, under $HOME, in one pass of about 9 minutes:
+#
+#   (a) build libspecla with the CUDA backend for sm_90            -> build.log
+#   (b) meanwhile, build llama.cpp's llama-bench with CUDA          -> llama-build.log
+#   (c) meanwhile, write the 27B-shaped speed-only Q4_K_M GGUF      (kept in $HOME for later calls)
+#   (d) python -m pytest -m gpu tests                               -> pytest-gpu.log
+#   (e) each benchmark command (BENCH_COMMANDS below, or arguments) -> bench.jsonl, bench.log
+#   (f) llama-bench on the same file                                -> llama-bench.jsonl
+# Every step is time-stamped in run.log (with nvidia-smi and the device properties first); a
+# failing step is logged and the next one runs. At most the 7 files named above land in $OUT.
+#
+# The device call (carry the wheels and the llama.cpp pack; see tools/device/pack_llama_cpp.sh):
+#   run(command="bash tools/device/run_gpu.sh", carry=[".whl", ".device"], timeout_s=600)
+# Extra benchmark commands can ride as arguments:
+#   bash tools/device/run_gpu.sh "python3 tools/bench_gpu.py --model \$MODEL --out \$ROWS"
+#
+# Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
+# LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), GGML_CUDA=OFF (a CPU-only
+# llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps).
+
+# The benchmark hook. Each entry is one shell command run from the repository root with:
+#   MODEL            the speed-only GGUF of step (c)
+#   ROWS             $OUT/bench.jsonl: append one JSON object per line (say "synthetic_mode")
+#   SPECLA_LIBRARY   the CUDA build of step (a); PYTHONPATH holds the carried wheels and the repo
+# stdout and stderr go to bench.log. Write nothing else under $OUT (8 files come back at most).
+BENCH_COMMANDS=(
+)
+
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+OUT=${OUT:-$ROOT/device-out}
+mkdir -p "$OUT"
+BUDGET_S=${BUDGET_S:-540}
+SPEED_PRESET=${SPEED_PRESET:-27b}
+SPEED_SEED=${SPEED_SEED:-0}
+LLAMA_BENCH_REPS=${LLAMA_BENCH_REPS:-3}
+LLAMA_BENCH_ARGS=${LLAMA_BENCH_ARGS:-"-fa 1 -ngl 99 -p 1,2,4,8,16,23,32,64 -n 128 -d 0,4096"}
+BUILD=$HOME/specla-build-cuda
+MODEL=$HOME/models/$SPEED_PRESET-q4_k_m-speed-only-seed$SPEED_SEED.gguf
+RUN_LOG=$OUT/run.log
+START=$(date +%s.%N)
+for cmd in "$@"; do BENCH_COMMANDS+=("$cmd"); done
+
+elapsed() { awk -v s="$START" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }'; }
+left() { awk -v s="$START" -v n="$(date +%s.%N)" -v b="$BUDGET_S" 'BEGIN { printf "%d", b - (n - s) }'; }
+log() { echo "[$(date -u +%H:%M:%S) +$(elapsed)s] $*" | tee -a "$RUN_LOG"; }
+SUMMARY=()
+# step NAME MAX_SECONDS LOGFILE CMD...: run CMD with a timeout of MAX_SECONDS, cut to what the
+# budget leaves (minus RESERVE_S for the steps after it); log rc and time; never stop the script.
+RESERVE_S=0
+step() {
+  local name=$1 max=$2 logfile=$3; shift 3
+  local limit; limit=$(( $(left) - RESERVE_S ))
+  [ "$limit" -gt "$max" ] && limit=$max
+  if [ "$limit" -lt 5 ]; then
+    log "SKIP $name: budget spent"; SUMMARY+=("$name: skipped (budget)"); return 1
+  fi
+  log "START $name (limit ${limit}s)"
+  local t0 rc; t0=$(date +%s.%N)
+  timeout --kill-after=5 "$limit" "$@" >> "$logfile" 2>&1; rc=$?
+  local dt; dt=$(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
+  if [ "$rc" = 124 ]; then log "TIMEOUT $name after ${dt}s"; else log "END $name rc=$rc in ${dt}s"; fi
+  SUMMARY+=("$name: rc=$rc ${dt}s")
+  return "$rc"
+}
+
+: > "$RUN_LOG"
+log "run_gpu.sh in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no git')), budget ${BUDGET_S}s"
+{
+  echo "--- machine"; uname -a; nproc; free -g | head -2; df -h "$HOME" | tail -1
+  echo "--- nvidia-smi"; nvidia-smi 2>&1
+  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1
+  echo "--- toolchain"; nvcc --version 2>&1 | tail -2; cmake --version | head -1; ninja --version; python3 --version
+  echo "--- device properties (torch)"
+  timeout 60 python3 -c "import torch; p = torch.cuda.get_device_properties(0); print(p); print('L2 bytes', getattr(p, 'L2_cache_size', '?'), 'SMs', p.multi_processor_count)" 2>&1
+} >> "$RUN_LOG" 2>&1
+
+# Python packages missing on the machine travel as wheels in .whl (gguf; see docs/perf.md).
+if ls .whl/*.whl > /dev/null 2>&1; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$RUN_LOG" 2>&1; then
+    log "wheels installed: $(cd .whl && echo *.whl)"
+  else
+    log "FAILED to install the wheels in .whl"
+  fi
+else
+  log "no .whl/*.whl carried: gguf may be missing"
+fi
+export PYTHONPATH=/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+
+# (b) llama-bench in the background; it may take until 150 s before the end (then llama-bench runs)
+LLAMA_RC=$HOME/.llama-build.rc
+rm -f "$LLAMA_RC"
+llama_build_limit=$(( $(left) - 150 ))
+if [ "${SKIP_LLAMA:-0}" = 1 ]; then
+  log "SKIP llama-bench build: SKIP_LLAMA=1"
+  echo "skipped 0" > "$LLAMA_RC"; LLAMA_PID=
+elif [ "$llama_build_limit" -ge 30 ]; then
+  log "START llama-bench build in the background (limit ${llama_build_limit}s)"
+  ( t0=$(date +%s)
+    timeout --kill-after=5 "$llama_build_limit" bash tools/device/build_llama_bench.sh > "$OUT/llama-build.log" 2>&1
+    rc=$?; echo "$rc $(( $(date +%s) - t0 ))" > "$LLAMA_RC" ) &
+  LLAMA_PID=$!
+else
+  log "SKIP llama-bench build: budget spent"
+  echo "skipped 0" > "$LLAMA_RC"; LLAMA_PID=
+fi
+
+# (c) the speed-only model in the background, unless an earlier call on this machine wrote it
+MODEL_PID=
+if [ -f "$MODEL" ]; then
+  log "model $MODEL exists ($(du -h "$MODEL" | cut -f1)): reused"
+else
+  mkdir -p "$(dirname "$MODEL")"
+  log "START writing $MODEL in the background"
+  ( t0=$(date +%s)
+    timeout --kill-after=5 300 python3 tools/speed_model.py --preset "$SPEED_PRESET" --seed "$SPEED_SEED" --out "$MODEL" > "$HOME/.model.log" 2>&1
+    echo "$? $(( $(date +%s) - t0 ))" > "$HOME/.model.rc" ) &
+  MODEL_PID=$!
+fi
+
+# (a) our library, CUDA for sm_90, in the foreground
+RESERVE_S=200
+step "build libspecla (CUDA sm_90)" 240 "$OUT/build.log" bash -c "
+  cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
+  cmake --build '$BUILD' -j $(nproc)"
+export SPECLA_LIBRARY=$BUILD/native/libspecla.so
+if [ -f "$SPECLA_LIBRARY" ]; then
+  python3 -c "from pyspecla import _native as n; print('libspecla sees', n.cuda_device_count(), 'CUDA device(s)')" >> "$RUN_LOG" 2>&1
+  tail -1 "$RUN_LOG"
+fi
+
+# (d) the GPU tests
+RESERVE_S=170
+step "pytest -m gpu" 180 "$OUT/pytest-gpu.log" python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider
+
+if [ -n "$MODEL_PID" ]; then
+  log "waiting for the model writer"
+  wait "$MODEL_PID"
+  cat "$HOME/.model.log" >> "$RUN_LOG"
+  read -r rc secs < "$HOME/.model.rc" || { rc=missing; secs=unknown; }
+  log "END writing the model rc=$rc in ${secs}s: $(tail -1 "$HOME/.model.log")"
+  SUMMARY+=("write $SPEED_PRESET speed-only model: rc=$rc ${secs}s")
+fi
+
+# (e) the benchmark hook
+export MODEL ROWS=$OUT/bench.jsonl
+RESERVE_S=150
+if [ ${#BENCH_COMMANDS[@]} -eq 0 ]; then
+  log "no benchmark commands (BENCH_COMMANDS in tools/device/run_gpu.sh, or arguments)"
+fi
+i=0
+for cmd in "${BENCH_COMMANDS[@]}"; do
+  i=$((i + 1))
+  echo "=== bench $i: $cmd" >> "$OUT/bench.log"
+  step "bench $i: $cmd" 300 "$OUT/bench.log" bash -c "$cmd"
+done
+
+# (f) llama-bench on the same file
+log "waiting for the llama-bench build"
+[ -n "$LLAMA_PID" ] && wait "$LLAMA_PID"
+read -r rc secs < "$LLAMA_RC" || { rc=missing; secs=unknown; }
+log "END llama-bench build rc=$rc in ${secs}s"
+SUMMARY+=("build llama-bench: rc=$rc ${secs}s")
+LLAMA_BENCH=$(tail -1 "$OUT/llama-build.log" 2>/dev/null)
+RESERVE_S=10
+if [ "$rc" = 0 ] && [ -x "$LLAMA_BENCH" ] && [ -f "$MODEL" ]; then
+  # shellcheck disable=SC2086  # LLAMA_BENCH_ARGS is a list of flags
+  step "llama-bench" 300 "$OUT/bench.log" bash -c \
+    "'$LLAMA_BENCH' -m '$MODEL' $LLAMA_BENCH_ARGS -r $LLAMA_BENCH_REPS -o jsonl > '$HOME/llama-bench.raw.jsonl'"
+  # the rows say which writer made the file
+  python3 -c "
+import json, sys
+sys.path.insert(0, 'tools')
+from speed_model import synthetic_mode
+from gguf import GGUFReader
+r = GGUFReader(sys.argv[1])
+meta = {k: f.contents() for k, f in r.fields.items() if k in ('general.name', 'pyspecla.synthetic.mode')}
+mode = synthetic_mode(meta)
+with open(sys.argv[2]) as src, open(sys.argv[3], 'w') as dst:
+    for line in src:
+        if line.strip():
+            row = json.loads(line)
+            row.update(runtime='llama.cpp', synthetic_mode=mode, model_path=sys.argv[1])
+            dst.write(json.dumps(row) + '\n')
+" "$MODEL" "$HOME/llama-bench.raw.jsonl" "$OUT/llama-bench.jsonl" >> "$RUN_LOG" 2>&1 \
+    || { log "could not annotate the llama-bench rows; raw rows kept"; cp "$HOME/llama-bench.raw.jsonl" "$OUT/llama-bench.jsonl"; }
+else
+  log "SKIP llama-bench (build rc=$rc, binary '${LLAMA_BENCH}', model $( [ -f "$MODEL" ] && echo present || echo missing))"
+  SUMMARY+=("llama-bench: skipped")
+fi
+
+log "summary:"
+for s in "${SUMMARY[@]}"; do log "  $s"; done
+n_files=$(find "$OUT" -type f | wc -l)
+log "done in $(elapsed)s; $n_files files in \$OUT: $(cd "$OUT" && echo *)"
+[ "$n_files" -le 8 ] || log "WARNING: more than 8 files in \$OUT; some will not come back"
