@@ -111,7 +111,10 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
              "(AVX-512 VNNI matmuls, the same results as avx2)",
     )
     p.add_argument("-c", "--ctx-size", type=_positive_int("--ctx-size"), default=None,
-                   help="context length in tokens (default: prompt + new tokens)")
+                   help="context length in tokens, prompt and generated ones (default: prompt + new tokens, "
+                        "capped by the model's trained context length). A prompt that fills the context is an "
+                        "error; generation stops at the end of the context; a -c above the trained context "
+                        "is allowed with a warning")
     p.add_argument("--device", type=_device, default="auto",
                    help="where the model runs: auto (a GPU when this build and machine have a working one, else "
                         "the CPU), cpu, cuda or cuda:N")
@@ -192,21 +195,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def plan_run_context(model, n_prompt: int, args):
+    """args' -c/-n against the prompt and the model's trained context (context_size.py); prints
+    its warning lines."""
+    from .context_size import plan_context
+
+    plan = plan_context(n_prompt, args.n_predict, args.ctx_size, model.hparams.n_ctx_train)
+    for line in plan.warnings:
+        print(f"pyspecla: {line}", file=sys.stderr)
+    return plan
+
+
+def prefill_progress(n_prompt: int, err=None):
+    """For a long prompt, a callback(done, total) keeping one stderr line up to date during the
+    prompt pass; None for a short one."""
+    from .context_size import PROGRESS_MIN_TOKENS
+
+    if n_prompt < PROGRESS_MIN_TOKENS:
+        return None
+    err = err or sys.stderr
+
+    def show(done: int, total: int) -> None:
+        err.write(f"\rprompt: {done}/{total} tokens" + ("\n" if done >= total else ""))
+        err.flush()
+
+    return show
+
+
 def _generate(model, prompt_ids, args, out=None) -> dict:
     from .tokenizer import StreamingDetokenizer
 
     out = out or sys.stdout
 
-    ctx = model.new_context(n_ctx=args.ctx_size or (len(prompt_ids) + args.n_predict + 1))
+    plan = plan_run_context(model, len(prompt_ids), args)
+    ctx = model.new_context(n_ctx=plan.n_ctx)
     detok = StreamingDetokenizer(model.tokenizer)
     # the end-of-generation token that stops a run is not part of the text
     hidden = set() if getattr(args, "ignore_eos", False) else model.tokenizer.eos_ids
     t0 = time.perf_counter()
     t_first = None
     n_new = 0
-    for token in model.stream(prompt_ids, args.n_predict, temperature=getattr(args, "temp", 0.0),
+    for token in model.stream(prompt_ids, plan.n_predict, temperature=getattr(args, "temp", 0.0),
                               seed=getattr(args, "seed", None),
-                              stop_at_eos=not getattr(args, "ignore_eos", False), context=ctx):
+                              stop_at_eos=not getattr(args, "ignore_eos", False), context=ctx,
+                              on_prefill=prefill_progress(len(prompt_ids))):
         if t_first is None:
             t_first = time.perf_counter()
         n_new += 1
@@ -293,8 +325,9 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     from .tokenizer import StreamingDetokenizer
 
     out = out or sys.stdout
-    n_ctx = len(prompt_ids) + args.n_predict + (args.ddtree_budget or DDTREE_BUDGET) + 64
-    drafter = make_drafter(model, args.draft, prompt_ids, args.n_predict, n_ctx, draft_max=args.draft_max,
+    plan = plan_run_context(model, len(prompt_ids), args)
+    n_ctx = plan.n_ctx + (args.ddtree_budget or DDTREE_BUDGET) + 64
+    drafter = make_drafter(model, args.draft, prompt_ids, plan.n_predict, n_ctx, draft_max=args.draft_max,
                            draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab) if args.draft else None
     config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15), drafter=drafter)
     detok = StreamingDetokenizer(model.tokenizer)
@@ -307,7 +340,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
                 out.write(detok.push(t))
         out.flush()
 
-    stats, ctx = generate(model, prompt_ids, args.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show)
+    stats, ctx = generate(model, prompt_ids, plan.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show,
+                          n_ctx=plan.n_ctx, on_prefill=prefill_progress(len(prompt_ids)))
     ctx.close()
     if stats.cancelled:  # the loop stops cleanly on Ctrl-C; the run still ends as interrupted (130)
         raise KeyboardInterrupt

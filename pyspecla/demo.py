@@ -45,7 +45,10 @@ def cmd_demo(args) -> int:
     model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     prompt = "def fibonacci(n):\n"
     ids = model.tokenize(prompt)
-    n = args.n_predict
+    from .cli import plan_run_context
+
+    plan = plan_run_context(model, len(ids), args)
+    n = plan.n_predict
     print(f"target: {target_path.name}, draft: {draft_path.name} (random weights: the text is noise, the "
           f"machinery is real)", file=sys.stderr)
     reference = model.generate(ids, n + 16)
@@ -63,12 +66,12 @@ def cmd_demo(args) -> int:
     print(f"{'mode':36s} {'tokens/s':>9s} {'steps':>6s} {'accepted/step':>14s} {'same as AR':>10s}")
     for name, config, source in rows:
         if source == "dflash":
-            drafter = DFlashDrafter(draft, n_ctx=len(ids) + n + 64)
+            drafter = DFlashDrafter(draft, n_ctx=plan.n_ctx + 64)
         elif source is None:
             drafter = None
         else:
             drafter = OracleDrafter(source, reference, model.hparams.n_vocab, seed=0)
-        stats, ctx = generate(model, ids, n, config, drafter=drafter)
+        stats, ctx = generate(model, ids, n, config, drafter=drafter, n_ctx=plan.n_ctx)
         ctx.close()
         same = "yes" if stats.tokens == reference[:n] else "NO"
         print(f"{name:36s} {stats.tokens_per_s:9.1f} {stats.steps:6d} {stats.mean_accepted:14.2f} {same:>10s}")

@@ -98,6 +98,54 @@ class TensorView:
 
 
 
+# Where a value is NaN or infinite, by its bit pattern (all exponent bits set): (element dtype,
+# exponent mask). Quantized blocks store their float scales as F16 at fixed byte offsets (ggml's
+# block layouts); their other fields are small integers, finite by construction.
+_FLOAT_EXPONENT = {
+    GGMLQuantizationType.F32: (np.uint32, 0x7F800000),
+    GGMLQuantizationType.F16: (np.uint16, 0x7C00),
+    GGMLQuantizationType.BF16: (np.uint16, 0x7F80),
+}
+_F16_SCALE_OFFSETS = {
+    GGMLQuantizationType.Q4_0: (0,),
+    GGMLQuantizationType.Q4_1: (0, 2),
+    GGMLQuantizationType.Q5_0: (0,),
+    GGMLQuantizationType.Q5_1: (0, 2),
+    GGMLQuantizationType.Q8_0: (0,),
+    GGMLQuantizationType.Q4_K: (0, 2),
+    GGMLQuantizationType.Q5_K: (0, 2),
+    GGMLQuantizationType.Q6_K: (208,),
+}
+_FINITE_CHUNK = 1 << 24  # elements or blocks examined at a time (bounds the temporaries)
+
+
+def first_nonfinite(view: "TensorView") -> str | None:
+    """Where a tensor holds a NaN or an infinity: 'element i' (F32/F16/BF16) or 'block i' (a
+    quantized block whose scale is not finite); None when every value is finite or the type is
+    not one of those."""
+    t = GGMLQuantizationType(int(view.ggml_type))
+    if t in _FLOAT_EXPONENT:
+        dtype, mask = _FLOAT_EXPONENT[t]
+        bits = view.data[: view.nbytes].view(dtype)
+        for start in range(0, bits.size, _FINITE_CHUNK):
+            bad = np.flatnonzero((bits[start : start + _FINITE_CHUNK] & mask) == mask)
+            if bad.size:
+                return f"element {start + int(bad[0])}"
+        return None
+    if t in _F16_SCALE_OFFSETS:
+        _, block_bytes = _block_size(t)
+        blocks = view.data[: view.nbytes].reshape(-1, block_bytes)
+        for start in range(0, len(blocks), _FINITE_CHUNK):
+            chunk = blocks[start : start + _FINITE_CHUNK]
+            for offset in _F16_SCALE_OFFSETS[t]:
+                scale_bits = chunk[:, offset : offset + 2].copy().view(np.uint16)[:, 0]
+                bad = np.flatnonzero((scale_bits & 0x7C00) == 0x7C00)
+                if bad.size:
+                    return f"block {start + int(bad[0])}"
+        return None
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # Reading the container
 # --------------------------------------------------------------------------------------------
@@ -222,6 +270,7 @@ class _BoundedReader(GGUFReader):
     def _build_tensors(self, start_offs, fields):
         file_size = int(self.data.size)
         alignment = int(self.alignment)
+        regions: list[tuple[int, int, str, str]] = []  # (begin, end, name, type name) of each tensor
         for field in fields:
             _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
             name = bytes(name_data).decode("utf-8", errors="replace")
@@ -251,7 +300,26 @@ class _BoundedReader(GGUFReader):
                     f"tensor '{name}' data [{begin}, {begin + nbytes}) lies outside the file "
                     f"({file_size} bytes): file is truncated or corrupt"
                 )
+            regions.append((begin, begin + nbytes, name, tensor_type_name(type_id)))
+        _check_disjoint(regions)
         super()._build_tensors(start_offs, fields)
+
+
+def _check_disjoint(regions: list[tuple[int, int, str, str]]) -> None:
+    """Tensor data regions must not share a byte: an offset moved into a neighbour, or a tensor
+    retyped to a wider type, would otherwise load and compute on another tensor's bytes.
+    Empty tensors own no bytes and cannot overlap anything."""
+    furthest: tuple[int, int, str, str] | None = None  # the region reaching furthest so far
+    for region in sorted((r for r in regions if r[1] > r[0]), key=lambda r: (r[0], r[1])):
+        if furthest is not None and region[0] < furthest[1]:
+            begin, end, name, type_name = region
+            other_begin, other_end, other_name, other_type = furthest
+            raise _FormatError(
+                f"tensors '{other_name}' ({other_type}, data [{other_begin}, {other_end})) and "
+                f"'{name}' ({type_name}, data [{begin}, {end})) overlap: their offsets or types are corrupt"
+            )
+        if furthest is None or region[1] > furthest[1]:
+            furthest = region
 
 
 def open_reader(path: str) -> GGUFReader:

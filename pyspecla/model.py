@@ -4,7 +4,7 @@ tokenization. Weights stay in the GGUF's memory map; the native library reads th
 from __future__ import annotations
 
 import ctypes
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +41,8 @@ class Context:
                  capture_layers=None, device: str = "auto", recorded_steps: bool = True):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
+        if n_ctx > 2**31 - 1:  # (max_tokens of a few billion) it would wrap to a negative int32
+            raise UsageError(f"n_ctx {n_ctx} is too large (positions are int32; ask for fewer tokens)")
         self.model = model
         self.n_ctx = n_ctx
         self.max_batch = min(max_batch, n_ctx)
@@ -199,13 +201,16 @@ class Context:
         _native.check(_native.lib.specla_context_read_features(self._handle, first, n, _native.float_ptr(out)))
         return out
 
-    def eval_argmax(self, token_ids: Sequence[int]) -> int:
-        """Append tokens and return the greedy next token (no logits copied to Python)."""
+    def eval_argmax(self, token_ids: Sequence[int], on_progress: Callable[[int, int], None] | None = None) -> int:
+        """Append tokens and return the greedy next token (no logits copied to Python).
+        on_progress(done, total) is called after each chunk of at most max_batch tokens."""
         tokens = token_id_array(token_ids, "eval_argmax: token ids")
         for start in range(0, len(tokens), self.max_batch):
             chunk = tokens[start : start + self.max_batch]
             last_chunk = start + self.max_batch >= len(tokens)
             self._forward(chunk, False, None, last_chunk)
+            if on_progress is not None:
+                on_progress(start + len(chunk), len(tokens))
         return self.token_of(self._argmax[0])
 
 
@@ -331,9 +336,80 @@ class Model:
         finally:
             ctx.close()
 
-    def generate(self, token_ids: Sequence[int], max_tokens: int, stop_at_eos: bool = False) -> list[int]:
-        """Greedy continuation of token_ids: up to max_tokens new ids."""
-        return list(self.stream(token_ids, max_tokens, stop_at_eos=stop_at_eos))
+    # Keyword options of generate(draft=...): the `pyspecla run` flags of the same name
+    # (--specla, --ddtree-budget, ...) with their command-line defaults.
+    SPECULATIVE_OPTIONS = ("specla", "no_ddtree", "ddtree_budget", "ddtree_tau", "specla_top_k", "no_chain_seed",
+                           "draft_max", "draft_p_min", "draft_vocab")
+
+    def generate(self, token_ids: Sequence[int], max_tokens: int, stop_at_eos: bool = False, draft=None,
+                 **options) -> list[int]:
+        """Greedy continuation of token_ids: up to max_tokens new ids (with stop_at_eos, up to and
+        including the first end-of-generation token).
+
+        draft=None decodes plainly, one token per step. Any other draft runs exact speculative
+        decoding and returns the very same tokens, usually in fewer target steps:
+          - a path: a DFlash draft GGUF for this model, or a small language model (qwen2/qwen35)
+            with this model's vocabulary;
+          - "ngram" or "ngram:n=N,max=M": prompt lookup, no draft model;
+          - "oracle:p=P": a benchmark tool (it first decodes plainly to know the answer);
+          - a drafter object: propose(ctx, root_token, n_depths, top_k) -> (tokens, logprobs),
+            both (depths, top_k), like those in pyspecla.speculative.drafters.
+        options are `pyspecla run`'s speculative flags as keywords, same names and defaults:
+        specla (bool: SpecLA tree verify through the recurrent layers), no_ddtree (bool: top-1
+        chain only), ddtree_budget, ddtree_tau, specla_top_k, no_chain_seed, and for a draft
+        language model draft_max, draft_p_min, draft_vocab.
+
+            model.generate(ids, 64, draft="draft.gguf", specla=True)
+        """
+        if draft is None:
+            if options:
+                raise UsageError(f"generate: {', '.join(sorted(options))} need a draft (draft=...)")
+            return list(self.stream(token_ids, max_tokens, stop_at_eos=stop_at_eos))
+        return self._generate_speculative(token_ids, max_tokens, stop_at_eos, draft, options)
+
+    def _generate_speculative(self, token_ids, max_tokens: int, stop_at_eos: bool, draft, options: dict) -> list[int]:
+        import argparse
+        import os
+
+        from .speculative.factory import DDTREE_BUDGET, make_drafter, spec_config_from_args
+        from .speculative.loop import generate
+
+        unknown = sorted(set(options) - set(self.SPECULATIVE_OPTIONS))
+        if unknown:
+            raise UsageError(f"generate: unknown option(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(self.SPECULATIVE_OPTIONS)})")
+        if max_tokens < 0:
+            raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
+        for name in ("ddtree_budget", "specla_top_k", "draft_max"):  # (their flags refuse these when parsed)
+            value = options.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UsageError(f"generate: {name} must be a positive integer, got {value!r}")
+        prompt = [int(t) for t in token_ids]
+        if not prompt:
+            raise UsageError("the prompt must contain at least one token")
+        args = argparse.Namespace(specla=False, no_ddtree=False, ddtree_budget=None, ddtree_tau=None,
+                                  specla_top_k=None, no_chain_seed=False, draft_max=None, draft_p_min=None,
+                                  draft_vocab=None)
+        vars(args).update(options)
+        if isinstance(draft, (str, os.PathLike)):
+            args.draft = os.fspath(draft)
+            n_ctx = len(prompt) + max_tokens + (args.ddtree_budget or DDTREE_BUDGET) + 64
+            drafter = make_drafter(self, args.draft, prompt, max_tokens, n_ctx, draft_max=args.draft_max,
+                                   draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab)
+        elif callable(getattr(draft, "propose", None)):
+            args.draft, drafter = "drafter", draft
+            for name in ("draft_max", "draft_p_min", "draft_vocab"):
+                if options.get(name) is not None:
+                    raise UsageError(f"generate: {name} applies to a draft language model given by path, "
+                                     f"not to a drafter object")
+        else:
+            raise UsageError(f"generate: draft must be None, a draft GGUF path, 'ngram[:n=N,max=M]', "
+                             f"'oracle:p=P' or a drafter with a propose() method, got {type(draft).__name__}")
+        config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15), drafter=drafter)
+        eos = self.tokenizer.eos_ids if stop_at_eos else ()
+        stats, ctx = generate(self, prompt, max_tokens, config, drafter=drafter, eos_ids=eos)
+        ctx.close()
+        return list(stats.tokens)
 
     def stream(
         self,
@@ -343,9 +419,11 @@ class Model:
         seed: int | None = None,
         stop_at_eos: bool = True,
         context: Context | None = None,
+        on_prefill: Callable[[int, int], None] | None = None,
     ) -> Iterator[int]:
         """Yield new token ids one by one: greedy at temperature 0, else sampled from
-        softmax(logits / temperature) with a seeded generator."""
+        softmax(logits / temperature) with a seeded generator. on_prefill(done, total) reports the
+        prompt pass chunk by chunk (greedy only)."""
         if max_tokens < 0:
             raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
         if temperature < 0:
@@ -357,9 +435,9 @@ class Model:
         eos = self.tokenizer.eos_ids if stop_at_eos else set()
         try:
             pending = list(token_ids)
-            for _ in range(max_tokens):
+            for step in range(max_tokens):
                 if temperature == 0.0:
-                    token = ctx.eval_argmax(pending)
+                    token = ctx.eval_argmax(pending, on_progress=on_prefill if step == 0 else None)
                 else:
                     logits = ctx.eval(pending).astype(np.float64) / temperature
                     p = np.exp(logits - logits.max())

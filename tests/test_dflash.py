@@ -245,6 +245,47 @@ def test_broken_draft_files_name_the_key_or_tensor(tmp_path, draft_path):
     assert "architecture 'qwen3' is not a DFlash draft" in open_error(out)
 
 
+def test_corrupt_block_size_names_the_key(tmp_path, draft_path):
+    out = str(tmp_path / "bad.gguf")
+    rewrite(draft_path(), out, set_keys={"qwen35-dflash-draft.dflash.block_size": (1_000_000_000, GGUFValueType.UINT32)})
+    message = open_error(out)
+    assert "'qwen35-dflash-draft.dflash.block_size' = 1000000000 is out of range [2, 256]" in message, message
+
+
+@pytest.mark.parametrize("name,value", [("blk.1.attn_q.weight", np.nan), ("dflash.fc.weight", np.inf),
+                                        ("blk.0.attn_norm.weight", np.nan)])
+def test_nonfinite_draft_weights_name_the_tensor(tmp_path, draft_path, name, value):
+    src = draft_path()
+    reader = GGUFReader(src)
+    weights = np.array(next(t for t in reader.tensors if t.name == name).data)
+    del reader
+    weights.flat[weights.size // 2 + 3] = value
+    out = str(tmp_path / "nan.gguf")
+    rewrite(src, out, replace={name: weights})
+    message = open_error(out)
+    assert f"tensor '{name}' (F32) holds a NaN or infinite value (element {weights.size // 2 + 3})" in message, message
+
+
+def test_nonfinite_scale_in_a_quantized_draft_names_the_tensor(tmp_path, draft_path):
+    from pyspecla.gguf_container import _F16_SCALE_OFFSETS
+
+    src = draft_path(quant="q8_0")
+    reader = GGUFReader(src)
+    tensor = next(t for t in reader.tensors if t.tensor_type.name == "Q8_0")
+    name, start = tensor.name, int(tensor.data_offset)
+    del reader, tensor
+    out = str(tmp_path / "nan-q8.gguf")
+    with open(src, "rb") as f:
+        data = bytearray(f.read())
+    block = 5
+    at = start + block * 34 + _F16_SCALE_OFFSETS[8][0]  # Q8_0 blocks are 34 bytes, the f16 scale first
+    data[at : at + 2] = np.float16(np.nan).tobytes()
+    with open(out, "wb") as f:
+        f.write(data)
+    message = open_error(out)
+    assert f"tensor '{name}' (Q8_0) holds a NaN or infinite value (block {block})" in message, message
+
+
 def test_ffn_norm_fallback_and_aux_norms(tmp_path, draft_path):
     src = draft_path()
     out = str(tmp_path / "fallback.gguf")

@@ -284,6 +284,57 @@ def test_truncated_tensor_data_is_reported(path):
     assert message.startswith(f"{path}: ") and "outside the file" in message
 
 
+def _patch_tensor_info(path: str, name: str, *, type_id: int | None = None, offset_delta: int = 0) -> None:
+    """Rewrite one tensor-info entry in place: its type id and/or its data offset."""
+    reader = GGUFReader(path)
+    tensor = next(t for t in reader.tensors if t.name == name)
+    name_len = len(name.encode("utf-8"))
+    type_at = tensor.field.offset + 8 + name_len + 4 + 8 * len(tensor.shape)
+    old_offset = int(tensor.field.parts[-1][0])
+    del reader, tensor
+    with open(path, "r+b") as f:
+        if type_id is not None:
+            f.seek(type_at)
+            f.write(struct.pack("<I", type_id))
+        f.seek(type_at + 4)
+        f.write(struct.pack("<Q", old_offset + offset_delta))
+
+
+def test_tensor_offset_moved_into_its_neighbour_is_reported(path):
+    write_minimal_qwen35(path)
+    # output_norm.weight holds 256 bytes; moving it by 64 (still aligned) runs into the next tensor.
+    _patch_tensor_info(path, "output_norm.weight", offset_delta=64)
+    with pytest.raises(GGUFError) as info:
+        ModelFile.open(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "overlap" in message, message
+    assert "'output_norm.weight'" in message and "'blk.0.attn_norm.weight'" in message, message
+
+
+def test_quantized_tensor_retyped_as_f32_is_reported(path):
+    write_minimal_qwen35(path, E=256, types={"blk.0.attn_gate.weight": QT.Q4_K})
+    _patch_tensor_info(path, "blk.0.attn_gate.weight", type_id=int(QT.F32))
+    with pytest.raises(GGUFError) as info:
+        ModelFile.open(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "overlap" in message, message
+    assert "'blk.0.attn_gate.weight' (F32" in message, message
+    reader = GGUFReader(path)  # the stock reader names the neighbour that follows it in the file
+    names = [t.name for t in sorted(reader.tensors, key=lambda t: t.data_offset)]
+    follower = names[names.index("blk.0.attn_gate.weight") + 1]
+    del reader
+    assert f"'{follower}'" in message, message
+
+
+def test_two_tensors_at_the_same_offset_are_reported(path):
+    write_minimal_qwen35(path)
+    # blk.0.post_attention_norm.weight starts 256 bytes after blk.0.attn_norm.weight, both 256 long.
+    _patch_tensor_info(path, "blk.0.post_attention_norm.weight", offset_delta=-256)
+    message = str(pytest.raises(GGUFError, ModelFile.open, path).value)
+    assert "overlap" in message and "'blk.0.attn_norm.weight'" in message
+    assert "'blk.0.post_attention_norm.weight'" in message
+
+
 def test_unsupported_gguf_version(path):
     write_minimal_qwen35(path)
     with open(path, "r+b") as f:
@@ -601,3 +652,58 @@ def test_truncated_and_corrupt_files_raise_gguf_error_in_a_subprocess(tmp_path):
         if child.returncode != 0 or "Traceback" in err:
             failures.append(f"{region}: rc={child.returncode} stderr={err.strip()[-500:]!r}")
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------------------------------------------
+# Non-finite weights (a draft's load check)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
+                                   QT.Q4_K, QT.Q5_K, QT.Q6_K])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf's dequantize of the poisoned blocks
+def test_first_nonfinite_finds_the_poisoned_element_or_scale(qtype):
+    """Random bytes with every float field made finite, then one float field poisoned; gguf's own
+    dequantize is the oracle that the poisoned field is one the values are computed from."""
+    from gguf import quants
+    from gguf.constants import GGML_QUANT_SIZES
+
+    from pyspecla.gguf_container import _F16_SCALE_OFFSETS, TensorView, first_nonfinite
+
+    rng = np.random.default_rng(int(qtype))
+    block_elements, block_bytes = GGML_QUANT_SIZES[qtype]
+    n_blocks = 7
+    ne = (block_elements * n_blocks,)
+    if qtype in (QT.F32, QT.F16, QT.BF16):
+        dtype = {QT.F32: np.float32, QT.F16: np.float16}.get(qtype)
+        values = rng.standard_normal(n_blocks).astype(np.float32)
+        raw = values.astype(dtype).view(np.uint8) if dtype else (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        poison = [(3, np.nan), (5, np.inf), (0, -np.inf)]
+    else:
+        raw = rng.integers(0, 256, n_blocks * block_bytes, dtype=np.uint8)
+        for b in range(n_blocks):
+            for offset in _F16_SCALE_OFFSETS[qtype]:
+                at = b * block_bytes + offset
+                raw[at : at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+        poison = [(b, v) for b, v in ((4, np.nan), (6, np.inf))]
+    raw = np.ascontiguousarray(raw)
+    view = TensorView("w", int(qtype), ne, raw, raw.nbytes)
+    assert first_nonfinite(view) is None
+    assert np.isfinite(quants.dequantize(raw, qtype)).all()
+    for index, value in poison:
+        offsets = _F16_SCALE_OFFSETS.get(qtype, [None])
+        for offset in offsets:
+            bad = raw.copy()
+            if offset is None:  # a float tensor: element `index`
+                item = bad.nbytes // n_blocks
+                cell = np.array([value], np.float32)
+                cell = cell.astype(np.float16) if qtype == QT.F16 else (
+                    (cell.view(np.uint32) >> 16).astype(np.uint16) if qtype == QT.BF16 else cell)
+                bad[index * item : (index + 1) * item] = cell.view(np.uint8)
+                where = f"element {index}"
+            else:
+                at = index * block_bytes + offset
+                bad[at : at + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+                where = f"block {index}"
+            assert first_nonfinite(TensorView("w", int(qtype), ne, bad, bad.nbytes)) == where
+            assert not np.isfinite(quants.dequantize(bad, qtype)).all()

@@ -197,6 +197,51 @@ def test_stops_at_eos_like_plain_decoding(model):
     assert stats.tokens == expected
 
 
+class NonFiniteDrafter:
+    """An oracle whose proposals go bad the way a draft with NaN numbers does: step by step, a NaN
+    or infinite log-prob, or the token id -1, somewhere in a depth row (row 0 included)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls = 0
+
+    @property
+    def generated(self):
+        return self.inner.generated
+
+    @generated.setter
+    def generated(self, value):
+        self.inner.generated = value
+
+    def propose(self, ctx, root, n_depths, top_k):
+        tokens, logprobs = self.inner.propose(ctx, root, n_depths, top_k)
+        tokens, logprobs = np.array(tokens), np.array(logprobs, dtype=np.float32)
+        row = self.calls % n_depths
+        kind = self.calls % 4
+        if kind == 0:
+            logprobs[row, -1] = np.nan
+        elif kind == 1:
+            logprobs[row, 0] = -np.inf
+        elif kind == 2:
+            tokens[row, top_k // 2] = -1
+        self.calls += 1
+        return tokens, logprobs
+
+
+@pytest.mark.parametrize("mode,specla", MODES, ids=lambda x: str(x))
+def test_nonfinite_proposals_are_treated_as_absent(model, mode, specla):
+    prompt = prompts(1, model.hparams.n_vocab, seed=21)[0]
+    drafter = NonFiniteDrafter(oracle(model, prompt, 1.0))
+    config = SpecConfig(mode=mode, specla=specla, tau=6.0 if specla else None, top_k=4 if specla else 8)
+    stats, _ = generate(model, prompt, N_TOKENS, config, drafter=drafter)
+    assert stats.tokens == ar_tokens(model, prompt)[:N_TOKENS]
+    assert drafter.calls == stats.steps
+    # a step whose proposal broke at depth row r accepts at most r drafted tokens (+ the bonus)
+    for step, accepted in enumerate(stats.accepted_per_step):
+        if step % 4 != 3:
+            assert accepted - 1 <= step % config.max_depth, (step, accepted)
+
+
 @pytest.fixture(scope="module")
 def dflash(model, tiny_model_path, tmp_path_factory):
     from pyspecla.dflash_draft import DFlashDraft

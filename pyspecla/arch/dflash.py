@@ -34,6 +34,10 @@ from .qwen35 import ARCH as QWEN35
 # general.architecture values accepted as a DFlash draft
 DRAFT_ARCHS = ("qwen35-dflash-draft", "dflash-draft", "dflash")
 TARGET_ARCH = QWEN35  # the architecture a DFlash draft drafts for
+# Rows of one draft block. Published DFlash drafts use 16; each row costs a draft forward row and a
+# row of logits over the target's head (~1 MB for a 248k vocabulary), so a value far above this is
+# a corrupt key, which would otherwise surface as an allocation failure ("out of memory").
+MAX_BLOCK_SIZE = 256
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,9 @@ def read_hparams(path: str, metadata: dict[str, object], arch: str, tensors: dic
 
     # upstream converters write block_size, but its loader defaults it to 16
     block_size = keys.int(keys.name("block_size"), 16 if upstream else REQUIRED, minimum=2)
+    if block_size > MAX_BLOCK_SIZE:
+        raise keys.fail(keys.name("block_size"), f"= {block_size} is out of range [2, {MAX_BLOCK_SIZE}] "
+                                                 "(DFlash drafts use 16): the file is corrupt")
 
     mask_key = keys.name("mask_token_id")
     if upstream and not keys.present(mask_key) and "tokenizer.ggml.mask_token_id" in metadata:

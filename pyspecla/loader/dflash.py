@@ -30,6 +30,7 @@ from ..gguf_container import (
     MATRIX,
     TensorView,
     check_tensor,
+    first_nonfinite,
     open_reader,
     open_validated,
     read_metadata,
@@ -163,6 +164,13 @@ class DraftFile:
         global_names = _resolve_globals(path, tensors)
         hparams = read_hparams(path, metadata, arch, tensors, global_names["dflash.fc.weight"])
         names = _check_tensors(path, hparams, tensors, global_names)
+        # A NaN in a draft's weights would make every proposal NaN: refuse the file, naming the
+        # tensor (one pass over the weights; a quantized tensor's scales only).
+        for name, view in tensors.items():
+            where = first_nonfinite(view)
+            if where is not None:
+                raise GGUFError(f"{path}: tensor '{name}' ({view.type_name}) holds a NaN or infinite value "
+                                f"({where}): the file is corrupt")
         return cls(path, reader, metadata, hparams, tensors, names)
 
     def tensor(self, canonical: str) -> TensorView:

@@ -17,7 +17,8 @@ Drafter hooks (duck-typed; a drafter without the attribute is left alone):
   last one being the step's root. The same list object all along: a drafter can index it
   incrementally and tell a new generation by the object changing.
 - An empty proposal (zero depth rows, e.g. the n-gram drafter finding no match) is verified as
-  the root alone: a 1-node tree, i.e. exactly a plain decode step.
+  the root alone: a 1-node tree, i.e. exactly a plain decode step. Depth rows from the first one
+  with a NaN/infinite log-prob or an out-of-vocabulary token on are dropped (usable_proposal).
 - `drafter.guarded = True`: the loop sizes each step with a LossGuard (guard.py), which bounds
   what wrong guesses can cost against plain decoding (the n-gram drafter sets it)."""
 
@@ -102,6 +103,22 @@ def _root_only_tree(root: int) -> DraftTree:
                      depths=np.zeros(1, np.int32), scores=np.zeros(1), ranks=np.array([-1], np.int32))
 
 
+def usable_proposal(top_tokens, top_logprobs, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The proposal's depth rows before the first that holds a NaN or infinite log-prob or a token
+    outside [0, n_vocab): a draft whose numbers went bad (NaN weights or activations) proposes
+    nothing from there on, so its step is shorter (or a plain decode step), never an error; the
+    output stays that of plain decoding, which verification guarantees anyway."""
+    tokens = np.asarray(top_tokens)
+    logprobs = np.asarray(top_logprobs, dtype=np.float64)
+    if tokens.ndim != 2 or tokens.shape != logprobs.shape or len(tokens) == 0:
+        return tokens, logprobs  # the tree builder names a malformed proposal
+    bad = ~np.isfinite(logprobs).all(axis=1) | ((tokens < 0) | (tokens >= n_vocab)).any(axis=1)
+    if bad.any():
+        cut = int(np.argmax(bad))
+        return tokens[:cut], logprobs[:cut]
+    return tokens, logprobs
+
+
 def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget: int) -> DraftTree:
     if len(top_tokens) == 0:  # the drafter proposes nothing this step: verify the root alone
         return _root_only_tree(root)
@@ -111,16 +128,23 @@ def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget:
 
 
 def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, eos_ids=(),
-             on_tokens: Callable[[list[int]], None] | None = None, context=None) -> tuple[SpecStats, object]:
+             on_tokens: Callable[[list[int]], None] | None = None, context=None, n_ctx: int | None = None,
+             on_prefill: Callable[[int, int], None] | None = None) -> tuple[SpecStats, object]:
     """Greedy generation of up to max_tokens tokens after prompt_ids. Returns (stats, context);
-    the context's pending path is folded (finish) before returning, also on Ctrl-C."""
+    the context's pending path is folded (finish) before returning, also on Ctrl-C.
+    n_ctx: the tokens the context holds, prompt and generated ones (default prompt + max_tokens;
+    it must hold both); the context made here gets room for one verify tree on top.
+    on_prefill(done, total) reports the prompt pass chunk by chunk."""
     config.validate()
     if config.mode != "ar" and drafter is None:
         raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
     if len(prompt_ids) == 0:
         raise UsageError("the prompt must contain at least one token")
+    needed = len(prompt_ids) + max_tokens
+    if n_ctx is not None and n_ctx < needed:
+        raise UsageError(f"n_ctx {n_ctx} cannot hold the {len(prompt_ids)}-token prompt and {max_tokens} new tokens")
     verify_method, commit_method = config.methods
-    n_ctx = len(prompt_ids) + max_tokens + config.max_tree_nodes + 1
+    n_ctx = (n_ctx or needed) + config.max_tree_nodes + 1
     ctx = context or model.new_context(
         n_ctx=n_ctx, max_tree_nodes=config.max_tree_nodes, verify_method=verify_method, commit_method=commit_method,
         capture_layers=getattr(drafter, "capture_layers", None) or None)
@@ -155,7 +179,7 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
 
     t0 = time.perf_counter()
     try:
-        root = ctx.eval_argmax(list(prompt_ids))
+        root = ctx.eval_argmax(list(prompt_ids), on_progress=on_prefill)
         stats.prompt_ms = (time.perf_counter() - t0) * 1e3
         t_decode = time.perf_counter()
         done = max_tokens == 0 or emit([root])
@@ -167,7 +191,9 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
             else:
                 if hasattr(drafter, "generated"):
                     drafter.generated = len(out)
-                top_tokens, top_logprobs = drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k)
+                top_tokens, top_logprobs = usable_proposal(
+                    *drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k),
+                    model.hparams.n_vocab)
                 tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
             t_verify = time.perf_counter()
             stats.draft_ms += (t_verify - t_step) * 1e3
