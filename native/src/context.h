@@ -118,6 +118,10 @@ struct specla_context {
      * (specla_context_set_logit_head / _rows); logits rows have logit_head.ne1 entries */
     specla_tensor logit_head;
     logit_row_set logit_rows;
+    /* the LM head the recorded decode step was recorded with (its pointer and row count are part of
+     * the recording: a new head means recording again) */
+    const void *recorded_head;
+    int32_t recorded_head_rows;
 };
 
 /* Plain batch (positions n_past + i); tokens and positions already uploaded into the scratch. */

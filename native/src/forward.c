@@ -98,13 +98,17 @@ static int decode_step_recordable(const specla_context *ctx, const specla_batch 
 
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
-    if (!be->ops->replay(be, STEP_DECODE)) {
+    const int same_head = ctx->recorded_head == ctx->logit_head.data && ctx->recorded_head_rows == ctx->logit_head.ne1;
+    if (!same_head || !be->ops->replay(be, STEP_DECODE)) {
+        ctx->recorded_head = ctx->logit_head.data;
+        ctx->recorded_head_rows = ctx->logit_head.ne1;
         be->ops->capture_begin(be);
         enqueue_model(ctx, bv, 1, NULL, 1);
-        const specla_status st = be->ops->capture_end(be, STEP_DECODE);
-        if (st != SPECLA_OK) return st;
-        if (!be->ops->replay(be, STEP_DECODE))
-            return specla_fail(SPECLA_ERR_STATE, "forward: the recorded decode step is missing after recording");
+        if (be->ops->capture_end(be, STEP_DECODE) != SPECLA_OK || !be->ops->replay(be, STEP_DECODE)) {
+            /* a backend that could not record runs this context's steps eagerly from now on */
+            ctx->params.no_recorded_steps = 1;
+            return run_model(ctx, bv, 1, NULL, argmax_out);
+        }
     }
     be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t));
     return be->ops->sync(be);
