@@ -27,7 +27,11 @@ def assert_close(actual, expected, tol, seed, what):
     assert err <= tol, f"{what}: max error {err:.3e} of scale {scale:.3e} > {tol}, seed={seed}"
 
 
-@pytest.mark.parametrize("rows,n", [(1, 1), (1, 7), (5, 33), (3, 128), (64, 1024), (2, 5120)])
+# widths on both sides of the GPU kernel's thread groups (a warp per row up to 512 floats, a block
+# per row beyond, registers up to 8192 floats, memory re-reads past that) and ragged quads
+@pytest.mark.parametrize(
+    "rows,n", [(1, 1), (1, 7), (5, 33), (3, 128), (24, 256), (9, 512), (2, 513), (64, 1024), (2, 5120), (1, 8195)]
+)
 def test_rms_norm(backend, rows, n):
     r, seed = rng()
     x = r.standard_normal((rows, n)).astype(np.float32) * 3

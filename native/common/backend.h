@@ -106,6 +106,10 @@ typedef struct backend_ops {
 
     /* --- norms and element-wise ------------------------------------------------------------- */
     void (*rms_norm)(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps, float *y);
+    /* residual add fused with the norm that follows it: x += delta, then y = rms_norm(x) * weight;
+     * the same bits as `add` then `rms_norm` on this backend (x and y do not overlap) */
+    void (*add_rms_norm)(const backend *be, float *x, const float *delta, const float *weight, int n_rows, int n,
+                         float eps, float *y);
     void (*l2_norm)(const backend *be, const float *x, int n_rows, int n, float eps, float *y);
     void (*add)(const backend *be, float *dst, const float *src, int64_t n);                /* dst += src */
     void (*add_bias_rows)(const backend *be, float *x, const float *bias, int rows, int n); /* x[r] += bias */

@@ -22,19 +22,32 @@ static void swiglu_ffn(specla_context *ctx, int il, const float *x, int T, float
     be->ops->matmul(be, &w->ffn_down, s->ffn_a, T, out);
 }
 
-/* The LM head over the last n_logit_rows rows of the residual stream, in chunks of the scratch's
- * logit rows (a matmul's rows do not depend on the batch, so chunking changes no bits). Logits
- * land in the caller's host buffer directly when the backend's memory is host memory; otherwise
- * they are downloaded chunk by chunk. Argmax stays in the scratch (backend memory). */
-static void logits_and_argmax(specla_context *ctx, int T, int n_logit_rows, float *logits_out, int want_argmax) {
+/* The last layer's residual add; with logits wanted, fused with the output norm of the last
+ * n_logit_rows rows into the scratch's normed rows (the earlier rows are only added). */
+static void last_residual_add(specla_context *ctx, int T, int n_logit_rows, int wants_logits) {
+    const backend *be = ctx->be;
+    forward_scratch *s = &ctx->scratch;
+    const int E = ctx->model->hp.n_embd;
+    if (!wants_logits) {
+        be->ops->add(be, s->hidden, s->layer_out, (int64_t)T * E);
+        return;
+    }
+    const int64_t first = (int64_t)(T - n_logit_rows) * E;
+    if (first > 0) be->ops->add(be, s->hidden, s->layer_out, first);
+    be->ops->add_rms_norm(be, s->hidden + first, s->layer_out + first, (const float *)ctx->weights.output_norm.data,
+                          n_logit_rows, E, ctx->model->hp.rms_eps, s->normed);
+}
+
+/* The LM head over the normed last n_logit_rows rows (last_residual_add), in chunks of the
+ * scratch's logit rows (a matmul's rows do not depend on the batch, so chunking changes no bits).
+ * Logits land in the caller's host buffer directly when the backend's memory is host memory. */
+static void logits_and_argmax(specla_context *ctx, int n_logit_rows, float *logits_out, int want_argmax) {
     const specla_model *m = ctx->model;
     const backend *be = ctx->be;
     const backend_ops *ops = be->ops;
     forward_scratch *s = &ctx->scratch;
     const int E = m->hp.n_embd;
     const int64_t V = ctx->logit_head.ne1; /* n_vocab, or the rows of a chosen subset */
-    const float *first = s->hidden + (int64_t)(T - n_logit_rows) * E;
-    ops->rms_norm(be, first, (const float *)ctx->weights.output_norm.data, n_logit_rows, E, m->hp.rms_eps, s->normed);
     const int direct = ops->host_memory && logits_out;
     const int chunk = direct ? n_logit_rows : s->logit_rows;
     for (int r0 = 0; r0 < n_logit_rows; r0 += chunk) {
@@ -59,23 +72,32 @@ static void enqueue_model(specla_context *ctx, const batch_view *bv, int n_logit
     forward_scratch *s = &ctx->scratch;
     const int T = bv->T, E = hp->n_embd;
 
+    /* Each residual add is fused with the norm that reads its result (add_rms_norm: the same bits
+     * as the add then the norm): the post-attention norm, the next layer's attention norm, and
+     * after the last layer the output norm. */
+    const int wants_logits = logits_out || want_argmax;
     ops->get_rows(be, &ctx->weights.token_embd, s->tokens, T, s->hidden);
+    ops->rms_norm(be, s->hidden, (const float *)ctx->weights.layers[0].attn_norm.data, T, E, hp->rms_eps, s->normed);
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_layer_weights *w = &ctx->weights.layers[il];
-        ops->rms_norm(be, s->hidden, (const float *)w->attn_norm.data, T, E, hp->rms_eps, s->normed);
         if (m->layer_is_recurrent[il])
             gated_deltanet_layer(ctx, il, s->normed, bv, s->layer_out);
         else
             attention_layer(ctx, il, s->normed, bv, s->layer_out);
-        ops->add(be, s->hidden, s->layer_out, (int64_t)T * E);
-        ops->rms_norm(be, s->hidden, (const float *)w->post_attention_norm.data, T, E, hp->rms_eps, s->normed);
+        ops->add_rms_norm(be, s->hidden, s->layer_out, (const float *)w->post_attention_norm.data, T, E, hp->rms_eps,
+                          s->normed);
         swiglu_ffn(ctx, il, s->normed, T, s->layer_out);
-        ops->add(be, s->hidden, s->layer_out, (int64_t)T * E);
+        if (il + 1 < hp->n_layer)
+            ops->add_rms_norm(be, s->hidden, s->layer_out, (const float *)ctx->weights.layers[il + 1].attn_norm.data,
+                              T, E, hp->rms_eps, s->normed);
+        else
+            last_residual_add(ctx, T, n_logit_rows, wants_logits);
+        /* the residual stream after this layer's add (hidden), not the normed rows */
         if (ctx->features && ctx->capture_slot[il] >= 0)
             ops->scatter_rows(be, ctx->features + (int64_t)ctx->capture_slot[il] * E, (int64_t)ctx->n_capture * E,
                               bv->rows, s->hidden, T, E);
     }
-    if (logits_out || want_argmax) logits_and_argmax(ctx, T, n_logit_rows, logits_out, want_argmax);
+    if (wants_logits) logits_and_argmax(ctx, n_logit_rows, logits_out, want_argmax);
 }
 
 /* The whole batch, then the one read-back a step needs (argmax), then the backend's status. */

@@ -72,6 +72,10 @@ static void rms_norm(const backend *be, const float *x, const float *weight, int
     cpu_rms_norm(x, weight, n_rows, n, eps, y);
 }
 static void add(const backend *be, float *dst, const float *src, int64_t n) { cpu_add(dst, src, n); }
+static void add_rms_norm(const backend *be, float *x, const float *delta, const float *weight, int n_rows, int n,
+                         float eps, float *y) {
+    cpu_add_rms_norm(x, delta, weight, n_rows, n, eps, y);
+}
 static void add_bias_rows(const backend *be, float *x, const float *bias, int rows, int n) {
     cpu_add_bias_rows(x, bias, rows, n);
 }
@@ -177,6 +181,7 @@ static const backend_ops cpu_ops_table = {
     .dequantize = dequantize,
     .quantize_activations = quantize_activations,
     .rms_norm = rms_norm,
+    .add_rms_norm = add_rms_norm,
     .l2_norm = l2_norm,
     .add = add,
     .add_bias_rows = add_bias_rows,

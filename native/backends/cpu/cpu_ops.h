@@ -101,6 +101,7 @@ void cpu_attention_tree(const cpu_exec *ex, const float *q, const float *k_cache
 
 /* --- element-wise, rows and logits (elementwise.c); semantics in backend.h ------------------ */
 void cpu_add(float *dst, const float *src, int64_t n);
+void cpu_add_rms_norm(float *x, const float *delta, const float *weight, int n_rows, int n, float eps, float *y);
 void cpu_add_bias_rows(float *x, const float *bias, int rows, int n);
 void cpu_silu_mul(float *a, const float *b, int64_t n);
 void cpu_sigmoid_mul(float *x, const float *gate, int64_t n);

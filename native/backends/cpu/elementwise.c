@@ -10,6 +10,16 @@ void cpu_add(float *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+/* Row by row, cpu_add then cpu_rms_norm of that row: each row's bits are those of the two ops
+ * applied to the whole block in turn (neither mixes rows), with the row still in cache. */
+void cpu_add_rms_norm(float *x, const float *delta, const float *weight, int n_rows, int n, float eps, float *y) {
+    for (int r = 0; r < n_rows; r++) {
+        float *xr = x + (int64_t)r * n;
+        cpu_add(xr, delta + (int64_t)r * n, n);
+        cpu_rms_norm(xr, weight, 1, n, eps, y + (int64_t)r * n);
+    }
+}
+
 void cpu_add_bias_rows(float *x, const float *bias, int rows, int n) {
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < n; i++) x[(int64_t)r * n + i] += bias[i];

@@ -207,6 +207,7 @@ static const backend_ops cuda_ops_table = {
     /* dequantize */ cuda_dequantize,
     /* quantize_activations */ quantize_activations,
     /* rms_norm */ cuda_rms_norm,
+    /* add_rms_norm */ cuda_add_rms_norm,
     /* l2_norm */ cuda_l2_norm,
     /* add */ cuda_add,
     /* add_bias_rows */ cuda_add_bias_rows,

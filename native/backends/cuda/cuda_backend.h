@@ -45,6 +45,8 @@ size_t cuda_recurrent_workspace_bytes(const backend_limits *limits);
 void cuda_get_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out);
 void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst);
 void cuda_rms_norm(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps, float *y);
+void cuda_add_rms_norm(const backend *be, float *x, const float *delta, const float *weight, int n_rows, int n,
+                       float eps, float *y);
 void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y);
 void cuda_add(const backend *be, float *dst, const float *src, int64_t n);
 void cuda_add_bias_rows(const backend *be, float *x, const float *bias, int rows, int n);

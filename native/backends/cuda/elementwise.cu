@@ -8,10 +8,12 @@
  * exactly (same products of the fp16 scale and the integer level, same order). expf / log1pf are
  * the device library's, within an ulp or two of the host's.
  *
- * Norm reduction order (one row = one block of NORM_THREADS threads whatever the number of rows):
- * thread i sums x[i], x[i + NORM_THREADS], ... in order, then the NORM_THREADS partial sums are
- * combined by a fixed xor-butterfly inside each 32-lane group and a fixed sequential sum of the
- * group totals in group order. The result depends only on the row's values and length.
+ * L2 norm reduction order (l2_norm, gdn_split_qkv; one row = one block of NORM_THREADS threads
+ * whatever the number of rows): thread i sums x[i], x[i + NORM_THREADS], ... in order, then the
+ * NORM_THREADS partial sums are combined by a fixed xor-butterfly inside each 32-lane group and a
+ * fixed sequential sum of the group totals in group order. The RMS norms have their own mapping and
+ * order, written above their kernel. Either way a row's result depends only on its values and
+ * length.
  *
  * Thread mapping: element-wise ops use one thread per element (grid-stride); get_rows /
  * dequantize decode one output element per thread; move_rows gives each thread one column and
@@ -201,32 +203,10 @@ static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, 
 static __device__ __forceinline__ float sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 static __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* rms_norm of one row (weight may be NULL); with gate, the gated form: y *= silu(gate). In place is fine:
- * every element is read for the sum before any is written (the sum ends in a barrier). */
-static __device__ void rms_row(const float *x, const float *weight, const float *gate, int n, float eps, float *y,
-                               float *partials) {
-    const float sum = row_sum_squares(x, n, partials);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
-    for (int i = threadIdx.x; i < n; i += NORM_THREADS) {
-        float v = __fmul_rn(x[i], scale);
-        if (weight) v = __fmul_rn(v, weight[i]);
-        if (gate) v = __fmul_rn(v, silu_dev(gate[i]));
-        y[i] = v;
-    }
-}
-
 static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
     const float sum = row_sum_squares(x, n, partials);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
     for (int i = threadIdx.x; i < n; i += NORM_THREADS) y[i] = __fmul_rn(x[i], scale);
-}
-
-static __global__ void __launch_bounds__(NORM_THREADS) rms_norm_kernel(const float *x, const float *weight,
-                                                                       const float *gate, int n, float eps,
-                                                                       float *y) {
-    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
-    const int64_t off = (int64_t)blockIdx.x * n;
-    rms_row(x + off, weight, gate ? gate + off : NULL, n, eps, y + off, partials);
 }
 
 static __global__ void __launch_bounds__(NORM_THREADS) l2_norm_kernel(const float *x, int n, float eps, float *y) {
@@ -235,18 +215,199 @@ static __global__ void __launch_bounds__(NORM_THREADS) l2_norm_kernel(const floa
     l2_row(x + off, n, eps, y + off, partials);
 }
 
+/* ---- RMS norms: rms_norm, add_rms_norm, gated_rms_norm -------------------------------------------
+ *
+ * Thread mapping: a row is cut into quads of 4 floats (the last one padded with zeros when n is not
+ * a multiple of 4) and handled by a group of RMS_GROUP(n) threads: 32 lanes for rows of at most
+ * RMS_WARP_MAX_WIDTH floats (RMS_THREADS / 32 rows per block; the q/k norms' 256 and the gated
+ * norm's 128), a whole block of RMS_THREADS for wider rows (one row per block; the 5120 of the
+ * residual stream). Thread `lane` of the group owns quads lane, lane + G, lane + 2G, ... Each
+ * thread first issues the loads of its first C quads of x (and delta, weight, gate; C =
+ * RMS_WARP_CACHED_QUADS for warp groups and the gated norm, else RMS_BLOCK_CACHED_QUADS), keeps them in registers, and re-reads from
+ * memory only beyond them (rows wider than G * C * 4 floats).
+ *
+ * Reduction order (depends on n only, never on n_rows, on alignment or on the loads' width):
+ * thread partial s = 0, then s += v*v for its quads in ascending order and the 4 floats of a quad in
+ * order (padding adds +0: no change); the 32 partials of a warp by the xor butterfly of group_sum;
+ * for a block-wide group, the RMS_THREADS / 32 warp totals p[0..W) by the fixed pairwise tree
+ * p[w] += p[w + h] for h = W/2, W/4, ..., 1. Then scale = 1 / sqrt(sum / n + eps) and
+ * y = x * scale * weight (* silu(gate)), each product rounded (the CPU's order).
+ *
+ * add_rms_norm stores x + delta (one rounded add, add_kernel's arithmetic) and norms that value, so
+ * it gives the bits of cuda_add then cuda_rms_norm. Every element is read and written by its owning
+ * thread only, and the y writes come after the reduction, so y == x (in place) is safe. */
+
+#define RMS_THREADS 256
+#define RMS_WARP_MAX_WIDTH 512
+#define RMS_WARP_CACHED_QUADS 4  /* 32 lanes x 4 quads: rows up to 512 floats in registers */
+#define RMS_BLOCK_CACHED_QUADS 8 /* 256 threads x 8 quads: rows up to 8192 floats in registers
+                                    (4 for the gated norm, whose gate quads would spill on sm_75) */
+#define RMS_WARPS (RMS_THREADS / SPECLA_WARP)
+
+static __device__ __forceinline__ float4 load_quad(const float *row, int e, int n, bool vec) {
+    if (vec) return *reinterpret_cast<const float4 *>(row + e);
+    float4 v;
+    v.x = row[e]; /* e < n: the caller's quad exists */
+    v.y = e + 1 < n ? row[e + 1] : 0.0f;
+    v.z = e + 2 < n ? row[e + 2] : 0.0f;
+    v.w = e + 3 < n ? row[e + 3] : 0.0f;
+    return v;
+}
+
+static __device__ __forceinline__ void store_quad(float *row, int e, int n, bool vec, float4 v) {
+    if (vec) {
+        *reinterpret_cast<float4 *>(row + e) = v;
+        return;
+    }
+    row[e] = v.x;
+    if (e + 1 < n) row[e + 1] = v.y;
+    if (e + 2 < n) row[e + 2] = v.z;
+    if (e + 3 < n) row[e + 3] = v.w;
+}
+
+static __device__ __forceinline__ float4 add_quad(float4 a, float4 b) {
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+
+static __device__ __forceinline__ float add_squares(float s, float4 v) {
+    s = __fadd_rn(s, __fmul_rn(v.x, v.x));
+    s = __fadd_rn(s, __fmul_rn(v.y, v.y));
+    s = __fadd_rn(s, __fmul_rn(v.z, v.z));
+    return __fadd_rn(s, __fmul_rn(v.w, v.w));
+}
+
+static __device__ __forceinline__ float scaled(float x, float scale, const float *weight, float w, bool gated, float g) {
+    float v = __fmul_rn(x, scale);
+    if (weight) v = __fmul_rn(v, w);
+    if (gated) v = __fmul_rn(v, silu_dev(g));
+    return v;
+}
+
+static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, const float *weight, float4 w, bool gated,
+                                                     float4 g) {
+    return make_float4(scaled(x.x, scale, weight, w.x, gated, g.x), scaled(x.y, scale, weight, w.y, gated, g.y),
+                       scaled(x.z, scale, weight, w.z, gated, g.z), scaled(x.w, scale, weight, w.w, gated, g.w));
+}
+
+/* The group's total of the partials s (the order in the section header); every thread gets it. */
+template <int GROUP>
+static __device__ __forceinline__ float rms_group_total(float s, float *partials) {
+    s = group_sum(s);
+    if (GROUP == SPECLA_WARP) return s;
+    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
+    __syncthreads();
+    float p[RMS_WARPS];
+#pragma unroll
+    for (int w = 0; w < RMS_WARPS; w++) p[w] = partials[w];
+#pragma unroll
+    for (int half = RMS_WARPS / 2; half > 0; half >>= 1)
+#pragma unroll
+        for (int w = 0; w < half; w++) p[w] = __fadd_rn(p[w], p[w + half]);
+    return p[0]; /* one row per block: partials are not reused, no second barrier */
+}
+
+/* Rows of n floats: y = rms_norm(x) * weight (weight may be NULL); ADD: x += delta first (stored to
+ * x, normed); GATED: y *= silu(gate). vec: n % 4 == 0 and every pointer 16-byte aligned. */
+template <int GROUP, bool ADD, bool GATED>
+static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, const float *delta,
+                                                                      const float *weight, const float *gate,
+                                                                      int n_rows, int n, float eps, float *y,
+                                                                      bool vec) {
+    constexpr int CACHED = GROUP == SPECLA_WARP || GATED ? RMS_WARP_CACHED_QUADS : RMS_BLOCK_CACHED_QUADS;
+    __shared__ float partials[RMS_WARPS];
+    const int rows_per_block = RMS_THREADS / GROUP;
+    const int lane = threadIdx.x % GROUP;
+    const int row = blockIdx.x * rows_per_block + threadIdx.x / GROUP;
+    if (row >= n_rows) return; /* only when GROUP == 32: whole warps leave, no block barrier follows */
+    const int64_t off = (int64_t)row * n;
+    x += off;
+    y += off;
+    if (ADD) delta += off;
+    if (GATED) gate += off;
+    const int n_quads = (n + 3) / 4;
+
+    float4 xv[CACHED], dv[CACHED], wv[CACHED], gv[CACHED];
+#pragma unroll
+    for (int k = 0; k < CACHED; k++) { /* every load first, then the arithmetic */
+        const int q = lane + k * GROUP;
+        if (q < n_quads) {
+            xv[k] = load_quad(x, 4 * q, n, vec);
+            if (ADD) dv[k] = load_quad(delta, 4 * q, n, vec);
+            if (weight) wv[k] = load_quad(weight, 4 * q, n, vec);
+            if (GATED) gv[k] = load_quad(gate, 4 * q, n, vec);
+        }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHED; k++) {
+        const int q = lane + k * GROUP;
+        if (q < n_quads) {
+            if (ADD) {
+                xv[k] = add_quad(xv[k], dv[k]);
+                store_quad(x, 4 * q, n, vec, xv[k]);
+            }
+            s = add_squares(s, xv[k]);
+        }
+    }
+    for (int q = lane + CACHED * GROUP; q < n_quads; q += GROUP) { /* beyond the registers */
+        float4 v = load_quad(x, 4 * q, n, vec);
+        if (ADD) {
+            v = add_quad(v, load_quad(delta, 4 * q, n, vec));
+            store_quad(x, 4 * q, n, vec, v);
+        }
+        s = add_squares(s, v);
+    }
+    const float sum = rms_group_total<GROUP>(s, partials);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
+
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < CACHED; k++) {
+        const int q = lane + k * GROUP;
+        if (q < n_quads)
+            store_quad(y, 4 * q, n, vec,
+                       scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, GATED, GATED ? gv[k] : zero));
+    }
+    for (int q = lane + CACHED * GROUP; q < n_quads; q += GROUP) {
+        const float4 w = weight ? load_quad(weight, 4 * q, n, vec) : zero;
+        const float4 g = GATED ? load_quad(gate, 4 * q, n, vec) : zero;
+        store_quad(y, 4 * q, n, vec, scaled_quad(load_quad(x, 4 * q, n, vec), scale, weight, w, GATED, g));
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+template <bool ADD, bool GATED>
+static void launch_rms_rows(const backend *be, const char *op, float *x, const float *delta, const float *weight,
+                            const float *gate, int n_rows, int n, float eps, float *y) {
+    if (n_rows <= 0 || n <= 0) return;
+    const bool vec = n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(gate) &&
+                     aligned16(y);
+    if (n <= RMS_WARP_MAX_WIDTH) {
+        const int rows_per_block = RMS_THREADS / SPECLA_WARP;
+        rms_rows_kernel<SPECLA_WARP, ADD, GATED><<<(n_rows + rows_per_block - 1) / rows_per_block, RMS_THREADS, 0,
+                                                   cuda_stream(be)>>>(x, delta, weight, gate, n_rows, n, eps, y, vec);
+    } else {
+        rms_rows_kernel<RMS_THREADS, ADD, GATED>
+            <<<n_rows, RMS_THREADS, 0, cuda_stream(be)>>>(x, delta, weight, gate, n_rows, n, eps, y, vec);
+    }
+    cuda_note_launch(be, op);
+}
+
 extern "C" void cuda_rms_norm(const backend *be, const float *x, const float *weight, int n_rows, int n, float eps,
                               float *y) {
-    if (n_rows <= 0 || n <= 0) return;
-    rms_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, weight, NULL, n, eps, y);
-    cuda_note_launch(be, "rms_norm");
+    /* without ADD the kernel only reads x: the const is cast away for the shared signature */
+    launch_rms_rows<false, false>(be, "rms_norm", const_cast<float *>(x), NULL, weight, NULL, n_rows, n, eps, y);
+}
+
+extern "C" void cuda_add_rms_norm(const backend *be, float *x, const float *delta, const float *weight, int n_rows,
+                                  int n, float eps, float *y) {
+    launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
                                     int n, float eps) {
-    if (n_rows <= 0 || n <= 0) return;
-    rms_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, weight, gate, n, eps, x);
-    cuda_note_launch(be, "gated_rms_norm");
+    launch_rms_rows<false, true>(be, "gated_rms_norm", x, NULL, weight, gate, n_rows, n, eps, x);
 }
 
 extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y) {
@@ -255,7 +416,9 @@ extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int 
     cuda_note_launch(be, "l2_norm");
 }
 
-/* Block (part, t): parts 0 .. Hk-1 normalise q heads, Hk .. 2Hk-1 the k heads, part 2Hk copies v. */
+/* Block (part, t): parts 0 .. Hk-1 normalise q heads, Hk .. 2Hk-1 the k heads, each later part
+ * copies one slice of NORM_THREADS floats of v, one float per thread (a single block looping over
+ * all of v serialised Hv * S / NORM_THREADS load round trips). */
 static __global__ void __launch_bounds__(NORM_THREADS) gdn_split_qkv_kernel(const float *conv_out, int Hk, int Hv,
                                                                             int S, float eps, float *q, float *k,
                                                                             float *v) {
@@ -268,15 +431,17 @@ static __global__ void __launch_bounds__(NORM_THREADS) gdn_split_qkv_kernel(cons
         float *dst = (is_k ? k : q) + t * qk_width + (int64_t)head * S;
         l2_row(row + (is_k ? qk_width : 0) + (int64_t)head * S, S, eps, dst, partials);
     } else {
-        for (int64_t i = threadIdx.x; i < v_width; i += NORM_THREADS) v[t * v_width + i] = row[2 * qk_width + i];
+        const int64_t i = (int64_t)(part - 2 * Hk) * NORM_THREADS + threadIdx.x;
+        if (i < v_width) v[t * v_width + i] = row[2 * qk_width + i];
     }
 }
 
 extern "C" void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps,
                                    float *q, float *k, float *v) {
     if (T <= 0) return;
-    gdn_split_qkv_kernel<<<dim3(2 * Hk + 1, T), NORM_THREADS, 0, cuda_stream(be)>>>(conv_out, Hk, Hv, S, eps, q, k,
-                                                                                     v);
+    const int v_parts = (int)(((int64_t)Hv * S + NORM_THREADS - 1) / NORM_THREADS);
+    gdn_split_qkv_kernel<<<dim3(2 * Hk + v_parts, T), NORM_THREADS, 0, cuda_stream(be)>>>(conv_out, Hk, Hv, S, eps, q,
+                                                                                           k, v);
     cuda_note_launch(be, "gdn_split_qkv");
 }
 
