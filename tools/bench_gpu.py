@@ -101,9 +101,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", default="1,2,4,8,16,23,32,64")
     parser.add_argument("--depths", default="0,4096")
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
     args = parser.parse_args(argv)
 
-    base = {"commit": commit(), "device": device_name(), "model": os.path.basename(args.model),
+    base = {"commit": args.commit or commit(), "device": device_name(), "model": os.path.basename(args.model),
             "backend": args.device}
     try:
         from pyspecla.loader.target import ModelFile
