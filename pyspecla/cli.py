@@ -235,6 +235,7 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
     t0 = time.perf_counter()
     t_first = None
     n_new = 0
+    emitted = []
     for token in model.stream(prompt_ids, plan.n_predict, temperature=getattr(args, "temp", 0.0),
                               seed=getattr(args, "seed", None),
                               stop_at_eos=not getattr(args, "ignore_eos", False), context=ctx,
@@ -242,6 +243,7 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
         if t_first is None:
             t_first = time.perf_counter()
         n_new += 1
+        emitted.append(int(token))
         if token not in hidden:
             out.write(detok.push(token))
         out.flush()
@@ -256,6 +258,7 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
         "prompt_tokens_per_s": len(prompt_ids) / prompt_s if prompt_s > 0 else 0.0,
         "decode_tokens": max(n_new - 1, 0),
         "decode_tokens_per_s": (n_new - 1) / decode_s if n_new > 1 and decode_s > 0 else 0.0,
+        "tokens": emitted,
     }
     print(
         f"prompt: {stats['prompt_tokens']} tokens, {stats['prompt_tokens_per_s']:.1f} tokens/s | "
