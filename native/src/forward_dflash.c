@@ -91,7 +91,9 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     if (st != SPECLA_OK) return st;
     if (!be->ops->host_memory) {
         be->ops->destroy(be);
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "draft context: backend %s cannot hold the draft's weights yet",
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "draft context: a DFlash draft does not run on backend %s yet; run the target and the "
+                           "draft on the CPU (--device cpu)",
                            be->ops->name);
     }
 
