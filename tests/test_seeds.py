@@ -23,8 +23,10 @@ def test_second(seed):
 
 
 def run_pytest(directory: Path, session_seed: str) -> subprocess.CompletedProcess:
+    # the tests' directory (conftest) and the checkout (pyspecla, which conftest's oracle probe uses
+    # when llama-cpp-python is installed) on the path, as for the suite itself
     env = dict(os.environ, SPECLA_TEST_SEED=session_seed,
-               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rA",
                            str(directory)], capture_output=True, text=True, env=env, cwd=directory, timeout=300)
 
