@@ -32,32 +32,8 @@
 
 static __device__ __forceinline__ uint32_t load_u16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 
-/* Exact binary16 -> binary32 (element_types.h's half_to_float: subnormals, inf and NaN payloads kept). */
-static __device__ __forceinline__ float half_bits_to_float(uint32_t h) {
-    const uint32_t sign = (h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                e++;
-                mant <<= 1;
-            } while ((mant & 0x400u) == 0);
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    return __uint_as_float(bits);
-}
-
-static __device__ __forceinline__ float load_half(const uint8_t *p) { return half_bits_to_float(load_u16(p)); }
+/* the shared exact binary16 -> binary32 conversion (element_types.h: subnormals, inf and NaN payloads kept) */
+static __device__ __forceinline__ float load_half(const uint8_t *p) { return half_to_float((specla_half)load_u16(p)); }
 
 /* Q4_0 / Q4_1 nibble of element l (0..31): low nibble of qs[l] for l < 16, high of qs[l - 16]. */
 static __device__ __forceinline__ int nibble_level(const uint8_t *qs, int l) {
