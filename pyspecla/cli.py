@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from .context_size import plan_run_context, prefill_progress
 from .errors import SpeclaError, UsageError
 from .speculative.factory import (
     DDTREE_BUDGET,
@@ -193,33 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tokens to generate (default 48)")
     _add_runtime_flags(demo)
     return parser
-
-
-def plan_run_context(model, n_prompt: int, args):
-    """args' -c/-n against the prompt and the model's trained context (context_size.py); prints
-    its warning lines."""
-    from .context_size import plan_context
-
-    plan = plan_context(n_prompt, args.n_predict, args.ctx_size, model.hparams.n_ctx_train)
-    for line in plan.warnings:
-        print(f"pyspecla: {line}", file=sys.stderr)
-    return plan
-
-
-def prefill_progress(n_prompt: int, err=None):
-    """For a long prompt, a callback(done, total) keeping one stderr line up to date during the
-    prompt pass; None for a short one."""
-    from .context_size import PROGRESS_MIN_TOKENS
-
-    if n_prompt < PROGRESS_MIN_TOKENS:
-        return None
-    err = err or sys.stderr
-
-    def show(done: int, total: int) -> None:
-        err.write(f"\rprompt: {done}/{total} tokens" + ("\n" if done >= total else ""))
-        err.flush()
-
-    return show
 
 
 def _generate(model, prompt_ids, args, out=None) -> dict:

@@ -14,6 +14,7 @@ is the loop's business (speculative/loop.py), not counted here."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from .errors import UsageError
@@ -59,3 +60,26 @@ def plan_context(n_prompt: int, n_predict: int, ctx_size: int | None, n_ctx_trai
                         f"most {fits} new token{'s' if fits > 1 else ''}, not {n_predict}")
         n_predict = fits
     return ContextPlan(n_ctx, n_predict, warnings)
+
+
+def plan_run_context(model, n_prompt: int, args):
+    """args' -c/-n against the prompt and the model's trained context (context_size.py); prints
+    its warning lines."""
+    plan = plan_context(n_prompt, args.n_predict, args.ctx_size, model.hparams.n_ctx_train)
+    for line in plan.warnings:
+        print(f"pyspecla: {line}", file=sys.stderr)
+    return plan
+
+
+def prefill_progress(n_prompt: int, err=None):
+    """For a long prompt, a callback(done, total) keeping one stderr line up to date during the
+    prompt pass; None for a short one."""
+    if n_prompt < PROGRESS_MIN_TOKENS:
+        return None
+    err = err or sys.stderr
+
+    def show(done: int, total: int) -> None:
+        err.write(f"\rprompt: {done}/{total} tokens" + ("\n" if done >= total else ""))
+        err.flush()
+
+    return show

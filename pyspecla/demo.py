@@ -45,7 +45,7 @@ def cmd_demo(args) -> int:
     model = Model.load(str(target_path), n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     prompt = "def fibonacci(n):\n"
     ids = model.tokenize(prompt)
-    from .cli import plan_run_context
+    from .context_size import plan_run_context
 
     plan = plan_run_context(model, len(ids), args)
     n = plan.n_predict

@@ -16,7 +16,7 @@ from . import _native
 from .arch.dflash import LAYER_TENSORS
 from .loader.dflash import DraftFile, check_against_target
 from .errors import UsageError
-from .model import apply_logit_rows
+from .logit_rows import apply_logit_rows
 
 
 class DraftContext:
