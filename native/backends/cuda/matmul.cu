@@ -352,35 +352,28 @@ static int g_use_tensor_cores = 1;
 
 extern "C" void cuda_matmul_set_tensor_cores(int enable) { g_use_tensor_cores = enable != 0; }
 
-/* int8 mma.sync needs sm_80; the answer is cached per device */
-static int mm_device_has_int8_mma(void) {
+/* The current device's compute capability major (cached per device; 0 when it cannot be read). */
+static int mm_device_major(void) {
     static int cached[64];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
     if (cached[dev] == 0) {
         int major = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        cached[dev] = major >= 8 ? 1 : -1;
+        cached[dev] = major;
     }
-    return cached[dev] > 0;
+    return cached[dev];
 }
+
+/* int8 mma.sync needs sm_80 */
+static int mm_device_has_int8_mma(void) { return mm_device_major() >= 8; }
 
 static int g_use_overlap = 0; /* off until measured on a GPU (with graph capture too) */
 
 extern "C" void cuda_matmul_set_overlap(int enable) { g_use_overlap = enable != 0; }
 
-/* programmatic dependent launch needs sm_90; the answer is cached per device */
-static int mm_device_has_pdl(void) {
-    static int cached[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (cached[dev] == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        cached[dev] = major >= 9 ? 1 : -1;
-    }
-    return cached[dev] > 0;
-}
+/* programmatic dependent launch needs sm_90 */
+static int mm_device_has_pdl(void) { return mm_device_major() >= 9; }
 
 /* A launch on `stream`, with programmatic stream serialization where the device has it and the
  * overlap is on (the kernels call mm_wait_prior_grid before touching anything an earlier kernel
