@@ -504,3 +504,14 @@ def tensor_views(path: str, reader: GGUFReader) -> dict[str, TensorView]:
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def read_architecture(path: str, metadata: dict[str, object]) -> str:
+    """general.architecture of a file's metadata; GGUFError naming the file when it is missing or
+    not a string."""
+    arch = metadata.get("general.architecture")
+    if arch is None:
+        raise GGUFError(f"{path}: missing required key 'general.architecture'")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{path}: key 'general.architecture' must be a string, got {arch!r}")
+    return arch

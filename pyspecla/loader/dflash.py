@@ -33,6 +33,7 @@ from ..gguf_container import (
     first_nonfinite,
     open_reader,
     open_validated,
+    read_architecture,
     read_metadata,
     tensor_views,
 )
@@ -149,11 +150,7 @@ class DraftFile:
     @classmethod
     def _validate(cls, path: str, reader: GGUFReader) -> "DraftFile":
         metadata = read_metadata(reader)
-        arch = metadata.get("general.architecture")
-        if arch is None:
-            raise GGUFError(f"{path}: missing required key 'general.architecture'")
-        if not isinstance(arch, str):
-            raise GGUFError(f"{path}: key 'general.architecture' must be a string, got {arch!r}")
+        arch = read_architecture(path, metadata)
         if arch == TARGET_ARCH:
             raise GGUFError(f"{path}: is a qwen35 target model, not a DFlash draft (architecture 'qwen35')")
         if arch not in DRAFT_ARCHS:

@@ -25,6 +25,7 @@ from ..gguf_container import (
     TensorView,
     check_tensor,
     open_validated,
+    read_architecture,
     read_metadata,
     tensor_type_name,
     tensor_views,
@@ -151,11 +152,7 @@ class ModelFile:
     def _validate(cls, path: str, reader: GGUFReader) -> "ModelFile":
         metadata = read_metadata(reader)
 
-        arch = metadata.get("general.architecture")
-        if arch is None:
-            raise GGUFError(f"{path}: missing required key 'general.architecture'")
-        if not isinstance(arch, str):
-            raise GGUFError(f"{path}: key 'general.architecture' must be a string, got {arch!r}")
+        arch = read_architecture(path, metadata)
         if arch == "qwen35moe":
             raise GGUFError(
                 f"{path}: architecture 'qwen35moe' (the MoE sibling of qwen35) is not supported yet (expected qwen35)"

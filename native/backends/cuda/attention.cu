@@ -72,11 +72,11 @@ extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *posit
 /* ---- attention ----------------------------------------------------------------------------------- */
 
 static __device__ __forceinline__ float group_sum(float v) {
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, specla_shfl_xor(v, m));
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, SPECLA_SHFL_XOR(v, m));
     return v;
 }
 static __device__ __forceinline__ float group_max(float v) {
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, specla_shfl_xor(v, m));
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, SPECLA_SHFL_XOR(v, m));
     return v;
 }
 

@@ -157,7 +157,7 @@ extern "C" void cuda_dequantize(const backend *be, int32_t type, const void *src
 /* ---- norms ------------------------------------------------------------------------------------- */
 
 static __device__ __forceinline__ float group_sum(float v) {
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, specla_shfl_xor(v, m));
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, SPECLA_SHFL_XOR(v, m));
     return v;
 }
 

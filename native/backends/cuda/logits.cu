@@ -59,8 +59,8 @@ static __device__ __forceinline__ ranked better(ranked a, ranked b) { return ran
 static __device__ ranked block_best(ranked e, ranked *shared_entries) {
     for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) {
         ranked o;
-        o.v = specla_shfl_xor(e.v, m);
-        o.id = specla_shfl_xor(e.id, m);
+        o.v = SPECLA_SHFL_XOR(e.v, m);
+        o.id = SPECLA_SHFL_XOR(e.id, m);
         e = better(e, o);
     }
     if (threadIdx.x % SPECLA_WARP == 0) shared_entries[threadIdx.x / SPECLA_WARP] = e;
@@ -115,8 +115,8 @@ static __global__ void argmax_combine_kernel(const float *logits, int V, int n_c
     for (int c = lane; c < n_chunks; c += SPECLA_WARP) e = better(e, partial[(int64_t)r * n_chunks + c]);
     for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) {
         ranked o;
-        o.v = specla_shfl_xor(e.v, m);
-        o.id = specla_shfl_xor(e.id, m);
+        o.v = SPECLA_SHFL_XOR(e.v, m);
+        o.id = SPECLA_SHFL_XOR(e.id, m);
         e = better(e, o);
     }
     if (lane == 0) out[r] = argmax_answer(logits + (int64_t)r * V, e);
@@ -193,7 +193,7 @@ static __device__ void select_top_k(const Source &src, int n, int k, ranked *sha
 static __device__ void chunk_max_sum(const float *values, int n, double *shared_doubles, double *m_out, double *s_out) {
     float m = -INFINITY;
     for (int j = threadIdx.x; j < n; j += LOGIT_THREADS) m = fmaxf(m, values[j]); /* fmaxf drops NaN */
-    for (int o = SPECLA_WARP / 2; o > 0; o >>= 1) m = fmaxf(m, specla_shfl_xor(m, o));
+    for (int o = SPECLA_WARP / 2; o > 0; o >>= 1) m = fmaxf(m, SPECLA_SHFL_XOR(m, o));
     if (threadIdx.x % SPECLA_WARP == 0) shared_doubles[threadIdx.x / SPECLA_WARP] = m;
     __syncthreads();
     double max = -INFINITY;
@@ -204,7 +204,7 @@ static __device__ void chunk_max_sum(const float *values, int n, double *shared_
         const float x = values[j];
         if (x == x) s += exp((double)x - max);
     }
-    for (int o = SPECLA_WARP / 2; o > 0; o >>= 1) s += specla_shfl_xor(s, o);
+    for (int o = SPECLA_WARP / 2; o > 0; o >>= 1) s += SPECLA_SHFL_XOR(s, o);
     if (threadIdx.x % SPECLA_WARP == 0) shared_doubles[threadIdx.x / SPECLA_WARP] = s;
     __syncthreads();
     double sum = 0.0;

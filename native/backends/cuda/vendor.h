@@ -56,6 +56,4 @@
 #include <cuda_runtime.h>
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
 #endif
-/* the same shuffle under the name elementwise/attention/logits use */
-#define specla_shfl_xor(v, lane_mask) SPECLA_SHFL_XOR(v, lane_mask)
 #endif
