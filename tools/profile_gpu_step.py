@@ -25,20 +25,37 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--tokens", type=int, default=4)
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="tokens per step: 1 profiles decode, N > 1 a forward of N tokens (a verify batch)")
+    parser.add_argument("--depth", type=int, default=16, help="tokens already in the context before each step")
     args = parser.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.init()
     model = Model.load(args.model, device="cuda")
-    ctx = model.new_context(n_ctx=256, max_batch=16)
-    ctx.eval([1, 2, 3, 4, 5, 6, 7, 8])
+    if args.batch < 1 or args.depth < 8:
+        parser.error("--batch must be >= 1 and --depth >= 8")
+    ctx = model.new_context(n_ctx=args.depth + args.batch + args.tokens + 16, max_batch=max(16, args.batch))
+    fill = [(7 * i) % 1000 + 1 for i in range(args.depth)]
+    for i in range(0, args.depth, 64):
+        ctx.eval(fill[i:i + 64])
+    batch = [300 + i for i in range(args.batch)]
+
+    def step(t):
+        # decode: one token appended per step; a batch: N tokens at the depth, then back to it
+        if args.batch == 1:
+            ctx.eval_argmax([200 + t])
+        else:
+            ctx.eval_argmax(batch)
+            ctx.truncate(args.depth)
+
     for t in range(8):
-        ctx.eval_argmax([100 + t])
+        step(t)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for t in range(args.tokens):
-            ctx.eval_argmax([200 + t])
+            step(t)
         wall = (time.perf_counter() - t0) / args.tokens
     per_name = defaultdict(lambda: [0, 0.0])
     for event in prof.events():
@@ -46,11 +63,12 @@ def main(argv=None) -> int:
             per_name[event.name][0] += 1
             per_name[event.name][1] += event.device_time if hasattr(event, "device_time") else event.cuda_time
     kernel_us = sum(v[1] for v in per_name.values()) / args.tokens
-    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "mode": "decode-profile",
+    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "mode": "decode-profile" if args.batch == 1 else "batch-profile",
+             "batch": args.batch, "depth": args.depth,
              "wall_ms_per_token": round(wall * 1e3, 3), "kernel_ms_per_token": round(kernel_us / 1e3, 3),
              "kernels_per_token": sum(v[0] for v in per_name.values()) / args.tokens}]
     for name, (calls, us) in sorted(per_name.items(), key=lambda kv: -kv[1][1]):
-        rows.append({"mode": "decode-kernel", "kernel": name[:120], "calls_per_token": calls / args.tokens,
+        rows.append({"mode": "decode-kernel" if args.batch == 1 else "batch-kernel", "batch": args.batch, "kernel": name[:120], "calls_per_token": calls / args.tokens,
                      "us_per_token": round(us / args.tokens, 1), "mean_us": round(us / calls, 2),
                      "share_of_kernel_time": round(us / args.tokens / kernel_us, 4)})
     for row in rows[:40]:

@@ -18,7 +18,8 @@
 #
 # Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), GGML_CUDA=OFF (a CPU-only
-# llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps).
+# llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),
+# SKIP_PYTEST=1 (no GPU tests: a call that only measures).
 
 # The benchmark hook. Each entry is one shell command run from the repository root with:
 #   MODEL            the speed-only GGUF of step (c)
@@ -135,7 +136,11 @@ fi
 
 # (d) the GPU tests
 RESERVE_S=170
+if [ "${SKIP_PYTEST:-0}" = 1 ]; then
+  log "SKIP pytest -m gpu: SKIP_PYTEST=1"; SUMMARY+=("pytest -m gpu: skipped (SKIP_PYTEST=1)")
+else
 step "pytest -m gpu" 180 "$OUT/pytest-gpu.log" python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider
+fi
 
 if [ -n "$MODEL_PID" ]; then
   log "waiting for the model writer"
