@@ -20,8 +20,8 @@
  *   - segment partials are merged in segment order starting from (m = -inf, l = 0, acc = 0) by
  *     merge_scales (the same function in both launch shapes), and out = acc / l.
  * Two launch shapes compute exactly these operations: SPLIT (flash-decoding: blocks own segments,
- * write partials to the workspace; a second kernel merges them in segment order) when the launch
- * would otherwise leave the GPU idle and the workspace is large enough, else UNSPLIT (one block
+ * write partials to the workspace; a second kernel merges them in segment order) whenever the
+ * sequence has more than one segment and the workspace holds the partials, else UNSPLIT (one block
  * walks all segments of its query and merges as it goes). Since a partial written to memory and read
  * back is the same float, both shapes give identical bits and the choice may depend on T freely.
  *
@@ -38,7 +38,9 @@
 #define ATT_THREADS 128
 #define ATT_GROUPS (ATT_THREADS / SPECLA_WARP)
 #define ATT_TILE 64   /* rows per tile: 2 per lane in the softmax step */
-#define ATT_SEG 1024  /* rows per segment (a multiple of ATT_TILE) */
+#define ATT_SEG 128   /* rows per segment (a multiple of ATT_TILE): at depth 4096 a decode query has 32
+                       * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
+                       * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
 #define ATT_MAX_G 8   /* query heads per block */
 #define ATT_V_BATCH 8 /* V rows whose loads are issued together */
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
@@ -328,13 +330,11 @@ static void launch_attention(const backend *be, const char *name, const float *q
     const float scale = 1.0f / sqrtf((float)D);
     const int G = nh / nkv, n_hgroups = (G + ATT_MAX_G - 1) / ATT_MAX_G;
     const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
-    const int64_t blocks = (int64_t)T * nkv * n_hgroups;
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
     const size_t need = split_workspace_bytes(T, nh, D, n_seg_max);
-    const int sm = cb->sm_count > 0 ? cb->sm_count : 1;
-    if (n_seg_max > 1 && blocks < sm && cb->workspace && need <= cb->workspace_bytes) {
-        int seg_blocks = (int)((2 * sm + blocks - 1) / blocks);
-        if (seg_blocks > n_seg_max) seg_blocks = n_seg_max;
+    if (n_seg_max > 1 && cb->workspace && need <= cb->workspace_bytes) {
+        /* one block per segment: the serial walk of a block is ATT_SEG rows whatever the depth */
+        const int seg_blocks = n_seg_max;
         float *part_acc = (float *)cb->workspace;
         float *part_ml = part_acc + (size_t)T * nh * n_seg_max * D;
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)T * nh * n_seg_max * 2);
