@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     for i in range(0, args.depth, 64):
         ctx.eval(fill[i:i + 64])
     batch = [300 + i for i in range(args.batch)]
+    if args.batch > 1:
+        ctx.save_state()  # the recurrent layers roll back only to a saved position
 
     def step(t):
         # decode: one token appended per step; a batch: N tokens at the depth, then back to it

@@ -1,0 +1,31 @@
+"""A short forward workload for Nsight Compute: loads a model on the CUDA backend, fills a few
+positions, then runs one decode token and one forward of --batch tokens, so that
+`ncu -k regex:NAME -c N python3 tools/device/ncu_step.py --model M` reports the kernels of both.
+
+    ncu --clock-control none -k regex:mm_ -c 6 --section SpeedOfLight \\
+        python3 tools/device/ncu_step.py --model 27b.gguf --batch 23"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from pyspecla import Model  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--batch", type=int, default=23)
+    args = parser.parse_args(argv)
+    model = Model.load(args.model, device="cuda")
+    ctx = model.new_context(n_ctx=256, max_batch=max(16, args.batch), recorded_steps=False)
+    ctx.eval([1, 2, 3, 4, 5, 6, 7, 8])
+    ctx.eval_argmax([9])
+    ctx.eval_argmax([300 + i for i in range(args.batch)])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
