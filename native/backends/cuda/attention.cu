@@ -42,7 +42,9 @@
                        * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
                        * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
 #define ATT_MAX_G 8   /* query heads per block */
-#define ATT_V_BATCH 8 /* V rows whose loads are issued together */
+#define ATT_V_BATCH 16 /* V rows whose loads are issued together */
+#define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
+#define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
@@ -123,26 +125,40 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
         const int tile_n = min(ATT_TILE, seg_end - tile);
         if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
         __syncthreads();
-        /* scores: group grp takes rows grp, grp + 4, ... */
-        for (int i = grp; i < tile_n; i += ATT_GROUPS) {
-            const float *kr = k_cache + (int64_t)sh.rows[i] * row_stride + (int64_t)kvh * D;
-            float kv[ATT_DIMS_PER_LANE];
+        /* scores: group grp takes rows grp, grp + 4, ..., ATT_K_BATCH of them at a time (their K
+         * loads in flight together); each (row, head) dot is the same fmaf chain and butterfly */
+        for (int i0 = grp; i0 < tile_n; i0 += ATT_GROUPS * ATT_K_BATCH) {
+            float kv[ATT_K_BATCH][ATT_DIMS_PER_LANE];
 #pragma unroll
-            for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
-                const int d = lane + SPECLA_WARP * j;
-                kv[j] = d < D ? kr[d] : 0.0f;
+            for (int u = 0; u < ATT_K_BATCH; u++) {
+                const int i = i0 + ATT_GROUPS * u;
+                const float *kr = k_cache + (int64_t)sh.rows[i < tile_n ? i : i0] * row_stride + (int64_t)kvh * D;
+#pragma unroll
+                for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                    const int d = lane + SPECLA_WARP * j;
+                    kv[u][j] = i < tile_n && d < D ? kr[d] : 0.0f;
+                }
             }
 #pragma unroll
             for (int g = 0; g < ATT_MAX_G; g++) {
                 if (g >= ng) break;
-                float dot = 0.0f;
+                float dot[ATT_K_BATCH];
 #pragma unroll
-                for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
-                    const int d = lane + SPECLA_WARP * j;
-                    if (d < D) dot = fmaf(sh.q[g * D + d], kv[j], dot);
+                for (int u = 0; u < ATT_K_BATCH; u++) {
+                    dot[u] = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                        const int d = lane + SPECLA_WARP * j;
+                        if (d < D) dot[u] = fmaf(sh.q[g * D + d], kv[u][j], dot[u]);
+                    }
                 }
-                dot = group_sum(dot);
-                if (lane == 0) sh.p[g][i] = __fmul_rn(dot, scale);
+#pragma unroll
+                for (int u = 0; u < ATT_K_BATCH; u++) dot[u] = group_sum(dot[u]);
+                if (lane == 0) {
+#pragma unroll
+                    for (int u = 0; u < ATT_K_BATCH; u++)
+                        if (i0 + ATT_GROUPS * u < tile_n) sh.p[g][i0 + ATT_GROUPS * u] = __fmul_rn(dot[u], scale);
+                }
             }
         }
         __syncthreads();
@@ -209,10 +225,12 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
 static __global__ void __launch_bounds__(ATT_THREADS, 1)
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
                      const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, float scale,
-                     int seg_blocks, int n_seg_max, float *part_acc, float *part_ml, int32_t *part_rows, float *out) {
+                     int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
+                     float *out) {
     __shared__ att_shared sh;
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
-    const int t = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
+    /* query t of the whole call; tp indexes the partials of this launch's queries t0 .. */
+    const int t = blockIdx.z + t0, tp = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * ATT_MAX_G, ng = min(ATT_MAX_G, G - hg * ATT_MAX_G);
     int32_t *chain = tree_shared + T;
     if (parents) {
@@ -230,20 +248,22 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         sh.n_rows = positions[t] + 1;
         sh.n_direct = sh.n_rows;
     }
+    __syncthreads();
+    const int n_seg = (sh.n_rows + ATT_SEG - 1) / ATT_SEG;
+    if (seg_blocks > 0 && (int)blockIdx.x >= n_seg) return; /* a segment past this query's rows */
     for (int i = tid; i < ng * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
     if (tid < ATT_MAX_G) sh.M[tid] = -INFINITY, sh.L[tid] = 0.0f;
     __syncthreads();
-    const int n_seg = (sh.n_rows + ATT_SEG - 1) / ATT_SEG;
     float acc[ATT_MAX_G][ATT_DIMS_PER_THREAD];
 
     if (seg_blocks > 0) {
-        if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[t] = sh.n_rows;
+        if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
             segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 #pragma unroll
             for (int g = 0; g < ATT_MAX_G; g++) {
                 if (g >= ng) break;
-                const int64_t slot = ((int64_t)t * nh + head0 + g) * n_seg_max + seg;
+                const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
                 if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
 #pragma unroll
                 for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
@@ -282,22 +302,39 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         }
 }
 
-/* SPLIT's second kernel: block (h, t) merges query t's segment partials of head h in segment order. */
-static __global__ void __launch_bounds__(ATT_THREADS)
+/* SPLIT's second kernel: block (h, tp, dim chunk) merges query t0 + tp's segment partials of head h in
+ * segment order. The (m, l) chain (merge_scales, sequential by definition) runs once per block in
+ * thread 0 into shared memory; then each thread folds its dimension's partials in segment order
+ * with their loads ATT_MERGE_BATCH at a time in flight. Dynamic shared memory: 2 * n_seg_max floats. */
+#define ATT_MERGE_THREADS 64
+#define ATT_MERGE_BATCH 8
+static __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     attention_merge_kernel(const float *part_acc, const float *part_ml, const int32_t *part_rows, int nh, int D,
-                           int n_seg_max, float *out) {
-    const int h = blockIdx.x, t = blockIdx.y;
-    const int n_seg = (part_rows[t] + ATT_SEG - 1) / ATT_SEG;
-    const int64_t slot0 = ((int64_t)t * nh + h) * n_seg_max;
-    for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
-        float M = -INFINITY, L = 0.0f, total = 0.0f;
-        for (int seg = 0; seg < n_seg; seg++) {
-            float a, b;
-            merge_scales(M, L, part_ml[2 * (slot0 + seg)], part_ml[2 * (slot0 + seg) + 1], &M, &L, &a, &b);
-            total = fmaf(part_acc[(slot0 + seg) * D + d], b, __fmul_rn(total, a));
-        }
-        out[((int64_t)t * nh + h) * D + d] = __fdiv_rn(total, L);
+                           int n_seg_max, int t0, float *out) {
+    extern __shared__ float merge_shared[]; /* a [n_seg_max], b [n_seg_max] */
+    __shared__ float L_final;
+    const int h = blockIdx.x, tp = blockIdx.y, d = blockIdx.z * ATT_MERGE_THREADS + threadIdx.x;
+    const int n_seg = (part_rows[tp] + ATT_SEG - 1) / ATT_SEG;
+    const int64_t slot0 = ((int64_t)tp * nh + h) * n_seg_max;
+    float *sa = merge_shared, *sb = merge_shared + n_seg_max;
+    if (threadIdx.x == 0) {
+        float M = -INFINITY, L = 0.0f;
+        for (int seg = 0; seg < n_seg; seg++)
+            merge_scales(M, L, part_ml[2 * (slot0 + seg)], part_ml[2 * (slot0 + seg) + 1], &M, &L, &sa[seg], &sb[seg]);
+        L_final = L;
     }
+    __syncthreads();
+    if (d >= D) return;
+    float total = 0.0f;
+    for (int s0 = 0; s0 < n_seg; s0 += ATT_MERGE_BATCH) {
+        float v[ATT_MERGE_BATCH];
+#pragma unroll
+        for (int j = 0; j < ATT_MERGE_BATCH; j++) v[j] = s0 + j < n_seg ? part_acc[(slot0 + s0 + j) * D + d] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_MERGE_BATCH; j++)
+            if (s0 + j < n_seg) total = fmaf(v[j], sb[s0 + j], __fmul_rn(total, sa[s0 + j]));
+    }
+    out[((int64_t)(t0 + tp) * nh + h) * D + d] = __fdiv_rn(total, L_final);
 }
 
 static __global__ void fill_nan_kernel(float *out, int64_t n) {
@@ -313,7 +350,8 @@ static size_t split_workspace_bytes(int T, int nh, int D, int n_seg_max) {
 
 extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
     if (l->attn_heads <= 0 || l->attn_head_dim <= 0) return 0;
-    return split_workspace_bytes(l->max_rows, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
+    const int queries = l->max_rows < ATT_SPLIT_QUERIES ? l->max_rows : ATT_SPLIT_QUERIES;
+    return split_workspace_bytes(queries, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
 }
 
 static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
@@ -331,24 +369,30 @@ static void launch_attention(const backend *be, const char *name, const float *q
     const int G = nh / nkv, n_hgroups = (G + ATT_MAX_G - 1) / ATT_MAX_G;
     const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
-    const size_t need = split_workspace_bytes(T, nh, D, n_seg_max);
-    if (n_seg_max > 1 && cb->workspace && need <= cb->workspace_bytes) {
-        /* one block per segment: the serial walk of a block is ATT_SEG rows whatever the depth */
-        const int seg_blocks = n_seg_max;
+    const int split_queries = T < ATT_SPLIT_QUERIES ? T : ATT_SPLIT_QUERIES;
+    const size_t need = split_workspace_bytes(split_queries, nh, D, n_seg_max);
+    const size_t merge_shared_bytes = 2 * sizeof(float) * (size_t)n_seg_max;
+    if (n_seg_max > 1 && cb->workspace && need <= cb->workspace_bytes && merge_shared_bytes <= 48 * 1024) {
+        /* one block per segment (the serial walk of a block is ATT_SEG rows whatever the depth), in
+         * launches of at most ATT_SPLIT_QUERIES queries that reuse the workspace in stream order */
         float *part_acc = (float *)cb->workspace;
-        float *part_ml = part_acc + (size_t)T * nh * n_seg_max * D;
-        int32_t *part_rows = (int32_t *)(part_ml + (size_t)T * nh * n_seg_max * 2);
-        attention_kernel<<<dim3(seg_blocks, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
-            q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, seg_blocks, n_seg_max,
-            part_acc, part_ml, part_rows, out);
-        cuda_note_launch(be, name);
-        attention_merge_kernel<<<dim3(nh, T), ATT_THREADS, 0, cuda_stream(be)>>>(part_acc, part_ml, part_rows, nh, D,
-                                                                                n_seg_max, out);
-        cuda_note_launch(be, name);
+        float *part_ml = part_acc + (size_t)split_queries * nh * n_seg_max * D;
+        int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
+        for (int t0 = 0; t0 < T; t0 += split_queries) {
+            const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
+            attention_kernel<<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
+                q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, n_seg_max, n_seg_max,
+                t0, part_acc, part_ml, part_rows, out);
+            cuda_note_launch(be, name);
+            attention_merge_kernel<<<dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS), ATT_MERGE_THREADS,
+                                     merge_shared_bytes, cuda_stream(be)>>>(part_acc, part_ml, part_rows, nh, D,
+                                                                            n_seg_max, t0, out);
+            cuda_note_launch(be, name);
+        }
         return;
     }
     attention_kernel<<<dim3(1, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
-        q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, NULL, NULL, NULL,
+        q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL, NULL,
         out);
     cuda_note_launch(be, name);
 }
