@@ -64,6 +64,7 @@ enum { MAX_BATCH = 64 };
 struct Options {
     bool host_model = false, quick = false, check = true, bench = true, self_test = false, overlap = true;
     std::string json, commit = "unknown";
+    std::vector<int> batches; /* --batches: the benchmark's token counts (default kBenchBatches) */
     int oracle_kernels = SPECLA_CPU_SCALAR;
 };
 static Options g_opt;
@@ -873,7 +874,8 @@ static void run_bench() {
         exit(2);
     }
     printf("  %-11s %-5s %6s %6s  %8s", "matrix", "type", "ne0", "ne1", "MB");
-    for (int n : kBenchBatches) printf("  n=%-2d us (GB/s)", n);
+    if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
+    for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);
     printf("\n");
     Rng r(12345);
     for (const BenchShape &bs : kBench) {
@@ -902,7 +904,7 @@ static void run_bench() {
         CK(cudaEventCreate(&e1));
         printf("  %-11s %-5s %6d %6d  %8.1f", bs.name, type_name(bs.type), bs.ne0, bs.ne1, weight_bytes / 1e6);
         double us1 = 0;
-        for (int n_batch : kBenchBatches) {
+        for (int n_batch : g_opt.batches) {
             std::vector<double> t;
             for (int pass = 0; pass < 22; pass++) {
                 CK(cudaEventRecord(e0));
@@ -927,9 +929,10 @@ static void run_bench() {
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
                         "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
-                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d}\n",
+                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"target_units\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
-                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us / us1, g_opt.overlap ? 1 : 0);
+                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
+                        g_opt.overlap ? 1 : 0, MM_TARGET_UNITS);
         }
         printf("\n");
         fflush(stdout);
@@ -945,7 +948,7 @@ static void run_bench() {
 static void usage(const char *msg) {
     fprintf(stderr,
             "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
-            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap]\n",
+            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap] [--batches 1,2,..]\n",
             msg);
     exit(2);
 }
@@ -961,6 +964,17 @@ int main(int argc, char **argv) {
         else if (a == "--no-overlap") g_opt.overlap = false;
         else if (a == "--json" && i + 1 < argc) g_opt.json = argv[++i];
         else if (a == "--commit" && i + 1 < argc) g_opt.commit = argv[++i];
+        else if (a == "--batches" && i + 1 < argc) {
+            g_opt.batches.clear();
+            for (const char *c = argv[++i]; *c;) {
+                char *end;
+                const long v = strtol(c, &end, 10);
+                if (end == c || v < 1 || v > MAX_BATCH) usage("--batches takes a comma-separated list of 1..64");
+                g_opt.batches.push_back((int)v);
+                c = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') usage("--batches takes a comma-separated list of 1..64");
+            }
+        }
         else if (a == "--oracle-kernels" && i + 1 < argc) {
             g_opt.oracle_kernels = atoi(argv[++i]);
             if (g_opt.oracle_kernels < 0 || g_opt.oracle_kernels > 3) usage("--oracle-kernels takes 0..3");

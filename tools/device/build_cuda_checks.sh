@@ -21,7 +21,9 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$root" -B "$build/lib" "${generator[@]}" -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >"$build/cmake.log"
 cmake --build "$build/lib" -j "$(nproc)" >>"$build/cmake.log"
 lib="$build/lib/native"
-if ! nvcc -O3 -std=c++20 -arch="sm_$sm" -Xptxas -v -Xcompiler -fopenmp,-ffp-contract=off \
+# EXTRA_NVCC_FLAGS: e.g. -DMM_TARGET_UNITS=4096 to try another matmul plan (it changes the order)
+# shellcheck disable=SC2086
+if ! nvcc -O3 -std=c++20 -arch="sm_$sm" ${EXTRA_NVCC_FLAGS:-} -Xptxas -v -Xcompiler -fopenmp,-ffp-contract=off \
     -I"$root/native/backends/cuda" -I"$root/native/common" -I"$root/native/include" \
     "$root/tools/cuda_matmul_check.cu" "$root/native/backends/cuda/matmul.cu" \
     -L"$lib" -lspecla -Xlinker -rpath="$lib" -o "$build/cuda_matmul_check" 2>"$build/ptxas.txt"; then

@@ -262,6 +262,10 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->pub.device = device;
     ci->pub.limits = *limits;
     cudaDeviceGetAttribute(&ci->pub.sm_count, cudaDevAttrMultiProcessorCount, device);
+    /* SPECLA_CUDA_PDL=1 turns on the matmul's programmatic dependent launches (matmul.cu), off by
+     * default until a benchmark shows them paying under graph replay; the bits are the same. */
+    const char *pdl = getenv("SPECLA_CUDA_PDL");
+    if (pdl && *pdl) cuda_matmul_set_overlap(pdl[0] == '1');
     if (cudaStreamCreateWithFlags(&ci->pub.stream, cudaStreamNonBlocking) != cudaSuccess) {
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);

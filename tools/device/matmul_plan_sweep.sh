@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Device experiment: the isolated matmul benchmark (tools/cuda_matmul_check.cu, no checks) built
+# with several MM_TARGET_UNITS (the plan's work-unit target: it sets the chunk count per matrix,
+# hence the summation order, and the tail of the last wave of warps). Rows to OUT (JSON lines,
+# each carrying target_units), tables to stdout.
+#
+#   bash tools/device/matmul_plan_sweep.sh OUT.jsonl COMMIT "1024 2048 4096 8192" [BATCHES]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:?OUT.jsonl}; commit=${2:?COMMIT}; units=${3:-"1024 2048 4096 8192"}; batches=${4:-1,23}
+# the CPU library once; each variant builds only the checker
+for u in $units; do
+  build=$HOME/cuda-check-$u
+  EXTRA_NVCC_FLAGS="-DMM_TARGET_UNITS=$u" bash "$root/tools/device/build_cuda_checks.sh" "$build" 90 > "$build.log" 2>&1 &
+done
+wait
+for u in $units; do
+  build=$HOME/cuda-check-$u
+  if [ -x "$build/cuda_matmul_check" ]; then
+    echo "=== MM_TARGET_UNITS=$u"
+    "$build/cuda_matmul_check" --no-check --batches "$batches" --json "$build/rows.jsonl" --commit "$commit" && cat "$build/rows.jsonl" >> "$out"
+  else
+    echo "=== MM_TARGET_UNITS=$u: build failed"; tail -5 "$build.log"
+  fi
+done
