@@ -932,7 +932,7 @@ static void run_bench() {
                         "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"target_units\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
-                        g_opt.overlap ? 1 : 0, MM_TARGET_UNITS);
+                        g_opt.overlap ? 1 : 0, mm_target_units(bs.type));
         }
         printf("\n");
         fflush(stdout);

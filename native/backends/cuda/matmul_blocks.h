@@ -248,8 +248,18 @@ MM_HD int mm_act_kind(int32_t type) {
  * that a matrix with few rows still spreads over every SM, and never splits a block. It never looks
  * at n_batch, the device or the group a matrix is launched with. */
 #ifndef MM_TARGET_UNITS
-#define MM_TARGET_UNITS 2048 /* a build may try others (-DMM_TARGET_UNITS=4096): it changes the order */
+#define MM_TARGET_UNITS 2048 /* the largest per-type target below; a build may try one value for every
+                              * type (-DMM_TARGET_UNITS=4096): it changes the order */
+#define MM_TARGET_UNITS_Q4_K 1024
+#else
+#define MM_TARGET_UNITS_Q4_K MM_TARGET_UNITS
 #endif
+/* Q4_K asks for half the units: on the H200 (27B shapes, n = 1, tools/device/matmul_plan_sweep.sh)
+ * 1024 ran ffn_up in 20.4 us against 23.7 at 2048 and attn_q in 15.9 against 18.5, while the Q6_K
+ * matrices were slower at 1024 (ffn_down 35.6 against 29.8 us); see docs/perf.md. */
+MM_HD int mm_target_units(int32_t type) {
+    return type == SPECLA_TYPE_Q4_K ? MM_TARGET_UNITS_Q4_K : MM_TARGET_UNITS;
+}
 typedef struct mm_plan {
     int n_blocks;     /* blocks (units of mm_unit_elements) per row */
     int row_groups;   /* ceil(ne1 / 32) */
@@ -261,7 +271,7 @@ MM_HD mm_plan mm_plan_for(int32_t type, int32_t ne0, int32_t ne1) {
     mm_plan p;
     p.n_blocks = ne0 / mm_unit_elements(type);
     p.row_groups = (ne1 + MM_GROUP_ROWS - 1) / MM_GROUP_ROWS;
-    int c = (MM_TARGET_UNITS + p.row_groups - 1) / p.row_groups;
+    int c = (mm_target_units(type) + p.row_groups - 1) / p.row_groups;
     if (c > p.n_blocks) c = p.n_blocks;
     if (c < 1) c = 1;
     p.chunk_blocks = (p.n_blocks + c - 1) / c;
@@ -269,7 +279,8 @@ MM_HD mm_plan mm_plan_for(int32_t type, int32_t ne0, int32_t ne1) {
     return p;
 }
 /* Upper bound of n_chunks * 32 * row_groups over all shapes with n_chunks > 1 (the partial sums a
- * token needs): row_groups * n_chunks <= row_groups * (TARGET / row_groups + 1) <= 2 * TARGET. */
+ * token needs): row_groups * n_chunks <= row_groups * (TARGET / row_groups + 1) <= 2 * TARGET, with
+ * MM_TARGET_UNITS the largest per-type target. */
 #define MM_MAX_PARTIALS_PER_TOKEN (2 * MM_TARGET_UNITS * MM_GROUP_ROWS)
 /* counters: one per row group of a split matrix (row_groups < TARGET when n_chunks > 1) */
 #define MM_MAX_COUNTERS MM_TARGET_UNITS
