@@ -1,14 +1,15 @@
 /* Check and benchmark of the CUDA matmul (native/backends/cuda/matmul.cu) against the CPU oracle.
  *
  *   cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] [--self-test]
- *                     [--json PATH] [--commit HASH] [--oracle-kernels N] [--no-overlap]
+ *                     [--json PATH] [--commit HASH] [--oracle-kernels N] [--no-overlap] [--tensor-cores M]
  *
  * Check (default on): for every supported type and a set of shapes (odd row counts, one block up to
  * 17408 inputs), seeded random valid weight blocks and activations:
  *   (1) every output element is written (y is poisoned with NaN first) and finite;
  *   (2) every row is bit-identical to the n_batch = 1 run of the same input row, for n_batch in
- *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with the int8 tensor-core kernel (the default for 2+
- *       tokens on the 8-bit types) and with the dp4a kernel alone, and a group launch gives the
+ *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with each kernel choice of cuda_matmul_set_tensor_cores
+ *       (the default: the staged int8 tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other
+ *       8-bit types; the per-warp one for all; the dp4a kernel alone), and a group launch gives the
  *       bits of separate calls;
  *   (3) |gpu - cpu| <= bound * sum_i |w_i x_i| per element against specla_op_matmul (the CPU oracle,
  *       scalar kernels unless --oracle-kernels says otherwise), the bound per type printed below;
@@ -23,12 +24,14 @@
  * batch-invariance checks are then true by construction, and the group test is skipped.
  * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
  * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
- * MMA (check_mma_emulation) and compares it bit for bit with the host model.
+ * MMA (check_mma_emulation) and compares it bit for bit with the host model; the same for the staged
+ * kernel (matmul_tile.cuh, Q4_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own).
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
  * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
- * launch (cuda_matmul_set_overlap(0)) for the whole run, to measure what it gains. */
+ * launch (cuda_matmul_set_overlap(0)) for the whole run, to measure what it gains; --tensor-cores M
+ * benchmarks kernel choice M (0 dp4a, 1 staged = the default, 2 per-warp) for 2+ tokens. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -46,6 +49,7 @@
 #include "cuda_matmul.h"
 #include "matmul_launch.h"
 #include "matmul_mma.cuh"
+#include "matmul_tile.cuh"
 #include "specla.h"
 
 #define CK(call)                                                                                                    \
@@ -66,6 +70,7 @@ struct Options {
     std::string json, commit = "unknown";
     std::vector<int> batches; /* --batches: the benchmark's token counts (default kBenchBatches) */
     int oracle_kernels = SPECLA_CPU_SCALAR;
+    int tc_mode = CUDA_MATMUL_TC_STAGED; /* --tensor-cores: the kernel choice the benchmark runs */
 };
 static Options g_opt;
 
@@ -249,6 +254,7 @@ struct HostActs {
     std::vector<int8_t> codes;
     std::vector<float> scales;
     std::vector<int16_t> bsums;
+    std::vector<uint8_t> minops; /* Q8_K: mm_min_operands per block */
 };
 
 static HostActs host_quantize(int kind, const float *x, int n_batch, int n) {
@@ -257,12 +263,14 @@ static HostActs host_quantize(int kind, const float *x, int n_batch, int n) {
     a.codes.resize((size_t)n_batch * n);
     a.scales.resize((size_t)n_batch * (n / unit));
     a.bsums.resize((size_t)n_batch * (n / 16));
+    a.minops.resize(kind == MM_ACT_Q8_K ? (size_t)n_batch * (n / 256) * 16 : 0);
     for (int b = 0; b < n_batch; b++)
         for (int k = 0; k < n / unit; k++) {
             const size_t e = (size_t)b * n + (size_t)k * unit, blk = (size_t)b * (n / unit) + k;
-            if (kind == MM_ACT_Q8_K)
+            if (kind == MM_ACT_Q8_K) {
                 mm_quantize_q8_k_block(x + e, a.codes.data() + e, &a.scales[blk], a.bsums.data() + blk * 16);
-            else
+                mm_min_operands(a.bsums.data() + blk * 16, a.minops.data() + blk * 16);
+            } else
                 mm_quantize_q8_0_block(x + e, a.codes.data() + e, &a.scales[blk]);
         }
     return a;
@@ -289,6 +297,7 @@ static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, cons
     if (kind != MM_ACT_FLOAT) a = host_quantize(kind, x, n_batch, ne0);
     mm_acts act;
     act.x = x, act.codes = a.codes.data(), act.scales = a.scales.data(), act.bsums = a.bsums.data();
+    act.minops = a.minops.data();
 #pragma omp parallel for schedule(dynamic)
     for (int o = 0; o < ne1; o++) {
         const int rg = o / MM_GROUP_ROWS, lane = o % MM_GROUP_ROWS;
@@ -338,7 +347,8 @@ struct MmaEmulation {
     uint32_t in[32][3];
 };
 static MmaEmulation g_mma;
-static bool g_mma_fault = false; /* --self-test: the emulated MMA swaps the rows g and g + 8 */
+/* --self-test: the emulated m16n8k16 (1) or m16n8k32 (2) swaps the rows g and g + 8 */
+static int g_mma_fault = 0;
 
 void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
     g_mma.in[lane][0] = a0, g_mma.in[lane][1] = a1, g_mma.in[lane][2] = b0;
@@ -346,7 +356,7 @@ void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, in
     const int g = lane >> 2, t = lane & 3;
     for (int tt = 0; tt < 4; tt++) {
         int32_t a_row_g = (int32_t)g_mma.in[4 * g + tt][0], a_row_g8 = (int32_t)g_mma.in[4 * g + tt][1];
-        if (g_mma_fault) std::swap(a_row_g, a_row_g8);
+        if (g_mma_fault == 1) std::swap(a_row_g, a_row_g8);
         const int32_t b_col0 = (int32_t)g_mma.in[4 * (2 * t) + tt][2], b_col1 = (int32_t)g_mma.in[4 * (2 * t + 1) + tt][2];
         c[0] = mm_dot4(a_row_g, b_col0, c[0]);
         c[1] = mm_dot4(a_row_g, b_col1, c[1]);
@@ -355,6 +365,35 @@ void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, in
     }
     g_mma.barrier->arrive_and_wait(); /* nobody overwrites `in` before all have read it */
 }
+
+/* m16n8k32 .s8 with the PTX layout (A: lane (g, t) holds row g k 4t..4t+3, row g + 8 the same k, row g
+ * k 16+4t.., row g + 8 k 16+4t..; B: k 4t..4t+3 and k 16+4t.. of column g; C as k16), computed from
+ * the 32 lanes' registers on its own (not through the k16 emulation). */
+static uint32_t g_mma32_in[32][6];
+void mm_mma_k32_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                         int lane) {
+    const uint32_t in[6] = {a0, a1, a2, a3, b0, b1};
+    memcpy(g_mma32_in[lane], in, sizeof in);
+    g_mma.barrier->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = (i >> 1) ? g + 8 : g, col = 2 * t + (i & 1);
+        int32_t acc = c[i];
+        for (int k = 0; k < 32; k++) {
+            /* A element (row, k): lane 4 (row % 8) + (k % 16) / 4, register (k / 16) * 2 + row / 8, byte k % 4 */
+            const uint32_t *al = g_mma32_in[4 * (row % 8) + (k % 16) / 4];
+            int ar = (k / 16) * 2 + row / 8;
+            if (g_mma_fault == 2) ar ^= 1; /* --self-test: rows g and g + 8 swapped */
+            const int8_t av = (int8_t)(al[ar] >> (8 * (k % 4)));
+            /* B element (k, col): lane 4 col + (k % 16) / 4, register 4 + k / 16, byte k % 4 */
+            const int8_t bv = (int8_t)(g_mma32_in[4 * col + (k % 16) / 4][4 + k / 16] >> (8 * (k % 4)));
+            acc += (int32_t)av * (int32_t)bv;
+        }
+        c[i] = acc;
+    }
+    g_mma.barrier->arrive_and_wait();
+}
+void mm_cta_sync_emulated(void) { g_mma.barrier->arrive_and_wait(); }
 
 template <int TYPE, int NTILES>
 static void emulate_units(const mm_launch_args &args) {
@@ -395,6 +434,7 @@ static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int n
     m.n_chunks = p.n_chunks, m.unit_begin = 0;
     args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
     args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
+    args.act.minops = a.minops.data();
     switch (type) {
     case SPECLA_TYPE_Q8_0: emulate_dispatch<SPECLA_TYPE_Q8_0>(args); break;
     case SPECLA_TYPE_Q4_0: emulate_dispatch<SPECLA_TYPE_Q4_0>(args); break;
@@ -402,6 +442,65 @@ static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int n
     case SPECLA_TYPE_Q4_K: emulate_dispatch<SPECLA_TYPE_Q4_K>(args); break;
     case SPECLA_TYPE_Q6_K: emulate_dispatch<SPECLA_TYPE_Q6_K>(args); break;
     default: fprintf(stderr, "cuda_matmul_check: no tensor-core kernel for %s\n", type_name(type)), exit(2);
+    }
+    if (p.n_chunks > 1)
+        for (int b = 0; b < n_batch; b++)
+            for (int o = 0; o < ne1; o++) {
+                const float *q = partials.data() + (size_t)b * p.n_chunks * rows_padded + o;
+                float s = q[0];
+                for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+                y[(size_t)b * ne1 + o] = s;
+            }
+}
+
+/* The staged kernel's code (matmul_tile.cuh) on 32 host threads: every CTA's 4 warps one after the
+ * other, each with its own staging (nthreads 32), then the split-K sums in chunk order. */
+template <int TYPE, int NT>
+static void emulate_tile_ctas(const mm_launch_args &args) {
+    std::barrier<> barrier(32);
+    g_mma.barrier = &barrier;
+    std::vector<uint8_t> smem(2 * mm_tile_buf_bytes<TYPE>(8 * NT) + 16);
+    uint8_t *buf = smem.data() + (16 - (uintptr_t)smem.data() % 16) % 16;
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 32; lane++)
+        lanes.emplace_back([&args, lane, buf] {
+            for (int cta = 0; cta < args.n_ctas; cta++)
+                for (int warp = 0; warp < 4; warp++) mm_tile_cta<TYPE, NT>(args, cta, warp, lane, lane, 32, buf);
+        });
+    for (auto &th : lanes) th.join();
+    g_mma.barrier = nullptr;
+}
+
+template <int TYPE>
+static void emulate_tile_dispatch(const mm_launch_args &args) { /* the tile count matmul.cu picks */
+    switch (mm_tile_tiles<TYPE>(args.n_batch)) {
+    case 1: emulate_tile_ctas<TYPE, 1>(args); break;
+    case 2: emulate_tile_ctas<TYPE, 2>(args); break;
+    case 3: emulate_tile_ctas<TYPE, mm_tile_traits<TYPE>::max_tiles < 3 ? 1 : 3>(args); break;
+    default: emulate_tile_ctas<TYPE, mm_tile_traits<TYPE>::max_tiles < 4 ? 1 : 4>(args); break;
+    }
+}
+
+static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
+                                float *y) {
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    const HostActs a = host_quantize(mm_act_kind(type), x, n_batch, ne0);
+    const int64_t rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
+    std::vector<float> partials((size_t)n_batch * p.n_chunks * rows_padded, NAN);
+    mm_launch_args args;
+    memset(&args, 0, sizeof args);
+    mm_mat_args &m = args.mat[0];
+    m.w = prep, m.y = y, m.partials = partials.data(), m.counters = nullptr;
+    m.ne1 = ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups, m.chunk_blocks = p.chunk_blocks;
+    m.n_chunks = p.n_chunks, m.unit_begin = 0, m.cta_begin = 0;
+    args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
+    args.n_ctas = mm_tile_ctas(p.row_groups, p.n_chunks);
+    args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
+    args.act.minops = a.minops.data();
+    switch (type) {
+    case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+    case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+    default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
     }
     if (p.n_chunks > 1)
         for (int b = 0; b < n_batch; b++)
@@ -422,9 +521,13 @@ static void check_mma_emulation(bool one_type = false) {
     uint64_t seed = 5000;
     for (int32_t type : types) {
         const int unit = mm_unit_elements(type);
-        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}};
+        /* the last shape's plan has chunks of 2 blocks (34 chunks x 31 row groups): the kernels'
+         * prefetch and double buffering across blocks; only 23 tokens there (it is the slow one) */
+        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}, {5 * unit, 70}, {68 * unit, 990}};
         for (const auto &sh : shapes) {
             const int ne0 = sh[0], ne1 = sh[1];
+            if (one_type && ne1 == 990) continue; /* the self-test: the small shapes catch its fault */
+            const std::vector<int> batches = ne1 == 990 ? std::vector<int>{23} : std::vector<int>{2, 5, 8, 17, 23, 25, 64};
             Rng r(seed++);
             const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
             const std::vector<float> x = make_activations(ne0, r);
@@ -434,18 +537,24 @@ static void check_mma_emulation(bool one_type = false) {
             std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
             host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
             const int before = g_failures;
-            for (int n_batch : {2, 5, 8, 23, 64}) {
-                std::fill(y.begin(), y.end(), NAN);
-                emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
-                for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
-                    if (memcmp(&y[i], &model[i], 4) != 0) {
-                        fail("%s %dx%d n_batch %d: emulated tensor-core y[%zu][%zu] = %.9g, host model %.9g",
-                             type_name(type), ne0, ne1, n_batch, i / ne1, i % ne1, y[i], model[i]);
-                        break;
-                    }
-            }
-            printf("  %-5s ne0 %5d ne1 %4d  n_batch {2,5,8,23,64}: %s\n", type_name(type), ne0, ne1,
-                   g_failures == before ? "bits equal" : "FAILED");
+            const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
+            for (int kernel = 0; kernel < (staged ? 2 : 1); kernel++)
+                for (int n_batch : batches) {
+                    std::fill(y.begin(), y.end(), NAN);
+                    if (kernel == 0) emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
+                    else emulate_tile_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
+                    for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
+                        if (memcmp(&y[i], &model[i], 4) != 0) {
+                            fail("%s %dx%d n_batch %d: emulated %s tensor-core y[%zu][%zu] = %.9g, host model %.9g",
+                                 type_name(type), ne0, ne1, n_batch, kernel ? "staged" : "per-warp", i / ne1, i % ne1,
+                                 y[i], model[i]);
+                            break;
+                        }
+                }
+            const mm_plan p = mm_plan_for(type, ne0, ne1);
+            printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s, %s: %s\n", type_name(type), ne0, ne1,
+                   p.n_chunks, p.chunk_blocks, ne1 == 990 ? "23" : "{2,5,8,17,23,25,64}",
+                   staged ? "per-warp and staged kernels" : "per-warp kernel", g_failures == before ? "bits equal" : "FAILED");
             fflush(stdout);
         }
     }
@@ -547,16 +656,20 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
     Subject s(type, ne0, ne1, w, x);
     std::vector<float> ref1((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
     for (int b = 0; b < MAX_BATCH; b++) s.run(b, 1, ref1.data() + (size_t)b * ne1);
-    for (int pass = 0; pass < 2 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
-        /* every n_batch twice: with the tensor-core kernel allowed (used for n_batch >= 2 on the
-         * 8-bit types, sm_80 and later) and with the dp4a kernel only */
-        const int n_batch = kBatches[pass / 2];
-        const bool tensor_cores = pass % 2 == 0;
-        if (!tensor_cores && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
-        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(tensor_cores);
+    static const int kModes[3] = {CUDA_MATMUL_TC_STAGED, CUDA_MATMUL_TC_PER_WARP, CUDA_MATMUL_TC_OFF};
+    const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
+    for (int pass = 0; pass < 3 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
+        /* every n_batch with each kernel choice (cuda_matmul_set_tensor_cores): the default (the
+         * staged tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other 8-bit types, at
+         * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only */
+        const int n_batch = kBatches[pass / 3];
+        const int mode = kModes[pass % 3];
+        if (mode != CUDA_MATMUL_TC_STAGED && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
+        if (mode == CUDA_MATMUL_TC_PER_WARP && !has_staged) continue; /* the default already is */
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(mode);
         s.run(0, n_batch, y.data());
-        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(1);
-        const char *path = tensor_cores ? "" : " (dp4a only)";
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(CUDA_MATMUL_TC_STAGED);
+        const char *path = mode == CUDA_MATMUL_TC_OFF ? " (dp4a only)" : mode == CUDA_MATMUL_TC_PER_WARP ? " (per-warp MMA)" : "";
         if (g_inject == INJECT_UNWRITTEN && n_batch == 23) y[(size_t)22 * ne1 + ne1 - 1] = NAN;
         if (g_inject == INJECT_VARIANCE && n_batch == 23) {
             uint32_t bits;
@@ -863,6 +976,8 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
 }
 
 static void run_bench() {
+    cuda_matmul_set_tensor_cores(g_opt.tc_mode);
+    printf("bench: cuda_matmul_set_tensor_cores(%d)\n", g_opt.tc_mode);
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     const double copy_gbps = measure_copy_gbps();
@@ -922,17 +1037,21 @@ static void run_bench() {
             const double us = median(t), gbps = weight_bytes / (us * 1e-6) / 1e9;
             if (n_batch == 1) us1 = us;
             printf("  %7.1f (%5.0f)", us, gbps);
-            const char *kernel =
-                n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 ? "int8-mma" : "dp4a";
+            const bool mma = n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 &&
+                             g_opt.tc_mode != CUDA_MATMUL_TC_OFF;
+            const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
+                                (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q6_K);
+            const char *kernel = !mma ? "dp4a" : staged ? "int8-mma-staged" : "int8-mma";
             if (js)
                 fprintf(js,
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
                         "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
-                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"target_units\": %d}\n",
+                        "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"tensor_cores\": %d, "
+                        "\"target_units\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
-                        g_opt.overlap ? 1 : 0, mm_target_units(bs.type));
+                        g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type));
         }
         printf("\n");
         fflush(stdout);
@@ -948,7 +1067,8 @@ static void run_bench() {
 static void usage(const char *msg) {
     fprintf(stderr,
             "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
-            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap] [--batches 1,2,..]\n",
+            "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap] [--tensor-cores 0|1|2] "
+            "[--batches 1,2,..]\n",
             msg);
     exit(2);
 }
@@ -974,6 +1094,11 @@ int main(int argc, char **argv) {
                 c = *end == ',' ? end + 1 : end;
                 if (*end && *end != ',') usage("--batches takes a comma-separated list of 1..64");
             }
+        }
+        else if (a == "--tensor-cores" && i + 1 < argc) {
+            const std::string m = argv[++i];
+            if (m != "0" && m != "1" && m != "2") usage("--tensor-cores takes 0 (dp4a), 1 (staged, the default) or 2 (per-warp)");
+            g_opt.tc_mode = atoi(m.c_str());
         }
         else if (a == "--oracle-kernels" && i + 1 < argc) {
             g_opt.oracle_kernels = atoi(argv[++i]);
@@ -1001,17 +1126,18 @@ int main(int argc, char **argv) {
             caught += hit;
         }
         g_inject = 0;
-        {
-            g_mma_fault = true;
+        for (int fault = 1; fault <= 2; fault++) {
+            g_mma_fault = fault;
             const int before = g_failures;
             check_mma_emulation(true);
             const bool hit = g_failures > before;
-            printf("self-test: fault 4 (emulated MMA rows swapped) %s\n", hit ? "caught" : "NOT CAUGHT");
+            printf("self-test: fault %d (emulated m16n8k%d rows swapped) %s\n", 3 + fault, fault == 1 ? 16 : 32,
+                   hit ? "caught" : "NOT CAUGHT");
             caught += hit;
-            g_mma_fault = false;
+            g_mma_fault = 0;
         }
         g_failures = 0;
-        if (caught != 4) {
+        if (caught != 5) {
             printf("self-test FAILED\n");
             return 1;
         }

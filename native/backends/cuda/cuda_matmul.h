@@ -66,9 +66,15 @@ cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tens
 cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x, int n_batch,
                                              int n, int8_t *codes, float *scales, int16_t *bsums);
 
-/* Whether 2..64-token calls on the 8-bit types may use the int8 tensor-core kernel (sm_80 and
- * later; default on). Off, they run the dp4a kernel; the bits are the same either way. */
-void cuda_matmul_set_tensor_cores(int enable);
+/* Which kernel 2..64-token calls on the 8-bit types run (sm_80 and later; the bits are the same
+ * either way): CUDA_MATMUL_TC_STAGED (the default; any value but the two others) the int8 tensor-core
+ * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K and Q6_K, the
+ * per-warp one for Q8_0/Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
+ * (matmul_mma.cuh) for every 8-bit type, kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel. */
+#define CUDA_MATMUL_TC_OFF 0
+#define CUDA_MATMUL_TC_STAGED 1
+#define CUDA_MATMUL_TC_PER_WARP 2
+void cuda_matmul_set_tensor_cores(int mode);
 
 /* Whether the matmul's launches (sm_90 and later) may overlap the previous kernel of the stream
  * (programmatic dependent launch: a matmul loads its first weights while the kernel before it

@@ -32,8 +32,10 @@
  * the float types, and every type before sm_80) gives each lane a row; the prepared layout
  * (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp access, and the
  * warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
- * of up to 8 per pass over the chunk. For 2..64 tokens on the 8-bit types matmul_mma.cuh's int8
- * tensor-core kernel runs the same units. With more than one chunk, partial sums go to the
+ * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K and Q6_K run matmul_tile.cuh's
+ * staged int8 tensor-core kernel (a CTA per two row groups and one chunk, the activations staged in
+ * shared memory; the same units' sums), the other 8-bit types matmul_mma.cuh's per-warp one
+ * (cuda_matmul_set_tensor_cores chooses). With more than one chunk, partial sums go to the
  * workspace and the last warp to finish a row group (an atomic arrival counter) adds them in chunk
  * order; the counters are zeroed by the quantize kernel that starts every call.
  *
@@ -51,8 +53,10 @@
 #define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
 
 /* ---- workspace layout ------------------------------------------------------------------------- */
+/* Activation blocks of both kinds (the Q8_K ones with the min operands of mm_min_operands), the
+ * split-K arrival counters and the partial sums of up to CUDA_MATMUL_GROUP_LAUNCH matrices. */
 typedef struct mm_workspace_layout {
-    size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, counters, partials, total;
+    size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, minops_q8_k, counters, partials, total;
 } mm_workspace_layout;
 
 static size_t mm_align(size_t v) { return (v + 255) & ~(size_t)255; }
@@ -66,6 +70,7 @@ static mm_workspace_layout mm_workspace_for(int n_batch, int n) {
     l.codes_q8_k = off, off = mm_align(off + nb * nn);
     l.scales_q8_k = off, off = mm_align(off + nb * (nn / 256) * sizeof(float));
     l.bsums_q8_k = off, off = mm_align(off + nb * (nn / 16) * sizeof(int16_t));
+    l.minops_q8_k = off, off = mm_align(off + nb * (nn / 256) * 16);
     l.counters = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned));
     l.partials = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * nb * MM_MAX_PARTIALS_PER_TOKEN * sizeof(float));
     l.total = off;
@@ -107,8 +112,10 @@ __device__ void mm_warp_quantize_q8_0(const float *x, int8_t *codes, float *scal
     if (lane == 0) *scale = mm_round_to_half(mm_div(amax, 127.0f));
 }
 
-/* Q8_K: lane l holds elements 8l..8l+7 (mm_quantize_q8_k_block spread over the warp). */
-__device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums, int lane) {
+/* Q8_K: lane l holds elements 8l..8l+7 (mm_quantize_q8_k_block spread over the warp); with minops,
+ * also the block's mm_min_operands. */
+__device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums, uint8_t *minops,
+                                      int lane) {
     float v[8];
     const float4 v0 = *(const float4 *)(x + 8 * lane), v1 = *(const float4 *)(x + 8 * lane + 4);
     v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
@@ -149,14 +156,22 @@ __device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scal
     *(int2 *)(codes + 8 * lane) = packed;
     sum += __shfl_xor_sync(MM_FULL_MASK, sum, 1); /* a group of 16 = lanes 2g, 2g + 1 */
     if ((lane & 1) == 0) bsums[lane / 2] = (int16_t)sum;
+    /* pair j = bsum 2j + bsum 2j+1 = the sum of lanes 4j..4j+3, split as mm_min_operands does */
+    const int32_t pair = sum + __shfl_xor_sync(MM_FULL_MASK, sum, 2);
+    if (minops && (lane & 3) == 0) {
+        minops[lane / 4] = (uint8_t)(pair & 127);
+        minops[8 + lane / 4] = (uint8_t)(int8_t)(pair >> 7);
+    }
     if (lane == 0) *scale = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
 }
 
-/* Quantizes x[n_batch][n] to one kind of activation blocks (kind MM_ACT_FLOAT: none) and zeroes the
- * split-K arrival counters of the launches that follow. */
+/* Quantizes x[n_batch][n] to one kind of activation blocks (kind MM_ACT_FLOAT: none; Q8_K blocks with
+ * their min operands when minops is not NULL) and zeroes the split-K arrival counters of the launches
+ * that follow. */
 __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__restrict__ x, int64_t n, int n_batch,
                                                                   int kind, int8_t *codes, float *scales,
-                                                                  int16_t *bsums, unsigned *counters, int n_counters) {
+                                                                  int16_t *bsums, uint8_t *minops, unsigned *counters,
+                                                                  int n_counters) {
     const int64_t tid = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x;
     mm_wait_prior_grid();  /* x is the previous kernel's output; the counters its matmul's */
     mm_allow_dependents(); /* the matmul may start loading weights (it waits for this grid's end) */
@@ -171,7 +186,7 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
     const float *xb = x + b * n + k * unit;
     int8_t *cb = codes + b * n + k * unit;
     if (kind == MM_ACT_Q8_K)
-        mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, lane);
+        mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, minops ? minops + blk * 16 : nullptr, lane);
     else
         mm_warp_quantize_q8_0(xb, cb, scales + blk, lane);
 }
@@ -284,6 +299,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
 
 #define MM_KERNELS
 #include "matmul_mma.cuh"
+#include "matmul_tile.cuh"
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 static int mm_supported(int32_t type) { return mm_unit_elements(type) != 0; }
@@ -348,9 +364,11 @@ extern "C" cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, v
     return err;
 }
 
-static int g_use_tensor_cores = 1;
+static int g_tensor_core_mode = CUDA_MATMUL_TC_STAGED;
 
-extern "C" void cuda_matmul_set_tensor_cores(int enable) { g_use_tensor_cores = enable != 0; }
+extern "C" void cuda_matmul_set_tensor_cores(int mode) {
+    g_tensor_core_mode = mode == CUDA_MATMUL_TC_OFF || mode == CUDA_MATMUL_TC_PER_WARP ? mode : CUDA_MATMUL_TC_STAGED;
+}
 
 /* The current device's compute capability major (cached per device; 0 when it cannot be read). */
 static int mm_device_major(void) {
@@ -403,7 +421,18 @@ template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
     if constexpr (mm_traits<TYPE>::int8) {
-        if (args.n_batch >= 2 && g_use_tensor_cores && mm_device_has_int8_mma()) {
+        if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
+            if constexpr (mm_tile_traits<TYPE>::supported) {
+                if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED) {
+                    const unsigned ctas = (unsigned)args.n_ctas;
+                    switch (mm_tile_tiles<TYPE>(args.n_batch)) {
+                    case 1: return mm_start(mm_tile_kernel<TYPE, 1>, ctas, stream, args);
+                    case 2: return mm_start(mm_tile_kernel<TYPE, 2>, ctas, stream, args);
+                    case 3: return mm_start(mm_tile_kernel<TYPE, mm_tile_traits<TYPE>::max_tiles < 3 ? 1 : 3>, ctas, stream, args);
+                    default: return mm_start(mm_tile_kernel<TYPE, mm_tile_traits<TYPE>::max_tiles < 4 ? 1 : 4>, ctas, stream, args);
+                    }
+                }
+            }
             switch (mm_mma_tiles<TYPE>(args.n_batch)) {
             case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
             case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
@@ -438,6 +467,7 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
 
 static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n_batch, int kind, uint8_t *ws,
                                const mm_workspace_layout &l, int zero_counters) {
+    /* Q8_K blocks always come with their min operands (the staged tensor-core kernel's Q4_K input) */
     const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
     const int64_t warps = kind == MM_ACT_FLOAT ? 0 : (int64_t)n_batch * (n / unit);
     const int64_t threads_for_blocks = warps * 32;
@@ -447,8 +477,9 @@ static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n
     const int64_t grid = (threads + MM_THREADS - 1) / MM_THREADS;
     int8_t *codes = (int8_t *)(ws + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
     float *scales = (float *)(ws + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
+    uint8_t *minops = kind == MM_ACT_Q8_K ? ws + l.minops_q8_k : nullptr;
     return mm_start(mm_quantize_kernel, (unsigned)grid, stream, x, (int64_t)n, n_batch, kind, codes, scales,
-                    (int16_t *)(ws + l.bsums_q8_k), (unsigned *)(ws + l.counters), n_counters);
+                    (int16_t *)(ws + l.bsums_q8_k), minops, (unsigned *)(ws + l.counters), n_counters);
 }
 
 extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x,
@@ -460,7 +491,8 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     if (n_batch < 1 || n < unit || n % unit != 0 || !x || !codes || !scales || (kind == MM_ACT_Q8_K && !bsums))
         return cudaErrorInvalidValue;
     const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
-    mm_quantize_kernel<<<(unsigned)grid, MM_THREADS, 0, stream>>>(x, n, n_batch, kind, codes, scales, bsums, nullptr, 0);
+    mm_quantize_kernel<<<(unsigned)grid, MM_THREADS, 0, stream>>>(x, n, n_batch, kind, codes, scales, bsums, nullptr,
+                                                                   nullptr, 0);
     return cudaGetLastError();
 }
 
@@ -489,6 +521,7 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
     mm_acts act;
     act.x = x;
     act.codes = nullptr, act.scales = nullptr, act.bsums = (const int16_t *)(base + l.bsums_q8_k);
+    act.minops = base + l.minops_q8_k;
     static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
                                          SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
     for (int32_t type : type_order) {
@@ -516,6 +549,8 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
             m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
             m.unit_begin = args.n_units;
             args.n_units += p.row_groups * p.n_chunks;
+            m.cta_begin = args.n_ctas;
+            args.n_ctas += mm_tile_ctas(p.row_groups, p.n_chunks);
             args.n_mats++;
         }
     }

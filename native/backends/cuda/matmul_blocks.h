@@ -485,7 +485,22 @@ typedef struct mm_acts {
     const int8_t *codes;  /* [n_batch][n] */
     const float *scales;  /* [n_batch][n / unit] */
     const int16_t *bsums; /* Q8_K: [n_batch][n / 16] */
+    const uint8_t *minops; /* Q8_K: [n_batch][n / 256][16], mm_min_operands of each block (the staged
+                              tensor-core kernel's min-term operands; NULL where no kernel reads them) */
 } mm_acts;
+
+/* The min-term operands of one Q8_K activation block, for the staged tensor-core kernel
+ * (matmul_tile.cuh), which computes a Q4_K block's t = sum_j m_j pair_j (pair_j = bsums[2j] +
+ * bsums[2j + 1], |pair_j| <= 4064) with int8 MMAs: pair_j = 128 hi_j + lo_j exactly, lo_j = pair_j & 127
+ * (0..127) and hi_j = pair_j >> 7 (arithmetic, -32..31), both int8. Bytes 0..7 hold lo_0..lo_7, bytes
+ * 8..15 hi_0..hi_7. */
+MM_HD void mm_min_operands(const int16_t *bsums, uint8_t out[16]) {
+    for (int j = 0; j < 8; j++) {
+        const int32_t pair = (int32_t)bsums[2 * j] + (int32_t)bsums[2 * j + 1];
+        out[j] = (uint8_t)(pair & 127);
+        out[8 + j] = (uint8_t)(int8_t)(pair >> 7);
+    }
+}
 
 /* acc after block k of token b (a weight block `w`, `side` in registers): the whole per-block step. */
 template <int TYPE>

@@ -16,11 +16,13 @@ typedef struct mm_mat_args {
     float *partials;  /* [n_batch][n_chunks][row_groups * 32] when n_chunks > 1 */
     unsigned *counters;
     int ne1, n_blocks, row_groups, chunk_blocks, n_chunks, unit_begin;
+    int cta_begin; /* the staged tensor-core kernel's first CTA of this matrix (mm_tile_ctas each) */
 } mm_mat_args;
 
 typedef struct mm_launch_args {
     mm_mat_args mat[CUDA_MATMUL_GROUP_LAUNCH];
     int n_mats, n_units, n_batch;
+    int n_ctas; /* the staged tensor-core kernel's grid: the sum of the matrices' mm_tile_ctas */
     int64_t n;
     mm_acts act;
 } mm_launch_args;
@@ -92,6 +94,20 @@ MM_HD mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
 #pragma unroll
     for (int i = 1; i < CUDA_MATMUL_GROUP_LAUNCH; i++)
         if (i < args.n_mats && u >= args.mat[i].unit_begin) M = args.mat[i];
+    return M;
+}
+
+/* The staged tensor-core kernel (matmul_tile.cuh) runs a CTA per (pair of row groups, chunk): CTA
+ * `local` of a matrix takes row groups 2 (local / n_chunks) and 2 (local / n_chunks) + 1, chunk
+ * local % n_chunks. */
+MM_HD int mm_tile_ctas(int row_groups, int n_chunks) { return (row_groups + 1) / 2 * n_chunks; }
+
+/* The matrix of a group launch that CTA `cta` of the staged tensor-core kernel belongs to. */
+MM_HD mm_mat_args mm_select_mat_cta(const mm_launch_args &args, int cta) {
+    mm_mat_args M = args.mat[0];
+#pragma unroll
+    for (int i = 1; i < CUDA_MATMUL_GROUP_LAUNCH; i++)
+        if (i < args.n_mats && cta >= args.mat[i].cta_begin) M = args.mat[i];
     return M;
 }
 

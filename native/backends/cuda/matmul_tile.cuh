@@ -1,0 +1,415 @@
+/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K and Q6_K weights: the same
+ * units (row group of 32, chunk), the same per-block integers and the same float operations as
+ * mm_kernel and mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
+ *
+ * Thread mapping. A CTA of 4 warps owns two row groups (2 x 32 rows) and one chunk of a matrix
+ * (mm_tile_ctas, mm_select_mat_cta): warp w takes rows 16 (w & 1) .. 16 (w & 1) + 15 of row group
+ * 2 pair + (w >> 1), one 16-row MMA tile (M); thread (g = lane / 4, t = lane % 4) holds rows g and
+ * g + 8 of it. Tokens go in passes of 8 NT (NT tiles of 8 tokens on N, up to mm_tile_traits::max_tiles);
+ * per pass the CTA walks its chunk block by block:
+ *   - the 128 threads stage the block's activations for the pass's tokens in shared memory (codes,
+ *     Q8_K scale, the min-term operands of mm_min_operands) with 16-byte asynchronous copies
+ *     (cp.async; plain copies before sm_80 and on HIP), one block ahead of the MMAs, double-buffered;
+ *     token rows are padded (stride mm_tile_traits::row_stride) so that the B-fragment loads of a warp
+ *     hit 32 different banks;
+ *   - each warp holds its 16 rows' weight block in registers (and the next one in flight), decodes
+ *     the row scales once per block (the 6-bit Q4_K scales and mins as packed bytes), and runs, per
+ *     token tile, one MMA per scale unit: m16n8k32 per 32-element Q4_K sub-block (exact int32 dot),
+ *     m16n8k16 per 16-element Q6_K group; the thread holding C element (row, token) adds
+ *     scale x dot into the block's int32 s. The Q4_K min term t = sum_j m_j pair_j is two m16n8k16
+ *     MMAs per tile (A = the row's 8 mins, zero-padded; B = the token's lo / hi bytes of pair_j):
+ *     t = lo-dot + 128 hi-dot, the same integer.
+ *   - then the block's float step, exactly as matmul_blocks.h: Q4_K acc = fma(da * d, s, acc),
+ *     acc = fma(-(da * dmin), t, acc); Q6_K acc = fma(da * d, s, acc).
+ * A chunk's partial sums are stored with mm_store, and the split-K finish (mm_finish_unit: the last
+ * chunk of a row group to arrive adds the partials in chunk order) is the other kernels'.
+ *
+ * Q4_K k order. Any permutation of k applied to A and B alike gives the same exact integer; this
+ * kernel feeds MMA k 4t..4t+3 (a0, a1, b0) with sub-block elements 8t..8t+3 and MMA k 16+4t..16+4t+3
+ * (a2, a3, b1) with elements 8t+4..8t+7, so the B fragment is one 8-byte shared-memory load of the
+ * codes in their natural order, and the A fragment is the nibbles of the 8 bytes 32q + 8t .. 32q + 8t + 7
+ * of qs (sub-block 2q: low nibbles, 2q + 1: high nibbles), one 8-byte weight load per row and
+ * 32-byte run. Q6_K keeps the natural order (k 4t..4t+3 of a group of 16 = its elements 4t..4t+3).
+ *
+ * Fragments (PTX ISA, .s8): m16n8k32: A reg 0 = row g, k 4t..4t+3; reg 1 = row g + 8, the same k;
+ * reg 2 = row g, k 16+4t..16+4t+3; reg 3 = row g + 8, the same; B reg 0 = k 4t..4t+3 of column g,
+ * reg 1 = k 16+4t..; m16n8k16: A reg 0 = row g, k 4t..4t+3, reg 1 = row g + 8; B = k 4t..4t+3 of
+ * column g; C (both): c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g + 8, columns 2t, 2t+1.
+ * The per-thread code is host-compilable: tools/cuda_matmul_check.cu runs it on 32 host threads per
+ * warp with emulated MMAs and barriers and compares the bits with the host model. */
+#ifndef SPECLA_CUDA_MATMUL_TILE_CUH
+#define SPECLA_CUDA_MATMUL_TILE_CUH
+
+#include "matmul_mma.cuh"
+
+#if !MM_DEVICE_CODE
+/* Host emulation (tools/cuda_matmul_check.cu): lane `lane`'s share of the m16n8k32 s8 product with the
+ * PTX fragment layout, and the barrier of the threads that emulate one CTA. */
+void mm_mma_k32_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                         int lane);
+void mm_cta_sync_emulated(void);
+#endif
+
+/* c[0..3] += A (16 x 32) . B (32 x 8), all 32 lanes together */
+MM_HD void mm_mma_k32(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                      int lane) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#elif MM_DEVICE_CODE
+    /* k 0..15 and k 16..31 as two k16 products (the same integers) */
+    mm_mma_k16(c, a0, a1, b0, lane);
+    mm_mma_k16(c, a2, a3, b1, lane);
+#else
+    mm_mma_k32_emulated(c, a0, a1, a2, a3, b0, b1, lane);
+#endif
+}
+
+/* Every thread of the CTA (on the host: of the emulated warp) has reached this point, and its shared
+ * memory writes (asynchronous copies included, after mm_tile_copies_wait) are visible to all. */
+MM_HD void mm_cta_sync(void) {
+#if MM_DEVICE_CODE
+    __syncthreads();
+#else
+    mm_cta_sync_emulated();
+#endif
+}
+
+/* 16 (and 4) bytes global -> shared, asynchronous where cp.async exists (sm_80+), else a plain copy */
+MM_HD void mm_copy16_async(void *dst_shared, const void *src) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#elif MM_DEVICE_CODE
+    *(uint4 *)dst_shared = __ldg((const uint4 *)src);
+#else
+    memcpy(dst_shared, src, 16);
+#endif
+}
+MM_HD void mm_copy4_async(void *dst_shared, const void *src) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+#elif MM_DEVICE_CODE
+    *(unsigned *)dst_shared = __ldg((const unsigned *)src);
+#else
+    memcpy(dst_shared, src, 4);
+#endif
+}
+/* this thread's asynchronous copies have landed (a barrier then publishes them) */
+MM_HD void mm_tile_copies_wait(void) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+MM_HD uint2 mm_ld_stream_8(const void *p) {
+#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+#else
+    uint2 v;
+    v.x = mm_ld_u32(p), v.y = mm_ld_u32((const uint8_t *)p + 4);
+    return v;
+#endif
+}
+
+template <int TYPE> struct mm_tile_traits {
+    static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K;
+    /* CTAs of 128 threads per SM the registers are sized for (ptxas, sm_90, no spills): Q4_K 4 (<= 128
+     * registers), Q6_K's larger blocks 3 (<= 168) */
+    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? 4 : 3;
+    /* token tiles of 8 per pass that fit those registers; more tokens take further passes */
+    static constexpr int max_tiles = TYPE == SPECLA_TYPE_Q4_K ? 3 : 3;
+    /* bytes per token row of staged codes: 256 + padding. Q4_K reads 8 bytes at 32j + 8t of rows g
+     * (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks); Q6_K
+     * reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
+    static constexpr int row_stride = TYPE == SPECLA_TYPE_Q4_K ? 288 : 272;
+    static constexpr int has_minops = TYPE == SPECLA_TYPE_Q4_K;
+};
+
+/* One staging buffer for `tokens` tokens: codes [tokens][row_stride], min operands [tokens][16]
+ * (Q4_K), Q8_K scales [tokens] */
+template <int TYPE> MM_HD constexpr int mm_tile_buf_bytes(int tokens) {
+    return tokens * (mm_tile_traits<TYPE>::row_stride + 16 * mm_tile_traits<TYPE>::has_minops + 4);
+}
+
+/* Stage block k's activations of tokens p0 .. p0 + tokens - 1 into buf (zeros past the batch): thread
+ * `tid` of `nthreads` issues its share of the copies. */
+template <int TYPE>
+MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, int64_t n, int n_batch, int k, int p0, int tokens, int tid,
+                         int nthreads) {
+    typedef mm_tile_traits<TYPE> tr;
+    const int per_token = 16 + tr::has_minops + 1; /* 16 code pieces, the min operands, the scale */
+    uint8_t *mins = buf + tokens * tr::row_stride;
+    uint8_t *scales = mins + 16 * tr::has_minops * tokens;
+    const int64_t blocks = n / 256;
+    for (int i = tid; i < tokens * per_token; i += nthreads) {
+        const int tok = i / per_token, part = i % per_token, b = p0 + tok;
+        const int64_t blk = (int64_t)b * blocks + k;
+        if (part < 16) {
+            uint8_t *dst = buf + tok * tr::row_stride + 16 * part;
+            if (b < n_batch) mm_copy16_async(dst, act.codes + (int64_t)b * n + (int64_t)k * 256 + 16 * part);
+            else memset(dst, 0, 16);
+        } else if (part == 16 && tr::has_minops) {
+            uint8_t *dst = mins + 16 * tok;
+            if (b < n_batch) mm_copy16_async(dst, act.minops + 16 * blk);
+            else memset(dst, 0, 16);
+        } else {
+            uint8_t *dst = scales + 4 * tok;
+            if (b < n_batch) mm_copy4_async(dst, act.scales + blk);
+            else memset(dst, 0, 4);
+        }
+    }
+}
+
+/* A warp's 16 rows of one weight block: thread (g, t) holds rows g (index 0) and g + 8 (index 1). */
+template <int TYPE> struct mm_tile_frag;
+template <> struct mm_tile_frag<SPECLA_TYPE_Q4_K> {
+    uint2 q[2][4]; /* [row][run]: qs bytes 32 run + 8t .. + 7 */
+    uint4 h[2];    /* d, dmin | 12 scale bytes */
+};
+template <> struct mm_tile_frag<SPECLA_TYPE_Q6_K> {
+    uint32_t q[2][12]; /* [row][piece]: word t of ql (pieces 0..7) and qh (8..11) */
+    uint4 sc[2];       /* the 16 int8 group scales */
+    uint16_t d[2];
+};
+
+/* Load block k of rows 16 half + g and 16 half + g + 8 of the row group at group_base. */
+template <int TYPE>
+MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const uint8_t *group_base, int k, int half, int g, int t) {
+    const uint8_t *slot = group_base + (int64_t)k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = 16 * half + 8 * r + g;
+        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+            f.h[r] = mm_ld_stream_16(slot + 16 * row);
+#pragma unroll
+            for (int run = 0; run < 4; run++) /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
+                f.q[r][run] = mm_ld_stream_8(slot + (1 + 2 * run + (t >> 1)) * 16 * MM_GROUP_ROWS + 16 * row + 8 * (t & 1));
+        } else {
+#pragma unroll
+            for (int p = 0; p < 12; p++) f.q[r][p] = mm_ld_stream_u32(slot + p * 16 * MM_GROUP_ROWS + 16 * row + 4 * t);
+            f.sc[r] = mm_ld_stream_16(slot + 12 * 16 * MM_GROUP_ROWS + 16 * row);
+            f.d[r] = mm_ld_u16(slot + 13 * 16 * MM_GROUP_ROWS + 2 * row);
+        }
+    }
+}
+
+MM_HD uint32_t mm_lds_u32(const uint8_t *p) {
+#if MM_DEVICE_CODE
+    return *(const uint32_t *)p;
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+MM_HD uint2 mm_lds_u64(const uint8_t *p) {
+#if MM_DEVICE_CODE
+    return *(const uint2 *)p;
+#else
+    uint2 v;
+    memcpy(&v, p, 8);
+    return v;
+#endif
+}
+MM_HD float mm_lds_f32(const uint8_t *p) {
+#if MM_DEVICE_CODE
+    return *(const float *)p;
+#else
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
+
+/* The block's step for the warp's 16 rows and the pass's tiles (tile nt: staged tokens 8 nt .. 8 nt + 7;
+ * tiles at or past `tiles` are skipped): acc[nt][i] for the thread's C element i. */
+template <int TYPE, int NT>
+MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int tiles, int g, int t, float acc[NT][4]) {
+    typedef mm_tile_traits<TYPE> tr;
+    const int lane = 4 * g + t;
+    const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
+    int32_t s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) s[nt][i] = 0;
+    if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+        /* the 8 scales and 8 mins of each row as packed bytes (mm_scale_min, 4 bytes at a time) */
+        uint32_t sc[2][2], mn[2][2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const uint32_t w0 = f.h[r].y, w1 = f.h[r].z, w2 = f.h[r].w;
+            sc[r][0] = w0 & 0x3F3F3F3Fu;
+            mn[r][0] = w1 & 0x3F3F3F3Fu;
+            sc[r][1] = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
+            mn[r][1] = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int run = j / 2, shift = 4 * (j % 2);
+            const uint32_t a0 = (f.q[0][run].x >> shift) & 0x0F0F0F0Fu, a1 = (f.q[1][run].x >> shift) & 0x0F0F0F0Fu;
+            const uint32_t a2 = (f.q[0][run].y >> shift) & 0x0F0F0F0Fu, a3 = (f.q[1][run].y >> shift) & 0x0F0F0F0Fu;
+            const int32_t sc0 = (int32_t)((sc[0][j / 4] >> (8 * (j % 4))) & 0xffu);
+            const int32_t sc1 = (int32_t)((sc[1][j / 4] >> (8 * (j % 4))) & 0xffu);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                if (nt >= tiles) continue; /* warp-uniform */
+                const uint2 b = mm_lds_u64(buf + (8 * nt + g) * tr::row_stride + 32 * j + 8 * t);
+                int32_t c[4] = {0, 0, 0, 0};
+                mm_mma_k32(c, a0, a1, a2, a3, b.x, b.y, lane);
+                s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
+            }
+        }
+        /* t = sum_j m_j pair_j: A k 0..3 (t = 0) mins 0..3, k 4..7 (t = 1) mins 4..7, the rest zero */
+        const uint32_t am0 = t == 0 ? mn[0][0] : t == 1 ? mn[0][1] : 0u;
+        const uint32_t am1 = t == 0 ? mn[1][0] : t == 1 ? mn[1][1] : 0u;
+        const uint8_t *mins = buf + 8 * NT * tr::row_stride;
+        const float d0 = mm_half((uint16_t)(f.h[0].x & 0xffffu)), d1 = mm_half((uint16_t)(f.h[1].x & 0xffffu));
+        const float m0 = mm_half((uint16_t)(f.h[0].x >> 16)), m1 = mm_half((uint16_t)(f.h[1].x >> 16));
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            if (nt >= tiles) continue; /* warp-uniform */
+            /* B k 4t..4t+3 of token g: lo (or hi) bytes of pairs 4 (t & 1) .. + 3; A is zero for t >= 2 */
+            const uint8_t *mo = mins + 16 * (8 * nt + g) + 4 * (t & 1);
+            int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+            mm_mma_k16(lo, am0, am1, mm_lds_u32(mo), lane);
+            mm_mma_k16(hi, am0, am1, mm_lds_u32(mo + 8), lane);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float da = mm_lds_f32(scales + 4 * (8 * nt + 2 * t + (i & 1)));
+                const float d = i < 2 ? d0 : d1, dmin = i < 2 ? m0 : m1;
+                const int32_t tm = lo[i] + 128 * hi[i];
+                acc[nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[nt][i]), acc[nt][i]);
+                acc[nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tm), acc[nt][i]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int h6 = 0; h6 < 2; h6++)
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++) {
+                    const int grp = 8 * h6 + 2 * m + jj; /* elements 16 grp .. 16 grp + 15 */
+                    uint32_t a[2];
+                    int32_t sc[2];
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const uint32_t qa = f.q[r][4 * h6 + jj], qb = f.q[r][4 * h6 + 2 + jj], qhw = f.q[r][8 + 2 * h6 + jj];
+                        uint32_t v;
+                        if (m == 0) v = (qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u);
+                        else if (m == 1) v = (qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u);
+                        else if (m == 2) v = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
+                        else v = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
+                        a[r] = mm_unbias(v, 0x20202020u);
+                        const uint32_t word = grp < 4 ? f.sc[r].x : grp < 8 ? f.sc[r].y : grp < 12 ? f.sc[r].z : f.sc[r].w;
+                        sc[r] = (int8_t)(word >> (8 * (grp & 3)));
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        if (nt >= tiles) continue; /* warp-uniform */
+                        const uint32_t b = mm_lds_u32(buf + (8 * nt + g) * tr::row_stride + 16 * grp + 4 * t);
+                        int32_t c[4] = {0, 0, 0, 0};
+                        mm_mma_k16(c, a[0], a[1], b, lane);
+                        s[nt][0] += sc[0] * c[0], s[nt][1] += sc[0] * c[1], s[nt][2] += sc[1] * c[2], s[nt][3] += sc[1] * c[3];
+                    }
+                }
+        const float d0 = mm_half(f.d[0]), d1 = mm_half(f.d[1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            if (nt >= tiles) continue; /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float da = mm_lds_f32(scales + 4 * (8 * nt + 2 * t + (i & 1)));
+                acc[nt][i] = mm_fma(mm_mul(da, i < 2 ? d0 : d1), mm_i2f(s[nt][i]), acc[nt][i]);
+            }
+        }
+    }
+}
+
+/* CTA `cta` of a launch, as thread `tid` of `nthreads` (warp `warp`, lane `lane`) with the CTA's
+ * shared memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token,
+ * stored with mm_store. The split-K finish is the caller's. On the host (the emulation) `nthreads`
+ * is 32: each emulated warp stages every copy itself, which writes the same bytes. */
+template <int TYPE, int NT>
+MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, int nthreads, uint8_t *smem) {
+    const int g = lane >> 2, t = lane & 3;
+    const mm_mat_args M = mm_select_mat_cta(args, cta);
+    const int local = cta - M.cta_begin;
+    const int pair = local / M.n_chunks, c = local % M.n_chunks;
+    const int rg = 2 * pair + (warp >> 1), half = warp & 1;
+    const bool active = rg < M.row_groups; /* the second row group of an odd count has none */
+    const int k_begin = c * M.chunk_blocks;
+    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
+    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0);
+    constexpr int tokens = 8 * NT, buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
+
+    for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
+        const int tiles = (args.n_batch - p0 + 7) / 8; /* tiles with a token of the batch (>= NT: all) */
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+        mm_tile_frag<TYPE> cur, nxt;
+        if (active) mm_tile_load(cur, group_base, k_begin, half, g, t);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        mm_tile_stage<TYPE>(smem, args.act, args.n, args.n_batch, k_begin, p0, tokens, tid, nthreads);
+        mm_tile_copies_wait();
+        mm_cta_sync();
+        for (int k = k_begin; k < k_end; k++) {
+            const int next_buf = (k + 1 - k_begin) & 1;
+            if (k + 1 < k_end) {
+                if (active) mm_tile_load(nxt, group_base, k + 1, half, g, t);
+                /* buffer next_buf was last read before the previous iteration's barrier */
+                mm_tile_stage<TYPE>(smem + next_buf * buf_bytes, args.act, args.n, args.n_batch, k + 1, p0, tokens, tid,
+                                    nthreads);
+            }
+            if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, tiles, g, t, acc);
+            mm_tile_copies_wait();
+            mm_cta_sync();
+            cur = nxt;
+        }
+        if (active) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                    const int row = rg * MM_GROUP_ROWS + 16 * half + 8 * (i >> 1) + g;
+                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[nt][i]);
+                }
+        }
+    }
+}
+
+/* The token tiles per pass the staged kernel (and the host emulation) runs for n_batch tokens. */
+template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
+    const int need = (n_batch + 7) / 8;
+    return need < mm_tile_traits<TYPE>::max_tiles ? need : mm_tile_traits<TYPE>::max_tiles;
+}
+
+#ifdef MM_KERNELS /* matmul.cu: the kernel */
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, mm_tile_traits<TYPE>::ctas_per_sm) mm_tile_kernel(const mm_launch_args args) {
+    __shared__ __align__(16) uint8_t smem[2 * mm_tile_buf_bytes<TYPE>(8 * NT)];
+    const int cta = blockIdx.x;
+    if (cta >= args.n_ctas) return; /* the whole CTA */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    mm_tile_cta<TYPE, NT>(args, cta, warp, lane, threadIdx.x, MM_THREADS, smem);
+    /* the two warps of a row group stored its partial sums; one of them runs the split-K finish */
+    __threadfence();
+    __syncthreads();
+    const mm_mat_args M = mm_select_mat_cta(args, cta);
+    const int rg = 2 * ((cta - M.cta_begin) / M.n_chunks) + (warp >> 1);
+    if ((warp & 1) == 0 && rg < M.row_groups) mm_finish_unit(M, rg, lane, args.n_batch);
+}
+#endif
+
+#endif
