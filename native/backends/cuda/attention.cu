@@ -51,25 +51,27 @@
 
 /* ---- RoPE ---------------------------------------------------------------------------------------- */
 
+/* Block (t, h): one head of one token. Every block computes its pairs' angles itself (the same
+ * double-precision values for every head), so a decode step's rotation is n_heads blocks wide
+ * instead of one block walking the heads after a serial trig latency per pair. */
 static __global__ void rope_neox_kernel(float *x, const int32_t *positions, int n_heads, int head_dim, int n_rot,
                                         float freq_base) {
-    const int t = blockIdx.x, half = n_rot / 2;
+    const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
+    float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const double theta = (double)positions[t] * pow((double)freq_base, -2.0 * i / n_rot);
         const float c = (float)cos(theta), s = (float)sin(theta);
-        for (int h = 0; h < n_heads; h++) {
-            float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
-            const float a = xh[i], b = xh[i + half];
-            xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-            xh[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-        }
+        const float a = xh[i], b = xh[i + half];
+        xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        xh[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
     }
 }
 
 extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads,
                                int head_dim, int n_rot, float freq_base) {
     if (T <= 0 || n_rot < 2) return;
-    rope_neox_kernel<<<T, 64, 0, cuda_stream(be)>>>(x, positions, n_heads, head_dim, n_rot, freq_base);
+    if (n_heads <= 0) return;
+    rope_neox_kernel<<<dim3(T, n_heads), 64, 0, cuda_stream(be)>>>(x, positions, n_heads, head_dim, n_rot, freq_base);
     cuda_note_launch(be, "rope_neox");
 }
 
