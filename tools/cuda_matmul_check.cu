@@ -465,7 +465,7 @@ static void emulate_tile_ctas(const mm_launch_args &args) {
     for (int lane = 0; lane < 32; lane++)
         lanes.emplace_back([&args, lane, buf] {
             for (int cta = 0; cta < args.n_ctas; cta++)
-                for (int warp = 0; warp < 4; warp++) mm_tile_cta<TYPE, NT>(args, cta, warp, lane, lane, 32, buf);
+                for (int warp = 0; warp < 4; warp++) mm_tile_cta<TYPE, NT, 32>(args, cta, warp, lane, lane, buf);
         });
     for (auto &th : lanes) th.join();
     g_mma.barrier = nullptr;

@@ -423,7 +423,8 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
     if constexpr (mm_traits<TYPE>::int8) {
         if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
-                if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED) {
+                /* its activation offsets are 32-bit */
+                if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && (int64_t)args.n_batch * args.n < ((int64_t)1 << 31)) {
                     const unsigned ctas = (unsigned)args.n_ctas;
                     switch (mm_tile_tiles<TYPE>(args.n_batch)) {
                     case 1: return mm_start(mm_tile_kernel<TYPE, 1>, ctas, stream, args);

@@ -54,7 +54,8 @@ void mm_cta_sync_emulated(void);
 MM_HD void mm_mma_k32(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
                       int lane) {
 #if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    /* not volatile: a pure function of its operands, which the compiler may schedule freely */
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -77,25 +78,28 @@ MM_HD void mm_cta_sync(void) {
 #endif
 }
 
-/* 16 (and 4) bytes global -> shared, asynchronous where cp.async exists (sm_80+), else a plain copy */
-MM_HD void mm_copy16_async(void *dst_shared, const void *src) {
+/* 16 (and 4) bytes global -> shared, or zeros when !valid (src must still be a readable address);
+ * asynchronous where cp.async exists (sm_80+: its source size 0 fills zeros), else a plain copy */
+MM_HD void mm_copy16_async(void *dst_shared, const void *src, bool valid) {
 #if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 #elif MM_DEVICE_CODE
-    *(uint4 *)dst_shared = __ldg((const uint4 *)src);
+    *(uint4 *)dst_shared = valid ? __ldg((const uint4 *)src) : make_uint4(0u, 0u, 0u, 0u);
 #else
-    memcpy(dst_shared, src, 16);
+    if (valid) memcpy(dst_shared, src, 16);
+    else memset(dst_shared, 0, 16);
 #endif
 }
-MM_HD void mm_copy4_async(void *dst_shared, const void *src) {
+MM_HD void mm_copy4_async(void *dst_shared, const void *src, bool valid) {
 #if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
 #elif MM_DEVICE_CODE
-    *(unsigned *)dst_shared = __ldg((const unsigned *)src);
+    *(unsigned *)dst_shared = valid ? __ldg((const unsigned *)src) : 0u;
 #else
-    memcpy(dst_shared, src, 4);
+    if (valid) memcpy(dst_shared, src, 4);
+    else memset(dst_shared, 0, 4);
 #endif
 }
 /* this thread's asynchronous copies have landed (a barrier then publishes them) */
@@ -131,38 +135,44 @@ template <int TYPE> struct mm_tile_traits {
     static constexpr int has_minops = TYPE == SPECLA_TYPE_Q4_K;
 };
 
+/* Weight blocks in registers per warp at NT tiles (the one computed and DEPTH - 1 in flight): 3 where
+ * the registers allow it (Q4_K at 1 tile), else 2. */
+template <int TYPE, int NT> struct mm_tile_depth {
+    static constexpr int value = TYPE == SPECLA_TYPE_Q4_K && NT == 1 ? 3 : 2;
+};
+
 /* One staging buffer for `tokens` tokens: codes [tokens][row_stride], min operands [tokens][16]
  * (Q4_K), Q8_K scales [tokens] */
 template <int TYPE> MM_HD constexpr int mm_tile_buf_bytes(int tokens) {
     return tokens * (mm_tile_traits<TYPE>::row_stride + 16 * mm_tile_traits<TYPE>::has_minops + 4);
 }
 
-/* Stage block k's activations of tokens p0 .. p0 + tokens - 1 into buf (zeros past the batch): thread
- * `tid` of `nthreads` issues its share of the copies. */
-template <int TYPE>
-MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, int64_t n, int n_batch, int k, int p0, int tokens, int tid,
-                         int nthreads) {
+/* Stage block k's activations of tokens p0 .. p0 + 8 NT - 1 into buf (zeros past the batch): thread
+ * `tid` of NTHREADS issues its share of the copies (a fixed set per thread: the same pieces of every
+ * block). Offsets are 32-bit: the launch guarantees n_batch * n < 2^31. */
+template <int TYPE, int NT, int NTHREADS>
+MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, uint32_t n, int n_batch, int k, int p0, int tid) {
     typedef mm_tile_traits<TYPE> tr;
-    const int per_token = 16 + tr::has_minops + 1; /* 16 code pieces, the min operands, the scale */
+    constexpr int tokens = 8 * NT, pieces = 16 * tokens; /* 16 pieces of 16 codes per token */
+    static_assert(tokens <= NTHREADS, "one thread per token for the min operands and scales");
     uint8_t *mins = buf + tokens * tr::row_stride;
     uint8_t *scales = mins + 16 * tr::has_minops * tokens;
-    const int64_t blocks = n / 256;
-    for (int i = tid; i < tokens * per_token; i += nthreads) {
-        const int tok = i / per_token, part = i % per_token, b = p0 + tok;
-        const int64_t blk = (int64_t)b * blocks + k;
-        if (part < 16) {
-            uint8_t *dst = buf + tok * tr::row_stride + 16 * part;
-            if (b < n_batch) mm_copy16_async(dst, act.codes + (int64_t)b * n + (int64_t)k * 256 + 16 * part);
-            else memset(dst, 0, 16);
-        } else if (part == 16 && tr::has_minops) {
-            uint8_t *dst = mins + 16 * tok;
-            if (b < n_batch) mm_copy16_async(dst, act.minops + 16 * blk);
-            else memset(dst, 0, 16);
-        } else {
-            uint8_t *dst = scales + 4 * tok;
-            if (b < n_batch) mm_copy4_async(dst, act.scales + blk);
-            else memset(dst, 0, 4);
-        }
+    const uint32_t blocks = n / 256;
+#pragma unroll
+    for (int m = 0; m < (pieces + NTHREADS - 1) / NTHREADS; m++) {
+        const int i = tid + NTHREADS * m;
+        if (pieces % NTHREADS != 0 && i >= pieces) break;
+        const int tok = i >> 4, part = i & 15, b = p0 + tok;
+        const bool valid = b < n_batch;
+        const uint32_t src = (uint32_t)(valid ? b : n_batch - 1) * n + (uint32_t)k * 256u + 16u * (uint32_t)part;
+        mm_copy16_async(buf + tok * tr::row_stride + 16 * part, act.codes + src, valid);
+    }
+    if (tid < tokens) { /* the min operands and the scale of token tid */
+        const int b = p0 + tid;
+        const bool valid = b < n_batch;
+        const uint32_t blk = (uint32_t)(valid ? b : n_batch - 1) * blocks + (uint32_t)k;
+        if (tr::has_minops) mm_copy16_async(mins + 16 * tid, act.minops + 16u * blk, valid);
+        mm_copy4_async(scales + 4 * tid, act.scales + blk, valid);
     }
 }
 
@@ -178,23 +188,38 @@ template <> struct mm_tile_frag<SPECLA_TYPE_Q6_K> {
     uint16_t d[2];
 };
 
-/* Load block k of rows 16 half + g and 16 half + g + 8 of the row group at group_base. */
-template <int TYPE>
-MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const uint8_t *group_base, int k, int half, int g, int t) {
-    const uint8_t *slot = group_base + (int64_t)k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+/* A thread's weight addresses in a row group (rows 16 half + g and, 128 bytes further in every plane,
+ * 16 half + g + 8), computed once per pass; a block adds k * 32 * unit_bytes. */
+struct mm_tile_wptr {
+    const uint8_t *h; /* the row's 16 bytes of plane 0 (Q4_K: d, dmin, scales) */
+    const uint8_t *q; /* Q4_K: qs bytes 8t.. (piece 1 + t / 2, 8 (t & 1)) ; Q6_K: word t of plane 0 */
+    const uint8_t *d; /* Q6_K: the row's fp16 d */
+};
+template <int TYPE> MM_HD mm_tile_wptr mm_tile_wptr_for(const uint8_t *group_base, int half, int g, int t) {
+    mm_tile_wptr p;
+    const int row = 16 * half + g;
+    p.h = group_base + 16 * row;
+    p.q = TYPE == SPECLA_TYPE_Q4_K ? p.h + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1) : p.h + 4 * t;
+    p.d = group_base + 13 * 16 * MM_GROUP_ROWS + 2 * row; /* Q6_K's side plane (unused for Q4_K) */
+    return p;
+}
+
+/* Load block k of the thread's two rows. */
+template <int TYPE> MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k) {
+    const int koff = k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    const uint8_t *h = p.h + koff, *q = p.q + koff;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = 16 * half + 8 * r + g;
+    for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
         if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
-            f.h[r] = mm_ld_stream_16(slot + 16 * row);
+            f.h[r] = mm_ld_stream_16(h + 128 * r);
 #pragma unroll
             for (int run = 0; run < 4; run++) /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
-                f.q[r][run] = mm_ld_stream_8(slot + (1 + 2 * run + (t >> 1)) * 16 * MM_GROUP_ROWS + 16 * row + 8 * (t & 1));
+                f.q[r][run] = mm_ld_stream_8(q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS);
         } else {
 #pragma unroll
-            for (int p = 0; p < 12; p++) f.q[r][p] = mm_ld_stream_u32(slot + p * 16 * MM_GROUP_ROWS + 16 * row + 4 * t);
-            f.sc[r] = mm_ld_stream_16(slot + 12 * 16 * MM_GROUP_ROWS + 16 * row);
-            f.d[r] = mm_ld_u16(slot + 13 * 16 * MM_GROUP_ROWS + 2 * row);
+            for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+            f.sc[r] = mm_ld_stream_16(h + 128 * r + 12 * 16 * MM_GROUP_ROWS);
+            f.d[r] = mm_ld_u16(p.d + koff + 16 * r);
         }
     }
 }
@@ -217,23 +242,26 @@ MM_HD uint2 mm_lds_u64(const uint8_t *p) {
     return v;
 #endif
 }
-MM_HD float mm_lds_f32(const uint8_t *p) {
+MM_HD float2 mm_lds_f32x2(const uint8_t *p) {
 #if MM_DEVICE_CODE
-    return *(const float *)p;
+    return *(const float2 *)p;
 #else
-    float v;
-    memcpy(&v, p, 4);
+    float2 v;
+    memcpy(&v, p, 8);
     return v;
 #endif
 }
 
-/* The block's step for the warp's 16 rows and the pass's tiles (tile nt: staged tokens 8 nt .. 8 nt + 7;
- * tiles at or past `tiles` are skipped): acc[nt][i] for the thread's C element i. */
+/* The block's step for the warp's 16 rows and the pass's NT tiles (tile nt: staged tokens 8 nt ..
+ * 8 nt + 7; every tile is computed, staged tokens past the batch are zeros and never stored):
+ * acc[nt][i] for the thread's C element i. No branch inside, so the compiler can interleave the
+ * shared-memory loads, MMAs and integer adds of different sub-blocks and tiles. */
 template <int TYPE, int NT>
-MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int tiles, int g, int t, float acc[NT][4]) {
+MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g, int t, float acc[NT][4]) {
     typedef mm_tile_traits<TYPE> tr;
     const int lane = 4 * g + t;
     const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
+    const uint8_t *brow = buf + g * tr::row_stride; /* token g of tile 0 */
     int32_t s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -259,8 +287,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int ti
             const int32_t sc1 = (int32_t)((sc[1][j / 4] >> (8 * (j % 4))) & 0xffu);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                if (nt >= tiles) continue; /* warp-uniform */
-                const uint2 b = mm_lds_u64(buf + (8 * nt + g) * tr::row_stride + 32 * j + 8 * t);
+                const uint2 b = mm_lds_u64(brow + 8 * nt * tr::row_stride + 32 * j + 8 * t);
                 int32_t c[4] = {0, 0, 0, 0};
                 mm_mma_k32(c, a0, a1, a2, a3, b.x, b.y, lane);
                 s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
@@ -269,24 +296,24 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int ti
         /* t = sum_j m_j pair_j: A k 0..3 (t = 0) mins 0..3, k 4..7 (t = 1) mins 4..7, the rest zero */
         const uint32_t am0 = t == 0 ? mn[0][0] : t == 1 ? mn[0][1] : 0u;
         const uint32_t am1 = t == 0 ? mn[1][0] : t == 1 ? mn[1][1] : 0u;
-        const uint8_t *mins = buf + 8 * NT * tr::row_stride;
+        const uint8_t *mins = buf + 8 * NT * tr::row_stride + 16 * g + 4 * (t & 1);
         const float d0 = mm_half((uint16_t)(f.h[0].x & 0xffffu)), d1 = mm_half((uint16_t)(f.h[1].x & 0xffffu));
         const float m0 = mm_half((uint16_t)(f.h[0].x >> 16)), m1 = mm_half((uint16_t)(f.h[1].x >> 16));
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            if (nt >= tiles) continue; /* warp-uniform */
             /* B k 4t..4t+3 of token g: lo (or hi) bytes of pairs 4 (t & 1) .. + 3; A is zero for t >= 2 */
-            const uint8_t *mo = mins + 16 * (8 * nt + g) + 4 * (t & 1);
+            const uint8_t *mo = mins + 16 * 8 * nt;
             int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
             mm_mma_k16(lo, am0, am1, mm_lds_u32(mo), lane);
             mm_mma_k16(hi, am0, am1, mm_lds_u32(mo + 8), lane);
+            const float2 da = mm_lds_f32x2(scales + 4 * (8 * nt + 2 * t)); /* tokens 2t, 2t + 1 of the tile */
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const float da = mm_lds_f32(scales + 4 * (8 * nt + 2 * t + (i & 1)));
+                const float dai = (i & 1) ? da.y : da.x;
                 const float d = i < 2 ? d0 : d1, dmin = i < 2 ? m0 : m1;
                 const int32_t tm = lo[i] + 128 * hi[i];
-                acc[nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[nt][i]), acc[nt][i]);
-                acc[nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tm), acc[nt][i]);
+                acc[nt][i] = mm_fma(mm_mul(dai, d), mm_i2f(s[nt][i]), acc[nt][i]);
+                acc[nt][i] = mm_fma(-mm_mul(dai, dmin), mm_i2f(tm), acc[nt][i]);
             }
         }
     } else {
@@ -311,34 +338,55 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int ti
                         const uint32_t word = grp < 4 ? f.sc[r].x : grp < 8 ? f.sc[r].y : grp < 12 ? f.sc[r].z : f.sc[r].w;
                         sc[r] = (int8_t)(word >> (8 * (grp & 3)));
                     }
+                    uint32_t b[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) b[nt] = mm_lds_u32(brow + 8 * nt * tr::row_stride + 16 * grp + 4 * t);
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
-                        if (nt >= tiles) continue; /* warp-uniform */
-                        const uint32_t b = mm_lds_u32(buf + (8 * nt + g) * tr::row_stride + 16 * grp + 4 * t);
                         int32_t c[4] = {0, 0, 0, 0};
-                        mm_mma_k16(c, a[0], a[1], b, lane);
+                        mm_mma_k16(c, a[0], a[1], b[nt], lane);
                         s[nt][0] += sc[0] * c[0], s[nt][1] += sc[0] * c[1], s[nt][2] += sc[1] * c[2], s[nt][3] += sc[1] * c[3];
                     }
                 }
         const float d0 = mm_half(f.d[0]), d1 = mm_half(f.d[1]);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            if (nt >= tiles) continue; /* warp-uniform */
+            const float2 da = mm_lds_f32x2(scales + 4 * (8 * nt + 2 * t));
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float da = mm_lds_f32(scales + 4 * (8 * nt + 2 * t + (i & 1)));
-                acc[nt][i] = mm_fma(mm_mul(da, i < 2 ? d0 : d1), mm_i2f(s[nt][i]), acc[nt][i]);
-            }
+            for (int i = 0; i < 4; i++)
+                acc[nt][i] = mm_fma(mm_mul((i & 1) ? da.y : da.x, i < 2 ? d0 : d1), mm_i2f(s[nt][i]), acc[nt][i]);
         }
     }
 }
 
-/* CTA `cta` of a launch, as thread `tid` of `nthreads` (warp `warp`, lane `lane`) with the CTA's
- * shared memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token,
- * stored with mm_store. The split-K finish is the caller's. On the host (the emulation) `nthreads`
- * is 32: each emulated warp stages every copy itself, which writes the same bytes. */
-template <int TYPE, int NT>
-MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, int nthreads, uint8_t *smem) {
+/* One block of a pass: load block k + DEPTH - 1 (the deepest prefetch) into `ahead`, stage block
+ * k + 1's activations into the other buffer, run block k from `cur` and the buffer staged one step
+ * earlier, then wait for this thread's copies and meet the CTA (after which the buffer just read may
+ * be staged again and the one just staged may be read). */
+template <int TYPE, int NT, int DEPTH, int NTHREADS>
+MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cur, mm_tile_frag<TYPE> &ahead, bool active,
+                        const mm_tile_wptr &wp, int k, int k_begin, int k_end, int p0, int g, int t, int tid,
+                        uint8_t *smem, float acc[NT][4]) {
+    constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT);
+    const int next_buf = (k + 1 - k_begin) & 1;
+    if (active && k + DEPTH - 1 < k_end) mm_tile_load(ahead, wp, k + DEPTH - 1);
+    if (k + 1 < k_end) /* buffer next_buf was last read before the previous step's barrier */
+        mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, k + 1, p0, tid);
+    if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc);
+    mm_tile_copies_wait();
+    mm_cta_sync();
+}
+
+/* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
+ * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token, stored
+ * with mm_store. The split-K finish is the caller's. Weight blocks are loaded DEPTH - 1 blocks ahead
+ * of the MMAs (a ring of DEPTH register fragments, the loop unrolled by DEPTH so that no fragment is
+ * copied). On the host (the emulation) NTHREADS is 32: each emulated warp stages every copy itself,
+ * which writes the same bytes. */
+template <int TYPE, int NT, int NTHREADS>
+MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, uint8_t *smem) {
+    constexpr int DEPTH = mm_tile_depth<TYPE, NT>::value;
+    static_assert(DEPTH == 2 || DEPTH == 3, "weight prefetch depth");
     const int g = lane >> 2, t = lane & 3;
     const mm_mat_args M = mm_select_mat_cta(args, cta);
     const int local = cta - M.cta_begin;
@@ -347,34 +395,36 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
     const bool active = rg < M.row_groups; /* the second row group of an odd count has none */
     const int k_begin = c * M.chunk_blocks;
     const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
-    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0);
-    constexpr int tokens = 8 * NT, buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
+    const mm_tile_wptr wp = mm_tile_wptr_for<TYPE>(M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0), half, g, t);
+    constexpr int tokens = 8 * NT;
 
     for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
-        const int tiles = (args.n_batch - p0 + 7) / 8; /* tiles with a token of the batch (>= NT: all) */
         float acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
-        mm_tile_frag<TYPE> cur, nxt;
-        if (active) mm_tile_load(cur, group_base, k_begin, half, g, t);
+        mm_tile_frag<TYPE> f0, f1, f2;
+        if (active) {
+            mm_tile_load(f0, wp, k_begin);
+            if (DEPTH == 3 && k_begin + 1 < k_end) mm_tile_load(f1, wp, k_begin + 1);
+        }
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        mm_tile_stage<TYPE>(smem, args.act, args.n, args.n_batch, k_begin, p0, tokens, tid, nthreads);
+        mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
-        for (int k = k_begin; k < k_end; k++) {
-            const int next_buf = (k + 1 - k_begin) & 1;
-            if (k + 1 < k_end) {
-                if (active) mm_tile_load(nxt, group_base, k + 1, half, g, t);
-                /* buffer next_buf was last read before the previous iteration's barrier */
-                mm_tile_stage<TYPE>(smem + next_buf * buf_bytes, args.act, args.n, args.n_batch, k + 1, p0, tokens, tid,
-                                    nthreads);
+        for (int k = k_begin; k < k_end; k += DEPTH) {
+            if constexpr (DEPTH == 2) {
+                mm_tile_step<TYPE, NT, 2, NTHREADS>(args, f0, f1, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
+                if (k + 1 < k_end)
+                    mm_tile_step<TYPE, NT, 2, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
+            } else {
+                mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f0, f2, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
+                if (k + 1 < k_end)
+                    mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
+                if (k + 2 < k_end)
+                    mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f2, f1, active, wp, k + 2, k_begin, k_end, p0, g, t, tid, smem, acc);
             }
-            if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, tiles, g, t, acc);
-            mm_tile_copies_wait();
-            mm_cta_sync();
-            cur = nxt;
         }
         if (active) {
 #pragma unroll
@@ -402,7 +452,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_tile_traits<TYPE>::ctas_per_sm)
     const int cta = blockIdx.x;
     if (cta >= args.n_ctas) return; /* the whole CTA */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    mm_tile_cta<TYPE, NT>(args, cta, warp, lane, threadIdx.x, MM_THREADS, smem);
+    mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
     /* the two warps of a row group stored its partial sums; one of them runs the split-K finish */
     __threadfence();
     __syncthreads();
