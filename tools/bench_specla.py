@@ -533,6 +533,7 @@ def main() -> int:
     ap.add_argument("--cases", default="tree_verify,commit,deferred_commit,state_memory",
                     help="comma-separated subset of the cases")
     ap.add_argument("--out", default=None, help="append the JSON rows to this file (default: stdout only)")
+    ap.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="backend of the ops (cuda: always the resident workload)")
     ap.add_argument("--resident", action="store_true",
@@ -558,7 +559,7 @@ def main() -> int:
         device = f"cuda: {device_name()}"
     else:
         device = f"cpu: {cpu_name()} ({os.cpu_count()} cores)"
-    base = {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
+    base = {"commit": args.commit or git("rev-parse", "--short", "HEAD") or "unknown",
             "worktree_dirty": bool(dirty),
             "device": device, "backend": args.device,
             "path": "resident_workload" if args.resident else "host_ops",
