@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -213,6 +213,11 @@ class RecurrentShape(ctypes.Structure):
     ]
 
 
+class RecurrentInputs(ctypes.Structure):
+    _fields_ = [(name, c_float_p) for name in
+                ("q", "k", "v", "g", "beta", "x", "conv_weight", "gdn_state", "conv_state")]
+
+
 class RecurrentStates(ctypes.Structure):
     _fields_ = [("gdn", ctypes.POINTER(c_float_p)), ("conv", ctypes.POINTER(c_float_p))]
 
@@ -338,6 +343,7 @@ _SIGNATURES = {
     "specla_context_set_logit_head": (ctypes.c_int, [_p, ctypes.POINTER(Tensor)]),
     "specla_context_set_logit_rows": (ctypes.c_int, [_p, c_int32_p, ctypes.c_int32]),
     "specla_context_backend": (ctypes.c_int32, [_p]),
+    "specla_context_sync": (ctypes.c_int, [_p]),
     "specla_context_launch_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
@@ -388,6 +394,17 @@ _SIGNATURES = {
         ctypes.c_int,
         [ctypes.POINTER(OpOptions), _p, ctypes.POINTER(RecurrentStates)],
     ),
+    "specla_recurrent_workload_create": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), ctypes.POINTER(RecurrentShape), ctypes.POINTER(RecurrentInputs), ctypes.POINTER(_p)],
+    ),
+    "specla_recurrent_workload_free": (None, [_p]),
+    "specla_recurrent_workload_set_tree": (ctypes.c_int, [_p, c_int32_p, _i32]),
+    "specla_recurrent_workload_verify": (ctypes.c_int, [_p]),
+    "specla_recurrent_workload_accept": (ctypes.c_int, [_p, c_int32_p, _i32]),
+    "specla_recurrent_workload_finish": (ctypes.c_int, [_p]),
+    "specla_recurrent_workload_sync": (ctypes.c_int, [_p]),
+    "specla_recurrent_workload_read": (ctypes.c_int, [_p, _i32, _i32, c_float_p]),
     "specla_draft_model_create": (
         ctypes.c_int,
         [ctypes.POINTER(DraftHParams), ctypes.POINTER(DraftWeights), _p, ctypes.POINTER(_p)],

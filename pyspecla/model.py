@@ -161,6 +161,12 @@ class Context:
     def pending(self) -> int:
         return _native.lib.specla_context_pending(self._handle)
 
+    def sync(self) -> None:
+        """Wait until the backend has run every op queued so far (a GPU queues them on a stream).
+        For benchmarks timing a call whose results are not read back (accept); generation never
+        needs it."""
+        _native.check(_native.lib.specla_context_sync(self._handle))
+
     def launch_counters(self) -> tuple[int, int]:
         """(kernel launches, host waits) of this context's backend since the last call, which resets
         them; (-1, -1) on the CPU, which launches nothing."""

@@ -1,10 +1,26 @@
 #!/usr/bin/env python3
-"""The SpecLA recurrent-layer ops on the CPU at qwen35-27B shapes (Hk 16, Hv 48, S 128,
-C 10240, K 4), against the baselines they replace. Writes one JSON row per (case, tree or
+"""The SpecLA recurrent-layer ops at qwen35-27B shapes (Hk 16, Hv 48, S 128, C 10240, K 4), on
+the CPU or a GPU, against the baselines they replace. Writes one JSON row per (case, tree or
 accepted length, layer count, method), one row per ratio, and state-memory rows; prints a table.
 
     SPECLA_LIBRARY=build/lead/native/libspecla.so \\
         python tools/bench_specla.py --layers 1,48 --threads 2 --out bench-specla.jsonl
+    python tools/bench_specla.py --device cuda --layers 1,48 --out bench-specla.jsonl
+
+Where the data lives (`path` in the rows):
+  host_ops           (--device cpu, the default there) the per-layer single tree ops
+                     (FactorBanks.conv_tree / verify_gdn / accept / finish) on numpy arrays: the
+                     CPU figures as they have always been measured (the banks' memory is host memory).
+  resident_workload  (--device cuda, or --device cpu --resident) a RecurrentWorkload: every layer's
+                     inputs are uploaded once when the workload is made, and the durable states,
+                     outputs and factor banks stay in the backend's memory; a timed run is one call
+                     per step's work over all layers (the same factor-bank code and backend ops a
+                     context runs). The single ops cannot be timed on a GPU honestly: they take host
+                     arrays and copy every argument in and every output back on each call, so their
+                     time would be the copies. A run is timed with the host clock between two device
+                     syncs (the backend table exposes no events): [sync, t0, the calls, sync, t1],
+                     so kernel launches count as part of the step, as they do in generation.
+                     Outputs and states are read back for the bit-for-bit checks after the timed runs.
 
 Cases (docs/specla.md §4 names the paper's figures they mirror):
   tree_verify      conv_tree + verify_gdn over all layers of one step, nothing pending:
@@ -17,11 +33,13 @@ Cases (docs/specla.md §4 names the paper's figures they mirror):
                    factors_now (fold at accept); ratio = factors_now / deferred_factors
   state_memory     bytes kept per verified node and layer by each method, and for 48 layers x 22 nodes
 Methods alternate run by run inside each case so machine noise hits both alike; one untimed
-warm-up run each. Each method's runs also check that the two methods agree bit for bit
+warm-up run each. The last run of each method also checks that the two methods agree bit for bit
 (outputs, or durable states after the commits): `same_outputs` / `same_state` in the ratio rows.
 
 --quick: fewer repeats and the 48-layer case scaled down to 8 layers (rows carry the layer
 count actually run in `layers` and the asked-for one in `layers_requested`).
+On the resident path that check covers every layer's outputs (the host path keeps the last
+layer's) and every layer's durable state.
 
 On a shared machine use --threads 1: with more threads than idle cores, each OpenMP region waits
 for a descheduled worker (replay opens one per token and layer), and the figures turn to noise.
@@ -207,6 +225,94 @@ def elapsed_ms(start: tuple[float, float], end: tuple[float, float]) -> tuple[fl
     return (end[0] - start[0]) * 1e3, (end[1] - start[1]) * 1e3
 
 
+# --- where a method's work runs ------------------------------------------------------------------
+class HostRunner:
+    """One method on the per-layer host ops: FactorBanks and numpy durable states (path host_ops)."""
+
+    path = "host_ops"
+
+    def __init__(self, bench, inp: Inputs, max_nodes: int, verify_method: str, commit_method: str):
+        self.banks = bench.banks(inp.n_layers, max_nodes, verify_method, commit_method)
+        self.inp = inp
+        self.gdn, self.conv = inp.states()
+        self.sched = self.n = self.last = None
+
+    def set_tree(self, parents) -> None:
+        from pyspecla.speculative.hld import build_schedule
+
+        self.sched, self.n = build_schedule(parents), len(parents)
+
+    def verify(self, split=None) -> None:
+        self.last = verify_all_layers(self.banks, self.sched, self.n, self.inp, self.gdn, self.conv, split)
+
+    def accept(self, path, write_states: bool = True) -> None:
+        """write_states False: the deferred commit's accept, which takes no states (a bank swap)."""
+        if write_states:
+            self.banks.accept(self.sched, path, self.gdn, self.conv)
+        else:
+            self.banks.accept(self.sched, path)
+
+    def finish(self) -> None:
+        self.banks.finish(self.gdn, self.conv)
+
+    def sync(self) -> None:
+        pass  # the host ops return when done
+
+    def outputs(self) -> list:
+        """The last verify's outputs: the last layer's conv and GDN outputs."""
+        return list(self.last)
+
+    def states(self) -> list:
+        return self.gdn + self.conv
+
+    def close(self) -> None:
+        self.banks.close()
+
+
+class ResidentRunner:
+    """One method on a RecurrentWorkload: inputs, states and banks in the backend's memory (path
+    resident_workload). The inputs are uploaded here, outside every timed region."""
+
+    path = "resident_workload"
+
+    def __init__(self, bench, inp: Inputs, max_nodes: int, verify_method: str, commit_method: str):
+        from pyspecla.speculative.recurrent import RecurrentShape, RecurrentWorkload
+
+        rows = slice(0, max_nodes)
+        inputs = {"q": inp.q[:, rows], "k": inp.k[:, rows], "v": inp.v[:, rows], "g": inp.g[:, rows],
+                  "beta": inp.beta[:, rows], "x": inp.x[:, rows], "conv_weight": inp.conv_w,
+                  "gdn_state": np.stack(inp.gdn0), "conv_state": np.stack(inp.conv0)}
+        self.n_layers = inp.n_layers
+        self.workload = RecurrentWorkload(RecurrentShape(inp.n_layers, HK, HV, S, C, K, max_nodes), inputs,
+                                          verify_method, commit_method, device=bench.args.device,
+                                          n_threads=bench.args.threads)
+
+    def set_tree(self, parents) -> None:
+        self.workload.set_tree(parents)
+
+    def verify(self, split=None) -> None:
+        self.workload.verify()  # one call for every layer: no per-op split here
+
+    def accept(self, path, write_states: bool = True) -> None:
+        self.workload.accept(path)  # the workload's states are always at hand
+
+    def finish(self) -> None:
+        self.workload.finish()
+
+    def sync(self) -> None:
+        self.workload.sync()
+
+    def outputs(self) -> list:
+        """The last verify's outputs: every layer's conv and GDN outputs."""
+        return [self.workload.read(what, layer) for layer in range(self.n_layers) for what in ("conv_out", "gdn_out")]
+
+    def states(self) -> list:
+        return [self.workload.read(what, layer) for what in ("gdn_state", "conv_state") for layer in range(self.n_layers)]
+
+    def close(self) -> None:
+        self.workload.close()
+
+
 # --- the cases ----------------------------------------------------------------------------------
 class Bench:
     def __init__(self, args, base: dict):
@@ -224,8 +330,12 @@ class Bench:
         return FactorBanks(RecurrentShape(layers, HK, HV, S, C, K, max_nodes), verify_method, commit_method,
                            n_threads=self.args.threads)
 
+    def runner(self, inp: Inputs, max_nodes: int, verify_method: str, commit_method: str):
+        cls = ResidentRunner if self.args.resident else HostRunner
+        return cls(self, inp, max_nodes, verify_method, commit_method)
+
     def add(self, row: dict) -> None:
-        self.rows.append({**self.base, **row})
+        self.rows.append({**self.base, "mode": f"{row['case']}:{row['method']}", **row})
 
     def add_pair(self, case, common, methods, runs, ratio_of, extra=None, method_extra=None):
         """Two method rows and their ratio row. methods: [(label, verify, commit), ...]; runs[label]:
@@ -259,120 +369,115 @@ class Bench:
 
     # 1. tree verify: state-resident HLD chains vs root-to-leaf replay
     def tree_verify(self):
-        from pyspecla.speculative.hld import build_schedule
-
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, max(len(p) for p, _ in TREES.values()), seed=1)
-            gdn, conv = inp.states()
             for name, (parents, description) in TREES.items():
                 n = len(parents)
-                sched = build_schedule(parents)
                 methods = [("hld_chains", "hld_chains", "deferred_factors"),
                            ("root_to_leaf", "root_to_leaf", "deferred_factors")]
-                banks = {m: self.banks(layers, n, v, c) for m, v, c in methods}
+                runners = {m: self.runner(inp, n, v, c) for m, v, c in methods}
+                for runner in runners.values():
+                    runner.set_tree(parents)
                 runs = {m: [] for m, _, _ in methods}
                 splits = {m: [] for m, _, _ in methods}
-                last = {}
                 for r in range(self.repeats(layers) + 1):
                     for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
                         split = [0.0, 0.0]
+                        runners[m].sync()
                         t0 = clock()
-                        last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv, split)
+                        runners[m].verify(split)
+                        runners[m].sync()
                         t1 = clock()
                         if r:  # run 0 warms up
                             runs[m].append(elapsed_ms(t0, t1))
                             splits[m].append(split)
-                same = all(same_bits(a, b) for a, b in zip(last["hld_chains"], last["root_to_leaf"]))
+                same = all(same_bits(a, b) for a, b in zip(runners["hld_chains"].outputs(),
+                                                           runners["root_to_leaf"].outputs()))
                 common = {"layers": layers, "layers_requested": requested, "tree": name, "n_nodes": n,
                           "accepted": None, "parents": parents, "tree_note": description, **tree_stats(parents),
                           "timed": "conv_tree + verify_gdn, every layer, nothing pending"}
-                conv_gdn = {m: {"median_conv_tree_ms": statistics.median(c for c, _ in splits[m]),
-                                "median_verify_gdn_ms": statistics.median(g for _, g in splits[m])}
-                            for m in splits}
-                gdn_only = (conv_gdn["root_to_leaf"]["median_verify_gdn_ms"]
-                            / conv_gdn["hld_chains"]["median_verify_gdn_ms"])
-                self.add_pair("tree_verify", common, methods, runs, ("root_to_leaf", "hld_chains"),
-                              {"same_outputs": same, "ratio_verify_gdn_only": gdn_only}, conv_gdn)
-                for b in banks.values():
-                    b.close()
+                extra = {"same_outputs": same}
+                conv_gdn = None
+                if not self.args.resident:  # the host ops are timed one by one; a workload runs a step in one call
+                    conv_gdn = {m: {"median_conv_tree_ms": statistics.median(c for c, _ in splits[m]),
+                                    "median_verify_gdn_ms": statistics.median(g for _, g in splits[m])}
+                                for m in splits}
+                    extra["ratio_verify_gdn_only"] = (conv_gdn["root_to_leaf"]["median_verify_gdn_ms"]
+                                                      / conv_gdn["hld_chains"]["median_verify_gdn_ms"])
+                self.add_pair("tree_verify", common, methods, runs, ("root_to_leaf", "hld_chains"), extra, conv_gdn)
+                for runner in runners.values():
+                    runner.close()
 
     # 2. commit of the accepted path: fold the factors now vs replay the tokens
     def commit(self):
-        from pyspecla.speculative.hld import build_schedule
-
         parents = chain_tree(16)
-        sched = build_schedule(parents)
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, 16, seed=2)
             methods = [("factors_now", "hld_chains", "factors_now"), ("replay", "hld_chains", "replay")]
-            banks = {m: self.banks(layers, 16, v, c) for m, v, c in methods}
-            states = {m: inp.states() for m, _, _ in methods}  # same start: the states must stay equal
+            runners = {m: self.runner(inp, 16, v, c) for m, v, c in methods}  # same start: states must stay equal
+            for runner in runners.values():
+                runner.set_tree(parents)
             for accepted in (1, 4, 8, 16):
                 path = list(range(accepted))
                 runs = {m: [] for m, _, _ in methods}
                 for r in range(self.repeats(layers) + 1):
                     for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
-                        gdn, conv = states[m]
-                        verify_all_layers(banks[m], sched, 16, inp, gdn, conv)  # not timed
+                        runners[m].verify()  # not timed
+                        runners[m].sync()
                         t0 = clock()
-                        banks[m].accept(sched, path, gdn, conv)
-                        banks[m].finish(gdn, conv)
+                        runners[m].accept(path)
+                        runners[m].finish()
+                        runners[m].sync()
                         t1 = clock()
                         if r:
                             runs[m].append(elapsed_ms(t0, t1))
-                same = all(same_bits(a, b) for a, b in zip(states["factors_now"][0] + states["factors_now"][1],
-                                                           states["replay"][0] + states["replay"][1]))
+                same = all(same_bits(a, b) for a, b in zip(runners["factors_now"].states(), runners["replay"].states()))
                 common = {"layers": layers, "layers_requested": requested, "tree": "chain-16", "n_nodes": 16,
                           "accepted": accepted, "parents": parents,
                           "timed": "accept + finish (both methods write the durable state at accept)"}
-                self.add_pair("commit", common, methods, runs, ("replay", "factors_now"),
-                              {"same_state": same})
-            for b in banks.values():
-                b.close()
+                self.add_pair("commit", common, methods, runs, ("replay", "factors_now"), {"same_state": same})
+            for runner in runners.values():
+                runner.close()
 
     # 3. deferred commit (fold inside the next verify) vs a separate fold at accept
     def deferred_commit(self, accepted: int = 8):
-        from pyspecla.speculative.hld import build_schedule
-
         parents, _ = TREES["ddtree-22"]
         n = len(parents)
         path = list(range(accepted))
         assert all(parents[i] == i - 1 for i in path[1:]), "the accepted path must be the tree's spine prefix"
-        sched = build_schedule(parents)
         for requested, layers in self.layer_cases():
             inp = Inputs(layers, n, seed=3)
             methods = [("deferred_factors", "hld_chains", "deferred_factors"),
                        ("factors_now", "hld_chains", "factors_now")]
-            banks = {m: self.banks(layers, n, v, c) for m, v, c in methods}
-            states = {m: inp.states() for m, _, _ in methods}
+            runners = {m: self.runner(inp, n, v, c) for m, v, c in methods}
+            for runner in runners.values():
+                runner.set_tree(parents)
             runs = {m: [] for m, _, _ in methods}
-            last = {}
             for r in range(self.repeats(layers) + 1):
                 for m, _, _ in (methods if r % 2 == 0 else methods[::-1]):
-                    gdn, conv = states[m]
-                    verify_all_layers(banks[m], sched, n, inp, gdn, conv)  # step 1: not timed
+                    runners[m].verify()  # step 1: not timed
+                    runners[m].sync()
                     t0 = clock()
-                    if m == "deferred_factors":
-                        banks[m].accept(sched, path)  # a bank swap; the fold waits for the next verify
-                    else:
-                        banks[m].accept(sched, path, gdn, conv)
-                    last[m] = verify_all_layers(banks[m], sched, n, inp, gdn, conv)  # step 2
+                    # deferred: a bank swap, the fold waits for the next verify; factors_now folds here
+                    runners[m].accept(path, write_states=m != "deferred_factors")
+                    runners[m].verify()  # step 2
+                    runners[m].sync()
                     t1 = clock()
-                    banks[m].finish(gdn, conv)  # drop step 2 (nothing left to fold), not timed
+                    runners[m].finish()  # drop step 2 (nothing left to fold), not timed
                     if r:
                         runs[m].append(elapsed_ms(t0, t1))
-            same = all(same_bits(a, b) for a, b in zip(last["deferred_factors"], last["factors_now"]))
-            same = same and all(same_bits(a, b) for a, b in
-                                zip(states["deferred_factors"][0] + states["deferred_factors"][1],
-                                    states["factors_now"][0] + states["factors_now"][1]))
+            same = all(same_bits(a, b) for a, b in zip(runners["deferred_factors"].outputs(),
+                                                       runners["factors_now"].outputs()))
+            same = same and all(same_bits(a, b) for a, b in zip(runners["deferred_factors"].states(),
+                                                                runners["factors_now"].states()))
             common = {"layers": layers, "layers_requested": requested, "tree": "ddtree-22", "n_nodes": n,
                       "accepted": accepted, "parents": parents,
                       "timed": f"accept({accepted}) + verify of the next {n}-node tree (conv_tree + verify_gdn, "
                                "every layer)"}
             self.add_pair("deferred_commit", common, methods, runs, ("factors_now", "deferred_factors"),
                           {"same_outputs_and_state": same})
-            for b in banks.values():
-                b.close()
+            for runner in runners.values():
+                runner.close()
 
     # 4. state memory per verified node
     def state_memory(self, layers: int = MODEL_GDN_LAYERS, nodes: int = 22):
@@ -428,7 +533,13 @@ def main() -> int:
     ap.add_argument("--cases", default="tree_verify,commit,deferred_commit,state_memory",
                     help="comma-separated subset of the cases")
     ap.add_argument("--out", default=None, help="append the JSON rows to this file (default: stdout only)")
+    ap.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="backend of the ops (cuda: always the resident workload)")
+    ap.add_argument("--resident", action="store_true",
+                    help="on the CPU too, time the resident workload instead of the per-layer host ops")
     args = ap.parse_args()
+    args.resident = args.resident or args.device == "cuda"
     args.layers = [int(x) for x in args.layers.split(",") if x]
     if args.repeats is None:
         args.repeats = 2 if args.quick else 15
@@ -438,13 +549,25 @@ def main() -> int:
     from pyspecla import _native
 
     dirty = git("status", "--porcelain", "--", "native", "pyspecla")
-    base = {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
+    if args.device == "cuda":
+        from bench_gpu import device_name
+
+        if _native.cuda_device_count() < 1:
+            print("bench_specla: --device cuda, but this libspecla sees no CUDA device (a CPU-only build, or "
+                  "no GPU here)", file=sys.stderr)
+            return 2
+        device = f"cuda: {device_name()}"
+    else:
+        device = f"cpu: {cpu_name()} ({os.cpu_count()} cores)"
+    base = {"commit": args.commit or git("rev-parse", "--short", "HEAD") or "unknown",
             "worktree_dirty": bool(dirty),
-            "device": f"cpu: {cpu_name()} ({os.cpu_count()} cores)", "backend": "cpu",
+            "device": device, "backend": args.device,
+            "path": "resident_workload" if args.resident else "host_ops",
             "cpu_kernels": {v: k for k, v in _native.CPU_KERNELS.items()}.get(_native.cpu_best_kernels(), "?"),
             "threads": args.threads, "quick": args.quick, "loadavg_start": round(os.getloadavg()[0], 2),
+            "model": "qwen35-27B recurrent layers (synthetic inputs)",
             "shape": {"model": "qwen35-27B", "Hk": HK, "Hv": HV, "S": S, "C": C, "K": K}}
-    if args.threads > 1 and os.getloadavg()[0] >= 1.0:
+    if args.device == "cpu" and args.threads > 1 and os.getloadavg()[0] >= 1.0:
         print(f"# warning: load average {os.getloadavg()[0]:.1f} with --threads {args.threads}; other processes "
               "share the cores, consider --threads 1", file=sys.stderr)
     bench = Bench(args, base)
@@ -452,6 +575,7 @@ def main() -> int:
     for case in args.cases.split(","):
         getattr(bench, case)()
         print(f"# {case} done at {time.perf_counter() - t_start:.0f} s", file=sys.stderr, flush=True)
+    print(f"# {base['device']}, {base['path']}, commit {base['commit']}")
     print_table(bench.table)
     if args.out:
         with open(args.out, "a") as f:

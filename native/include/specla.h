@@ -37,8 +37,9 @@ extern "C" {
 
 /* ABI history: 8 added the backend / device fields of specla_context_params and specla_op_options
  * and specla_context_set_logit_rows / specla_draft_context_set_logit_rows (a reduced vocabulary
- * named by row ids, so a GPU never re-uploads head rows). */
-#define SPECLA_ABI_VERSION 8
+ * named by row ids, so a GPU never re-uploads head rows). 9 added the recurrent workload
+ * (specla_recurrent_workload_*) and specla_context_sync, for benchmarks on a GPU. */
+#define SPECLA_ABI_VERSION 9
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -218,6 +219,11 @@ SPECLA_API void specla_context_free(specla_context *context);
  * launches per token, host synchronisations per step. */
 SPECLA_API specla_status specla_context_launch_counters(specla_context *context, int64_t *launches,
                                                         int64_t *host_waits);
+
+/* Wait until the context's backend has finished every op queued so far (a GPU runs them on a
+ * stream; the CPU has nothing to wait for). For benchmarks that time a call whose results are not
+ * read back (specla_accept_path); generation never needs it. */
+SPECLA_API specla_status specla_context_sync(specla_context *context);
 
 /* The backend a context resolved to (SPECLA_BACKEND_CPU or SPECLA_BACKEND_CUDA). */
 SPECLA_API int32_t specla_context_backend(const specla_context *context);
@@ -498,6 +504,62 @@ SPECLA_API specla_status specla_factor_banks_accept(const specla_op_options *opt
 /* Fold whatever is pending into the durable states exactly once; a no-op when nothing is. */
 SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options *opt, specla_factor_banks *banks,
                                                          const specla_recurrent_states *states);
+
+/* ---------------------------------------------------------------------------------------------
+ * Recurrent workload: the recurrent layers' tree work resident in one backend's memory, for
+ * benchmarks (tools/bench_specla.py). The single tree ops above take host arrays, which a GPU
+ * backend would have to copy in and out on every call, so timing them would time the copies. A
+ * workload uploads the inputs of every recurrent layer once (at create) and keeps its durable
+ * states, outputs and factor banks in the backend's memory; each call queues one step's work over
+ * all layers, exactly as a context runs it (the same factor-bank code and backend ops, so the same
+ * bits). Calls may return before a GPU has finished: specla_recurrent_workload_sync waits, so a
+ * caller times [sync, calls, sync] with the host clock.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct specla_recurrent_inputs {
+    /* host arrays; per layer and node, [n_layers][max_nodes][...] (a tree of n nodes reads the
+     * first n rows of each layer) */
+    const float *q, *k;          /* [Hk][S], L2-normalised */
+    const float *v;              /* [Hv][S] */
+    const float *g, *beta;       /* [Hv]: log-decay <= 0, beta in (0, 1) */
+    const float *x;              /* [C]: raw conv inputs */
+    const float *conv_weight;    /* [n_layers][C][K] */
+    const float *gdn_state;      /* [n_layers][Hv][S][S]: the durable states at the start */
+    const float *conv_state;     /* [n_layers][K-1][C] */
+} specla_recurrent_inputs;
+
+typedef enum specla_workload_read {
+    SPECLA_WORKLOAD_GDN_OUT = 0,    /* the last verify's GDN outputs of a layer, [n][Hv][S] */
+    SPECLA_WORKLOAD_CONV_OUT = 1,   /* its conv outputs, [n][C] */
+    SPECLA_WORKLOAD_GDN_STATE = 2,  /* a layer's durable GDN state [Hv][S][S] */
+    SPECLA_WORKLOAD_CONV_STATE = 3, /* a layer's durable conv window [K-1][C] */
+} specla_workload_read;
+
+typedef struct specla_recurrent_workload specla_recurrent_workload;
+/* The backend of `opt` (NULL: the CPU), the methods of `shape`, the inputs uploaded. */
+SPECLA_API specla_status specla_recurrent_workload_create(const specla_op_options *opt,
+                                                          const specla_recurrent_shape *shape,
+                                                          const specla_recurrent_inputs *inputs,
+                                                          specla_recurrent_workload **out_workload);
+SPECLA_API void specla_recurrent_workload_free(specla_recurrent_workload *workload);
+/* The tree the next verifies take (parents in topological order, 1 <= n <= max_nodes): its HLD
+ * schedule is built and uploaded here, outside what a caller times. Refused while a verify awaits
+ * accept or finish. */
+SPECLA_API specla_status specla_recurrent_workload_set_tree(specla_recurrent_workload *workload,
+                                                            const int32_t *parents, int32_t n);
+/* For every recurrent layer: the tree conv, then the GDN tree verify (specla_op_conv_tree,
+ * specla_op_gdn_tree_verify) of the tree's nodes, folding a pending path first where the commit
+ * method defers it. */
+SPECLA_API specla_status specla_recurrent_workload_verify(specla_recurrent_workload *workload);
+/* specla_factor_banks_accept of the last verify (the durable states are the workload's). */
+SPECLA_API specla_status specla_recurrent_workload_accept(specla_recurrent_workload *workload, const int32_t *path,
+                                                          int32_t n);
+/* specla_finish_speculative_state: fold what is pending; drop an unaccepted verify. */
+SPECLA_API specla_status specla_recurrent_workload_finish(specla_recurrent_workload *workload);
+/* Wait until the backend has run everything queued. */
+SPECLA_API specla_status specla_recurrent_workload_sync(specla_recurrent_workload *workload);
+/* Copy one array out to the host (specla_workload_read; n = the current tree's nodes). */
+SPECLA_API specla_status specla_recurrent_workload_read(const specla_recurrent_workload *workload, int32_t what,
+                                                        int32_t layer, float *out);
 
 /* ---------------------------------------------------------------------------------------------
  * DFlash block-diffusion draft (arch qwen35-dflash-draft). No embedding or LM head of its own:

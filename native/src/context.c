@@ -61,6 +61,11 @@ SPECLA_API void specla_context_free(specla_context *ctx) {
 
 SPECLA_API int32_t specla_context_backend(const specla_context *ctx) { return ctx ? ctx->be->kind : -1; }
 
+SPECLA_API specla_status specla_context_sync(specla_context *ctx) {
+    if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_sync: NULL context");
+    return ctx->be->ops->sync(ctx->be);
+}
+
 SPECLA_API specla_status specla_context_launch_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits) {
     if (!ctx || !launches || !host_waits)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_launch_counters: NULL argument");

@@ -392,13 +392,21 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
         break;
     case SPECLA_COMMIT_REPLAY: {
         /* the durable state was never written during verify: it is the snapshot; decode the
-         * accepted tokens again from their recorded inputs, gathered into path order, in one call
-         * of the sequential kernels per layer */
+         * accepted tokens again from their recorded inputs, in path order, in one call of the
+         * sequential kernels per layer. A path 0..n-1 reads them where the bank holds them (its
+         * first n rows are the path in order); any other path is gathered first. */
         const int64_t hks = (int64_t)s->Hk * s->S, hvs = (int64_t)s->Hv * s->S;
         float *k = b->replay_scratch, *v = k + n * hks, *g = v + n * hvs, *beta = g + (int64_t)n * s->Hv;
         float *x = beta + (int64_t)n * s->Hv, *out = x + (int64_t)n * s->C;
+        const int in_place = is_prefix_path(path, n);
         for (int l = 0; l < s->n_layers; l++) {
             const float *bank = layer_block(b, b->write_bank, l);
+            if (in_place) {
+                be->ops->gated_delta_rule(be, bank + b->off_k, bank + b->off_k, bank + b->off_v, bank + b->off_g,
+                                          bank + b->off_beta, n, s->Hk, s->Hv, s->S, states->gdn[l], out);
+                be->ops->conv_fold(be, states->conv[l], bank + b->off_x, n, s->C, s->K);
+                continue;
+            }
             for (int i = 0; i < n; i++) {
                 const int64_t u = path[i];
                 copy_rows(be, k + i * hks, bank + b->off_k + u * hks, hks);

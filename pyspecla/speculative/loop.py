@@ -81,8 +81,11 @@ class SpecStats:
     compacted_steps: int = 0    # steps whose accepted path is not the tree's first nodes in order
                                 # (accept moves KV rows and captured features into place)
     prompt_ms: float = 0.0
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
+    draft_ms: float = 0.0    # the drafter's proposal and the tree built from it
+    tree_ms: float = 0.0     # of draft_ms: building the tree
+    verify_ms: float = 0.0   # verify_tree, the greedy walk and accept
+    accept_ms: float = 0.0   # of verify_ms: the greedy walk and accept (on a GPU, accept's queued
+                             # device work finishes inside the next verify)
     decode_s: float = 0.0
     tokens_per_s: float = 0.0
     cancelled: bool = False
@@ -194,14 +197,18 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
                 top_tokens, top_logprobs = usable_proposal(
                     *drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k),
                     model.hparams.n_vocab)
+                t_tree = time.perf_counter()
                 tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
+                stats.tree_ms += (time.perf_counter() - t_tree) * 1e3
             t_verify = time.perf_counter()
             stats.draft_ms += (t_verify - t_step) * 1e3
             posterior = ctx.verify_tree(tree.tokens, tree.parents)
+            t_accept = time.perf_counter()
             path, bonus = greedy_accept(tree, posterior)
             ctx.accept(path)
             t_done = time.perf_counter()
             stats.verify_ms += (t_done - t_verify) * 1e3
+            stats.accept_ms += (t_done - t_accept) * 1e3
             if guard:
                 guard.record(len(tree.tokens), len(path), t_done - t_step)
             stats.steps += 1

@@ -158,3 +158,88 @@ class FactorBanks:
         """finish_speculative_state: fold what is pending, exactly once (idempotent)."""
         packed = self._states(gdn_states, conv_states)
         check(lib.specla_finish_speculative_state(self._opts, self._handle, ctypes.byref(packed[0])))
+
+
+class RecurrentWorkload:
+    """The recurrent layers' tree work resident in one backend's memory (specla.h, "Recurrent
+    workload"): every layer's inputs uploaded once, durable states, outputs and factor banks kept on
+    the backend, one call per step's work over all layers. For benchmarks on a GPU, where the
+    per-layer ops of FactorBanks would copy host arrays in and out on every call. Calls may return
+    before the device is done: `sync()` waits, so time [sync, calls, sync].
+
+    inputs: q, k (L, N, Hk, S); v (L, N, Hv, S); g, beta (L, N, Hv); x (L, N, C) with N =
+    shape.max_nodes; conv_weight (L, C, K); gdn_state (L, Hv, S, S); conv_state (L, K-1, C)."""
+
+    READS = {"gdn_out": 0, "conv_out": 1, "gdn_state": 2, "conv_state": 3}
+
+    def __init__(self, shape: RecurrentShape, inputs: dict, verify_method: str = "hld_chains",
+                 commit_method: str = "deferred_factors", device: str = "cpu", n_threads: int = 0,
+                 cpu_kernels: str = "auto"):
+        if verify_method not in _native.VERIFY_METHODS:
+            raise UsageError(f"verify_method must be one of {VERIFY_METHODS}, got {verify_method!r}")
+        if commit_method not in _native.COMMIT_METHODS:
+            raise UsageError(f"commit_method must be one of {COMMIT_METHODS}, got {commit_method!r}")
+        s = self.shape = shape
+        L, N = s.n_layers, s.max_nodes
+        expected = {"q": (L, N, s.Hk, s.S), "k": (L, N, s.Hk, s.S), "v": (L, N, s.Hv, s.S), "g": (L, N, s.Hv),
+                    "beta": (L, N, s.Hv), "x": (L, N, s.C), "conv_weight": (L, s.C, s.K),
+                    "gdn_state": (L, s.Hv, s.S, s.S), "conv_state": (L, s.K - 1, s.C)}
+        arrays = {}
+        for name, want in expected.items():
+            if name not in inputs:
+                raise UsageError(f"RecurrentWorkload: inputs lack {name!r}")
+            a = _f32(inputs[name])
+            if a.shape != want:
+                raise UsageError(f"RecurrentWorkload: inputs[{name!r}] has shape {a.shape}, expected {want}")
+            arrays[name] = a
+        try:
+            opts = _native.op_options(n_threads, cpu_kernels, device)
+        except (KeyError, ValueError) as e:
+            raise UsageError(f"RecurrentWorkload: {e}") from None
+        native_shape = _native.RecurrentShape(L, s.Hk, s.Hv, s.S, s.C, s.K, N, _native.VERIFY_METHODS[verify_method],
+                                              _native.COMMIT_METHODS[commit_method])
+        packed = _native.RecurrentInputs(*(float_ptr(arrays[name]) for name in expected))
+        handle = ctypes.c_void_p()
+        check(lib.specla_recurrent_workload_create(ctypes.byref(opts), ctypes.byref(native_shape), ctypes.byref(packed),
+                                                   ctypes.byref(handle)))  # the inputs are uploaded here
+        self._handle = handle
+        self.n_nodes = 0
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            lib.specla_recurrent_workload_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def set_tree(self, parents) -> None:
+        """The tree of the next verifies; its schedule is built and uploaded here (not timed)."""
+        p = _i32(parents)
+        check(lib.specla_recurrent_workload_set_tree(self._handle, int32_ptr(p), len(p)))
+        self.n_nodes = len(p)
+
+    def verify(self) -> None:
+        check(lib.specla_recurrent_workload_verify(self._handle))
+
+    def accept(self, path) -> None:
+        p = _i32(path)
+        check(lib.specla_recurrent_workload_accept(self._handle, int32_ptr(p), len(p)))
+
+    def finish(self) -> None:
+        check(lib.specla_recurrent_workload_finish(self._handle))
+
+    def sync(self) -> None:
+        check(lib.specla_recurrent_workload_sync(self._handle))
+
+    def read(self, what: str, layer: int) -> np.ndarray:
+        """A copy on the host: "gdn_out" (n, Hv, S) / "conv_out" (n, C) of the last verify (n = the
+        tree's nodes), or a layer's durable "gdn_state" (Hv, S, S) / "conv_state" (K-1, C)."""
+        s = self.shape
+        shapes = {"gdn_out": (self.n_nodes, s.Hv, s.S), "conv_out": (self.n_nodes, s.C),
+                  "gdn_state": (s.Hv, s.S, s.S), "conv_state": (s.K - 1, s.C)}
+        if what not in shapes:
+            raise UsageError(f"RecurrentWorkload.read: what must be one of {sorted(shapes)}, got {what!r}")
+        out = np.full(shapes[what], np.nan, dtype=np.float32)
+        check(lib.specla_recurrent_workload_read(self._handle, self.READS[what], layer, float_ptr(out)))
+        return out

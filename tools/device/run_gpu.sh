@@ -16,6 +16,15 @@
 # Extra benchmark commands can ride as arguments:
 #   bash tools/device/run_gpu.sh "python3 tools/bench_gpu.py --model \$MODEL --out \$ROWS"
 #
+# Issue 14's benchmarks (C = the commit the code is at: the device's .git is the session's first
+# commit, so every script takes --commit). A call that only measures; each command appends to $ROWS:
+#   SKIP_PYTEST=1 SKIP_LLAMA=1 bash tools/device/run_gpu.sh \
+#     "python3 tools/bench_specla.py --device cuda --layers 1,48 --commit C --out \$ROWS" \
+#     "python3 tools/bench_gpu_spec.py --model \$MODEL --device cuda --depths 0,4096 --commit C --out \$ROWS" \
+#     "python3 tools/bench_gpu_e2e.py --model \$MODEL --device cuda --targets 4,6,8 -n 256 --commit C --out \$ROWS"
+# (SpecLA ops on device-resident buffers; 23-node verify and accept in decode steps at depth 0 and
+# 4096; tokens/s with the oracle drafter vs plain decoding, recorded steps on and off.)
+#
 # Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), GGML_CUDA=OFF (a CPU-only
 # llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),

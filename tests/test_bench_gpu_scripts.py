@@ -1,0 +1,103 @@
+"""Smoke runs of the GPU benchmark scripts on the CPU backend (the lead runs them with --device cuda
+on the H200; tools/device/run_gpu.sh lists the command lines): each runs end to end with --quick on
+a tiny model or the smallest layer count, writes rows with the fields the reports read, and finds
+its bit-for-bit checks true. Bad input ends with a message and a non-zero exit, not a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_FIELDS = {"commit", "device", "model", "mode"}
+
+
+def run_tool(script: str, *args: str, expect_rc: int = 0) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / script), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == expect_rc, f"{script} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("path_flag", [[], ["--resident"]], ids=["host_ops", "resident_workload"])
+def test_bench_specla_quick_on_the_cpu(tmp_path, path_flag):
+    out = tmp_path / "specla.jsonl"
+    proc = run_tool("bench_specla.py", "--quick", "--layers", "1", "--threads", "1", "--device", "cpu",
+                    *path_flag, "--out", str(out))
+    rows = read_rows(out)
+    assert all(BASE_FIELDS <= row.keys() for row in rows)
+    assert {row["path"] for row in rows} == {"resident_workload" if path_flag else "host_ops"}
+    assert {row["backend"] for row in rows} == {"cpu"}
+    ratios = [row for row in rows if row["method"] == "ratio"]
+    # 4 trees, 4 accepted lengths, 1 deferred commit
+    assert sorted({row["case"] for row in ratios}) == ["commit", "deferred_commit", "tree_verify"]
+    assert len(ratios) == 9
+    for row in ratios:
+        assert row["ratio"] > 0 and row["numerator_median_ms"] > 0 and row["denominator_median_ms"] > 0
+        same = row.get("same_outputs", row.get("same_state", row.get("same_outputs_and_state")))
+        assert same is True, row
+    assert any(line.startswith("case ") for line in proc.stdout.splitlines())  # the table's header
+
+
+def test_bench_specla_refuses_cuda_without_a_device(tmp_path):
+    from pyspecla import _native
+
+    if _native.cuda_device_count() > 0:
+        pytest.skip("this build sees a CUDA device")
+    proc = run_tool("bench_specla.py", "--quick", "--layers", "1", "--device", "cuda", expect_rc=2)
+    assert "sees no CUDA device" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_gpu_spec_quick_on_the_cpu(tmp_path, tiny_model_path):
+    out = tmp_path / "spec.jsonl"
+    run_tool("bench_gpu_spec.py", "--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--quick", "--reps", "1",
+             "--depths", "0,8", "--threads", "1", "--out", str(out))
+    rows = read_rows(out)
+    assert all(BASE_FIELDS <= row.keys() for row in rows)
+    exact = [row for row in rows if row["mode"] == "verify-exactness"]
+    assert [row["depth"] for row in exact] == [0, 8]
+    assert all(row["exact"] and row["nodes_checked"] == 23 for row in exact)
+    for mode in ("decode", "verify", "verify-pending", "accept", "accept-side"):
+        got = [row for row in rows if row["mode"] == mode]
+        assert len(got) == 4, mode  # 2 depths x SpecLA on / off
+        assert all(row["ms"] > 0 for row in got)
+        if mode != "decode":
+            assert all(row["decode_steps"] > 0 and row["n_nodes"] == 23 for row in got)
+    tree = next(row for row in rows if row["mode"] == "tree")
+    assert len(tree["parents"]) == 23 and tree["spine_path"] == [0, 1, 2, 3, 4, 5]
+    assert tree["side_path"][-1] == 12 and tree["side_path"][0] == 0
+
+
+def test_bench_gpu_e2e_quick_on_the_cpu(tmp_path, tiny_model_path):
+    out = tmp_path / "e2e.jsonl"
+    run_tool("bench_gpu_e2e.py", "--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--quick", "-n", "16",
+             "--threads", "1", "--out", str(out))
+    rows = read_rows(out)
+    assert all(BASE_FIELDS <= row.keys() for row in rows)
+    assert all(row["same_as_plain"] for row in rows)
+    plain = [row for row in rows if row["mode"] == "plain"]
+    spec = [row for row in rows if row["mode"] != "plain"]
+    assert sorted(row["recorded_steps"] for row in plain) == [False, True]
+    assert len(spec) == 2 * 2 * 3  # (SpecLA, dense) x recorded on/off x targets 4, 6, 8
+    for row in spec:
+        assert row["target_accepted"] in (4.0, 6.0, 8.0) and 0 < row["oracle_p"] < 1
+        assert row["mean_accepted"] >= 1 and row["tokens_per_s"] > 0 and row["speedup_vs_plain"] > 0
+        assert set(row["breakdown_ms"]) == {"draft_ms", "tree_ms", "hld_ms", "verify_ms", "accept_ms", "host_ms"}
+        assert row["breakdown_ms"]["verify_ms"] > 0 and row["breakdown_ms"]["hld_ms"] > 0
+
+
+@pytest.mark.parametrize("script", ["bench_gpu_spec.py", "bench_gpu_e2e.py"])
+def test_a_missing_model_is_named(tmp_path, script):
+    missing = tmp_path / "nope.gguf"
+    proc = run_tool(script, "--model", str(missing), "--device", "cpu", "--quick", expect_rc=2)
+    assert "nope.gguf" in proc.stderr and "Traceback" not in proc.stderr

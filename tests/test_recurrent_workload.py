@@ -1,0 +1,130 @@
+"""The recurrent workload (specla_recurrent_workload_*, RecurrentWorkload): the tree work of every
+recurrent layer resident in one backend's memory, as tools/bench_specla.py times it on a GPU.
+Checked BIT FOR BIT against the per-layer host ops (FactorBanks) on the CPU, every verify/commit
+method pair agreeing bit for bit on every backend (the GPU included), and its bad inputs named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspecla.errors import NativeError, UsageError
+from pyspecla.speculative.hld import build_schedule
+from pyspecla.speculative.recurrent import FactorBanks, RecurrentShape, RecurrentWorkload
+
+SHAPE = RecurrentShape(n_layers=3, Hk=2, Hv=4, S=16, C=24, K=4, max_nodes=9)
+# three steps: accepted paths through a side branch (gathered), down the middle of a tree, and the
+# tree's first nodes in order (a bank swap; the replay baseline reads them in place)
+TREE_1, PATH_1 = [-1, 0, 1, 2, 0, 4, 1, 6, 3], [0, 4, 5]
+TREE_2, PATH_2 = [-1, 0, 1, 1, 2, 4, 0, 6], [0, 1, 2, 4]
+TREE_3, PATH_3 = [-1, 0, 1, 2, 1, 0], [0, 1, 2, 3]
+STEPS = ((TREE_1, PATH_1), (TREE_2, PATH_2), (TREE_3, PATH_3))
+METHOD_PAIRS = [("hld_chains", "deferred_factors"), ("hld_chains", "factors_now"), ("root_to_leaf", "factors_now"),
+                ("hld_chains", "replay"), ("dense_checkpoints", "checkpoint_restore")]
+
+
+def make_inputs(seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    s, L, N = SHAPE, SHAPE.n_layers, SHAPE.max_nodes
+
+    def l2(a):
+        return (a / np.sqrt((a * a).sum(-1, keepdims=True) + 1e-6)).astype(np.float32)
+
+    return {"q": l2(rng.standard_normal((L, N, s.Hk, s.S))), "k": l2(rng.standard_normal((L, N, s.Hk, s.S))),
+            "v": rng.standard_normal((L, N, s.Hv, s.S)).astype(np.float32),
+            "g": (-np.abs(rng.standard_normal((L, N, s.Hv))) * 0.3).astype(np.float32),
+            "beta": (1 / (1 + np.exp(-rng.standard_normal((L, N, s.Hv))))).astype(np.float32),
+            "x": rng.standard_normal((L, N, s.C)).astype(np.float32),
+            "conv_weight": (rng.standard_normal((L, s.C, s.K)) * 0.5).astype(np.float32),
+            "gdn_state": (rng.standard_normal((L, s.Hv, s.S, s.S)) * 0.1).astype(np.float32),
+            "conv_state": rng.standard_normal((L, s.K - 1, s.C)).astype(np.float32)}
+
+
+def run_workload(inputs, verify_method, commit_method, **kw) -> list[np.ndarray]:
+    """The steps and the finish; every verify output of every layer, then the final states."""
+    w = RecurrentWorkload(SHAPE, inputs, verify_method, commit_method, **kw)
+    got = []
+    for tree, path in STEPS:
+        w.set_tree(tree)
+        w.verify()
+        got += [w.read(what, l) for l in range(SHAPE.n_layers) for what in ("gdn_out", "conv_out")]
+        w.accept(path)
+    w.finish()
+    got += [w.read(what, l) for l in range(SHAPE.n_layers) for what in ("gdn_state", "conv_state")]
+    w.close()
+    return got
+
+
+def run_factor_banks(inputs, verify_method, commit_method, cpu_kernels) -> list[np.ndarray]:
+    """The same work through the per-layer host ops."""
+    banks = FactorBanks(SHAPE, verify_method, commit_method, cpu_kernels=cpu_kernels)
+    gdn = [a.copy() for a in inputs["gdn_state"]]
+    conv = [a.copy() for a in inputs["conv_state"]]
+    got = []
+    for tree, path in STEPS:
+        sched, n = build_schedule(tree, SHAPE.max_nodes), len(tree)
+        for l in range(SHAPE.n_layers):
+            y = banks.conv_tree(sched, l, inputs["x"][l, :n], inputs["conv_weight"][l], conv[l])
+            out = banks.verify_gdn(sched, l, *(inputs[f][l, :n] for f in ("q", "k", "v", "g", "beta")), gdn[l])
+            got += [out, y]
+        banks.accept(sched, path, gdn, conv)
+    banks.finish(gdn, conv)
+    for l in range(SHAPE.n_layers):
+        got += [gdn[l], conv[l]]
+    banks.close()
+    return got
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("verify_method,commit_method", METHOD_PAIRS)
+def test_workload_equals_the_host_ops_bit_for_bit_on_the_cpu(verify_method, commit_method, cpu_kernels):
+    inputs = make_inputs(1)
+    got = run_workload(inputs, verify_method, commit_method, device="cpu", cpu_kernels=cpu_kernels)
+    want = run_factor_banks(inputs, verify_method, commit_method, cpu_kernels)
+    assert len(got) == len(want)
+    assert not any(np.isnan(a).any() for a in got)  # read() poisons its output: every element was written
+    bad = [i for i, (a, b) in enumerate(zip(got, want)) if not same_bits(a, b)]
+    assert not bad, f"arrays {bad} differ"
+
+
+def test_every_method_pair_gives_the_same_bits(backend):
+    """SpecLA and its baselines compute the same thing: outputs and durable states equal bit for bit
+    on one backend (what bench_specla's same_outputs / same_state report on the device)."""
+    inputs = make_inputs(2)
+    runs = {pair: run_workload(inputs, *pair, **backend.kw) for pair in METHOD_PAIRS}
+    first = runs[METHOD_PAIRS[0]]
+    assert not any(np.isnan(a).any() for a in first)
+    for pair, got in runs.items():
+        bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
+        assert not bad, f"{pair} differs from {METHOD_PAIRS[0]} in arrays {bad}"
+
+
+def test_workload_names_bad_input():
+    inputs = make_inputs(3)
+    with pytest.raises(UsageError, match=r"inputs\['beta'\] has shape"):
+        RecurrentWorkload(SHAPE, {**inputs, "beta": inputs["beta"][:, :2]})
+    with pytest.raises(UsageError, match="inputs lack 'x'"):
+        RecurrentWorkload(SHAPE, {k: v for k, v in inputs.items() if k != "x"})
+    w = RecurrentWorkload(SHAPE, inputs, device="cpu")
+    with pytest.raises(NativeError, match="no tree yet"):
+        w.verify()
+    with pytest.raises(NativeError, match=r"parents\[2\] = 5"):
+        w.set_tree([-1, 0, 5])
+    with pytest.raises(NativeError, match="the workload takes 1 .. 9"):
+        w.set_tree(list(range(-1, 10)))
+    w.set_tree(TREE_1)
+    with pytest.raises(NativeError, match="no verify awaits accept"):
+        w.accept([0])
+    w.verify()
+    with pytest.raises(NativeError, match="awaits accept"):
+        w.set_tree(TREE_2)
+    with pytest.raises(NativeError, match="path"):
+        w.accept([0, 2])  # node 2 is not a child of the root
+    with pytest.raises(NativeError, match="layer 3 outside"):
+        w.read("gdn_state", 3)
+    with pytest.raises(UsageError, match="what must be one of"):
+        w.read("delta", 0)
+    w.close()
