@@ -93,12 +93,13 @@ typedef struct backend_ops {
     size_t (*weight_bytes)(const backend *be, const specla_tensor *host, int use);
     /* copy a host weight into dst (weight_bytes of backend memory), laid out for `use` */
     specla_status (*upload_weight)(const backend *be, const specla_tensor *host, void *dst, int use);
-    /* rows ids[0..n) of weight w (in backend memory as this backend reads it for `use`: the host
-     * view on a host backend, the upload on a GPU) become rows first .. first+n-1 of dst, a copy of
-     * w's type and row length with room for at least first+n rows (weight_bytes of that shape on a
-     * GPU, rows of the type's bytes on the host); ids in backend memory. A reduced LM head. */
-    void (*gather_weight_rows)(const backend *be, const specla_tensor *w, int use, const int32_t *ids, int n,
-                               void *dst, int first);
+    /* A reduced LM head: rows ids[0..n) of matmul weight w (in backend memory as this backend's
+     * matmul reads it: the host view on a host backend, the WEIGHT_MATMUL upload on a GPU) become
+     * rows first .. first+n-1 of dst, a weight of w's type and row length with room for at least
+     * first+n rows (weight_bytes of that shape on a GPU, rows of the type's bytes on the host); ids
+     * in backend memory. */
+    void (*gather_weight_rows)(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first);
 
     /* --- the matmul family ------------------------------------------------------------------- */
     /* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T (each row batch-invariant) */

@@ -59,8 +59,8 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     if (be) {
         free_array(be, dc->k_cache, dc->n_layer);
         free_array(be, dc->v_cache, dc->n_layer);
-        void *bufs[] = {dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q,  dc->mix,
-                        dc->branch,   dc->ffn_a,    dc->ffn_b,  dc->logits, dc->positions, dc->block_ints, dc->top};
+        void *bufs[] = {dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q, dc->mix,
+                        dc->branch, dc->ffn_a, dc->ffn_b, dc->logits, dc->positions, dc->block_ints, dc->top};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(be, bufs[i]);
         logit_rows_release(&dc->logit_rows, be);
         be->ops->destroy(be);

@@ -68,7 +68,7 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     }
     memcpy(set->ids + keep, ids + keep, sizeof(int32_t) * (size_t)(n - keep));
     be->ops->upload(be, set->ids_on_backend + keep, set->ids + keep, sizeof(int32_t) * (size_t)(n - keep));
-    be->ops->gather_weight_rows(be, head, WEIGHT_MATMUL, set->ids_on_backend + keep, n - keep, set->memory, keep);
+    be->ops->gather_weight_rows(be, head, set->ids_on_backend + keep, n - keep, set->memory, keep);
     set->n = n;
     *out_head = *head;
     out_head->data = set->memory;

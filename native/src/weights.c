@@ -65,6 +65,14 @@ specla_status upload_weights(const backend *be, upload_place_all_fn place_all, c
                            "%s: its weights need %.2f GB on %s device %d, more than it has free", what,
                            (double)count.offset / 1e9, be->ops->name, be->device);
     }
+    /* alloc zero-fills on the instance's stream, and a weight upload may copy outside that stream
+     * (the CUDA backend's is a synchronous copy): the zeros must land first */
+    st = own->ops->sync(own);
+    if (st != SPECLA_OK) {
+        own->ops->free(own, mem);
+        own->ops->destroy(own);
+        return st;
+    }
     upload_pass fill = {own, (unsigned char *)mem, 0, SPECLA_OK, NULL};
     place_all(&fill, host_model, device_model);
     if (fill.status != SPECLA_OK) {

@@ -44,8 +44,8 @@ static specla_status sync_noop(const backend *be) { return SPECLA_OK; }
 /* every op has finished when it returns: nothing to order */
 static void wait_noop(const backend *be, const backend *other) {}
 /* a weight is its GGUF rows in host memory whatever reads it */
-static void gather_weight_rows(const backend *be, const specla_tensor *w, int use, const int32_t *ids, int n,
-                               void *dst, int first) {
+static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first) {
     const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
     for (int i = 0; i < n; i++)
         memcpy((uint8_t *)dst + (int64_t)(first + i) * row_bytes, (const uint8_t *)w->data + (int64_t)ids[i] * row_bytes,

@@ -9,7 +9,6 @@
 
 #include "cuda_backend.h"
 #include "cuda_matmul.h"
-#include "element_types.h"
 #include "error.h"
 
 typedef struct cuda_instance {
@@ -174,36 +173,12 @@ static specla_status upload_weight(const backend *be, const specla_tensor *host,
     return SPECLA_OK;
 }
 
-/* Rows of a weight as stored (WEIGHT_PLAIN): row ids[i] -> row first + i, 16-byte words where the
- * row length allows, else bytes; block (x, i) copies part of row i. */
-__global__ void gather_plain_rows_kernel(const uint8_t *src, const int32_t *ids, int64_t row_bytes, uint8_t *dst,
-                                         int first) {
-    const int i = blockIdx.y;
-    const uint8_t *from = src + (int64_t)ids[i] * row_bytes;
-    uint8_t *to = dst + (int64_t)(first + i) * row_bytes;
-    if (row_bytes % 16 == 0) {
-        for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < row_bytes / 16;
-             w += (int64_t)gridDim.x * blockDim.x)
-            ((uint4 *)to)[w] = ((const uint4 *)from)[w];
-    } else {
-        for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < row_bytes; b += (int64_t)gridDim.x * blockDim.x)
-            to[b] = from[b];
-    }
-}
-static void gather_weight_rows(const backend *be, const specla_tensor *w, int use, const int32_t *ids, int n,
-                               void *dst, int first) {
+/* A reduced LM head: the rows move inside the prepared layout (cuda_matmul_gather_rows). */
+static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first) {
     if (n <= 0) return;
-    if (use == WEIGHT_MATMUL) {
-        note(be, cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first), "gather_weight_rows");
-        instance_of(be)->launches++;
-        return;
-    }
-    const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
-    const int64_t words = row_bytes % 16 == 0 ? row_bytes / 16 : row_bytes;
-    const unsigned bx = (unsigned)((words + 255) / 256 < 64 ? (words + 255) / 256 : 64);
-    gather_plain_rows_kernel<<<dim3(bx, (unsigned)n), 256, 0, cuda_stream(be)>>>((const uint8_t *)w->data, ids,
-                                                                                 row_bytes, (uint8_t *)dst, first);
-    cuda_note_launch(be, "gather_weight_rows");
+    note(be, cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first), "gather_weight_rows");
+    instance_of(be)->launches++;
 }
 
 /* the tree kernels do not count their work on the device yet */
