@@ -4,7 +4,10 @@
 The draft borrows the target model's embedding and LM head and reads the feature rows a target
 context captures, so the target context must be created with
 `target_model.new_context(..., capture_layers=draft.target_layer_ids)`. Weights stay in the GGUF's
-memory map; the native library reads them in place."""
+memory map; the native library reads them in place on the CPU and uploads them once per device on a
+GPU. A draft context runs where the target model's contexts run (the model's `device`): on a GPU it
+reads the target's feature rows, embedding and LM head on the device, and a propose call reads back
+only its top-k answer."""
 
 from __future__ import annotations
 
@@ -41,6 +44,19 @@ class DraftContext:
 
     def reset(self) -> None:
         _native.check(_native.lib.specla_draft_context_reset(self._handle))
+
+    @property
+    def device(self) -> str:
+        """The backend this draft context resolved to: 'cpu' or 'cuda' (the target model's)."""
+        return _native.BACKEND_NAMES[_native.lib.specla_draft_context_backend(self._handle)]
+
+    def launch_counters(self) -> tuple[int, int]:
+        """(kernel launches, host waits) of this draft context's backend since the last call, which
+        resets them; (-1, -1) on the CPU. On a GPU a propose call waits once (its top-k read-back)."""
+        launches, waits = ctypes.c_int64(), ctypes.c_int64()
+        _native.check(_native.lib.specla_draft_context_launch_counters(self._handle, ctypes.byref(launches),
+                                                                       ctypes.byref(waits)))
+        return launches.value, waits.value
 
     def set_logit_rows(self, token_ids) -> None:
         """Score the block over the target LM head's rows of token_ids only (a reduced draft
@@ -86,7 +102,8 @@ class DraftContext:
 
 
 class DFlashDraft:
-    """A DFlash draft bound to the qwen35 target model it drafts for (CPU backend)."""
+    """A DFlash draft bound to the qwen35 target model it drafts for; its contexts run on the target
+    model's device."""
 
     def __init__(self, file: DraftFile, target_model, n_threads: int = 0, cpu_kernels: str | None = None):
         check_against_target(file, target_model)

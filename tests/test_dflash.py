@@ -397,6 +397,40 @@ def test_propose_follows_reset_rollback_and_another_context(target_path, draft_p
     assert_matches_reference(empty, dctx, reference, root=10)
 
 
+def test_propose_follows_truncate_to_a_saved_state(target_path, draft_path):
+    """A target rolled back (truncate to its saved state) and re-advanced with other tokens: the
+    draft keeps the rows below the rollback and ingests the rest again; after more rollbacks than
+    the target remembers between two proposes it starts over. Either way the reference's answer."""
+    model, draft, reference = loaded(target_path(), draft_path(sliding_window=8))
+    V = model.hparams.n_vocab
+    rng = np.random.default_rng(19)
+    ctx = model.new_context(n_ctx=96, capture_layers=draft.target_layer_ids)
+    dctx = draft.new_context(n_ctx=96, max_batch=4)
+    ctx.eval(rng.integers(0, V, 18))
+    ctx.save_state()
+    ctx.eval(rng.integers(0, V, 6))
+    assert_matches_reference(ctx, dctx, reference, root=3)  # ingested 24 rows
+    ctx.truncate(18)
+    ctx.eval(rng.integers(0, V, 9))  # rows 18..26 are new: the ingested 18..23 are stale
+    assert_matches_reference(ctx, dctx, reference, root=4)
+    for _ in range(20):  # more rollbacks than the target's log holds
+        ctx.save_state()
+        ctx.eval(rng.integers(0, V, 1))
+        ctx.truncate(ctx.n_past - 1)
+    ctx.eval(rng.integers(0, V, 2))
+    assert_matches_reference(ctx, dctx, reference, root=5)
+    ctx.save_state()
+    ctx.truncate(ctx.n_past)  # a truncate that drops nothing
+    assert_matches_reference(ctx, dctx, reference, root=6)
+
+
+def test_draft_context_runs_where_the_target_model_runs(target_path, draft_path):
+    model, draft, _ = loaded(target_path(), draft_path())
+    dctx = draft.new_context(n_ctx=16)
+    assert dctx.device == model.new_context(n_ctx=16).device == "cpu"
+    assert dctx.launch_counters() == (-1, -1)  # the CPU counts nothing
+
+
 def test_propose_after_tree_verify_and_accept(target_path, draft_path):
     model, draft, reference = loaded(target_path(), draft_path(sliding_window=8))
     V = model.hparams.n_vocab

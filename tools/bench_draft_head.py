@@ -9,7 +9,8 @@ written there first (several minutes). A synthetic DFlash draft for it is writte
 Rows (JSON lines: commit, device, model, mode, figures):
   dflash-propose  one DFlash block (block_size - 1 depths, top-4) after a --context-token prompt,
                   with the target's whole LM head and with a reduced vocabulary (DraftVocabulary,
-                  --draft-vocab rows), interleaved, median of --repeats
+                  --draft-vocab rows), interleaved, median of --repeats; on a GPU also the kernel
+                  launches and host waits per propose call of each (draft launch counters)
   save-state      specla_context_save_state on the target context against one decode step of it
                   (what a qwen35 model pays per step as an autoregressive draft), interleaved"""
 
@@ -40,6 +41,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True, help="qwen35 GGUF (written with preset 0.8b when absent)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (the draft runs where the target runs)")
     ap.add_argument("--draft-vocab", type=int, default=32768)
     ap.add_argument("--context-tokens", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=8)
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     if not draft_path.exists():
         write_test_draft(draft_path, target_path, seed=1, quant="q8_0")
 
-    model = Model.load(str(target_path), n_threads=args.threads)
+    model = Model.load(str(target_path), n_threads=args.threads, device=args.device)
     draft = DFlashDraft.load(str(draft_path), model)
     prompt = np.random.default_rng(0).integers(0, min(30000, model.hparams.n_vocab), args.context_tokens).tolist()
     ctx = model.new_context(n_ctx=args.context_tokens + 4 * args.repeats + 64, capture_layers=draft.target_layer_ids)
@@ -72,22 +74,34 @@ def main(argv=None) -> int:
     for dctx in (whole, reduced):  # ingest the prompt's feature rows once, outside the clock
         dctx.propose(ctx, prompt[-1], n_depths, 4)
     times: dict[str, list[float]] = {"whole": [], "reduced": [], "step": [], "save": []}
+    for dctx in (whole, reduced):
+        dctx.launch_counters()  # from here on: the timed calls only
     for _ in range(args.repeats):
         times["whole"].append(_ms(lambda: whole.propose(ctx, prompt[-1], n_depths, 4)))
         times["reduced"].append(_ms(lambda: reduced.propose(ctx, prompt[-1], n_depths, 4)))
+    per_propose = {}
+    for name, dctx in (("whole", whole), ("reduced", reduced)):
+        launches, waits = dctx.launch_counters()  # -1 each on the CPU, which counts nothing
+        per_propose[name] = (launches / args.repeats if launches >= 0 else None,
+                             waits / args.repeats if waits >= 0 else None)
     token = prompt[-1]
     for _ in range(args.repeats):
         times["step"].append(_ms(lambda: ctx.eval_argmax([token])))
         times["save"].append(_ms(ctx.save_state))
 
-    base = {"commit": git_commit(), "device": f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)",
+    where = (f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)" if whole.device == "cpu"
+             else whole.device)
+    base = {"commit": git_commit(), "device": where,
             "model": target_path.name, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
             "repeats": args.repeats}
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = [
         {**base, "mode": "dflash-propose", "n_depths": n_depths, "top_k": 4, "context_tokens": args.context_tokens,
          "whole_head_ms": med["whole"], "reduced_head_ms": med["reduced"], "reduced_rows": len(vocabulary),
-         "ratio": med["whole"] / med["reduced"], "decode_step_ms": med["step"]},
+         "ratio": med["whole"] / med["reduced"], "decode_step_ms": med["step"],
+         "whole_launches_per_propose": per_propose["whole"][0], "whole_host_waits_per_propose": per_propose["whole"][1],
+         "reduced_launches_per_propose": per_propose["reduced"][0],
+         "reduced_host_waits_per_propose": per_propose["reduced"][1]},
         {**base, "mode": "save-state", "save_state_ms": med["save"], "decode_step_ms": med["step"],
          "fraction_of_step": med["save"] / med["step"]},
     ]

@@ -9,6 +9,8 @@
  * index arrays (positions, rows, parents, schedules, token ids) are uploaded into buffers it owns.
  *
  * Ops run in order on one stream; `download` and `sync` are the only points where the host waits.
+ * Two instances on one device (a target context and a DFlash draft context reading its feature
+ * rows) have a stream each: `wait_for` orders one after the other without the host waiting.
  * Shapes and layouts are those of specla.h; arguments arrive validated (the core checks at the ABI),
  * so ops never fail except for the memory calls, which report through their return values.
  *
@@ -64,10 +66,14 @@ typedef struct backend_ops {
     void *(*alloc)(const backend *be, size_t bytes); /* zero-filled; NULL when out of memory */
     void (*free)(const backend *be, void *ptr);
     void (*upload)(const backend *be, void *dst, const void *host_src, size_t bytes);
-    void (*download)(const backend *be, void *host_dst, const void *src, size_t bytes);
+    /* waits for the stream, so it reports the first error of the ops before it, as sync does */
+    specla_status (*download)(const backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
+    /* ops issued on `be` from now on start after every op issued on `other` so far (another
+     * instance of the same kind on the same device); the host does not wait */
+    void (*wait_for)(const backend *be, const backend *other);
     /* Recorded steps (CUDA graphs): a backend that can record the ops of a step once and replay
      * them. The ops between capture_begin and capture_end are recorded, not run; replay runs the
      * recording of `key` (0 when there is none yet: the caller records it first). The caller keeps
@@ -87,6 +93,13 @@ typedef struct backend_ops {
     size_t (*weight_bytes)(const backend *be, const specla_tensor *host, int use);
     /* copy a host weight into dst (weight_bytes of backend memory), laid out for `use` */
     specla_status (*upload_weight)(const backend *be, const specla_tensor *host, void *dst, int use);
+    /* A reduced LM head: rows ids[0..n) of matmul weight w (in backend memory as this backend's
+     * matmul reads it: the host view on a host backend, the WEIGHT_MATMUL upload on a GPU) become
+     * rows first .. first+n-1 of dst, a weight of w's type and row length with room for at least
+     * first+n rows (weight_bytes of that shape on a GPU, rows of the type's bytes on the host); ids
+     * in backend memory. */
+    void (*gather_weight_rows)(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first);
 
     /* --- the matmul family ------------------------------------------------------------------- */
     /* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T (each row batch-invariant) */

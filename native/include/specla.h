@@ -610,6 +610,13 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
                                                      specla_draft_context **out_context);
 SPECLA_API void specla_draft_context_free(specla_draft_context *context);
 SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *context);
+/* The backend a draft context resolved to (SPECLA_BACKEND_CPU or SPECLA_BACKEND_CUDA). */
+SPECLA_API int32_t specla_draft_context_backend(const specla_draft_context *context);
+/* Kernel launches and host waits (downloads, stream syncs) of a draft context's backend since the
+ * last call, which resets them; -1 each on the CPU, as specla_context_launch_counters. On a GPU a
+ * propose call waits once (its top-k read-back). */
+SPECLA_API specla_status specla_draft_context_launch_counters(specla_draft_context *context, int64_t *launches,
+                                                              int64_t *host_waits);
 
 /* Score the draft's block rows over chosen rows of the target's LM head instead of all of it, in
  * this draft context only (as specla_context_set_logit_head does for a context: the DFlash draft

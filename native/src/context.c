@@ -109,6 +109,22 @@ static backend_limits context_limits(const specla_model *m, const specla_context
     return limits;
 }
 
+/* A context's rows below `floor` stay, the others are dropped (context.h: rewrites). */
+static void note_rewrite(specla_context *ctx, int32_t floor) {
+    ctx->rewrite_floor[ctx->rewrites % CONTEXT_REWRITE_LOG] = floor;
+    ctx->rewrites++;
+}
+
+int32_t context_unchanged_rows(const specla_context *ctx, int64_t since) {
+    if (since < 0 || since > ctx->rewrites || ctx->rewrites - since > CONTEXT_REWRITE_LOG) return 0;
+    int32_t rows = ctx->n_past;
+    for (int64_t r = since; r < ctx->rewrites; r++) {
+        const int32_t floor = ctx->rewrite_floor[r % CONTEXT_REWRITE_LOG];
+        if (floor < rows) rows = floor;
+    }
+    return rows;
+}
+
 SPECLA_API specla_status specla_context_create(const specla_model *model, const specla_context_params *params,
                                                specla_context **out_context) {
     if (!model || !params || !out_context)
@@ -145,6 +161,8 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
     ctx->params.capture_layers = NULL; /* the caller's array is copied below, not kept */
     ctx->be = be;
     ctx->saved_n_past = -1;
+    static int64_t contexts_created = 0; /* ids start at 1: 0 names no context */
+    ctx->id = __atomic_add_fetch(&contexts_created, 1, __ATOMIC_RELAXED);
     if ((st = model_weights_for(model, be, &ctx->weights)) != SPECLA_OK) {
         specla_context_free(ctx);
         return st;
@@ -288,6 +306,7 @@ SPECLA_API specla_status specla_context_reset(specla_context *ctx) {
         be->ops->fill(be, ctx->gdn_state[i], 0.0f, (int64_t)(gdn_state_bytes(m) / sizeof(float)));
     }
     ctx->n_past = 0;
+    note_rewrite(ctx, 0);
     ctx->saved_n_past = -1; /* the saved state belongs to the forgotten sequence */
     factor_banks_discard(ctx->tree.banks); /* pending factors belong to the forgotten sequence */
     ctx->tree.n_verified = 0;
@@ -321,6 +340,7 @@ SPECLA_API specla_status specla_context_truncate(specla_context *ctx, int32_t n_
     }
     /* KV and feature rows at positions >= n_past are never read again (reads stop at n_past) and
      * the next batch overwrites them, exactly as specla_context_reset relies on. */
+    if (n_past < ctx->n_past) note_rewrite(ctx, n_past);
     ctx->n_past = n_past;
     ctx->tree.n_verified = 0; /* its rows were placed after the old n_past */
     return SPECLA_OK;
@@ -498,6 +518,5 @@ SPECLA_API specla_status specla_context_read_features(const specla_context *ctx,
                            "specla_context_read_features: rows [%d, %d) are not committed (n_past %d)", first, first + n,
                            ctx->n_past);
     const int64_t row = (int64_t)ctx->n_capture * ctx->model->hp.n_embd;
-    ctx->be->ops->download(ctx->be, out, ctx->features + (int64_t)first * row, sizeof(float) * (size_t)(row * n));
-    return SPECLA_OK;
+    return ctx->be->ops->download(ctx->be, out, ctx->features + (int64_t)first * row, sizeof(float) * (size_t)(row * n));
 }

@@ -51,8 +51,10 @@ attention_variant attention_variant_of(int32_t arch);
  * only the rows after the unchanged prefix of ids on later calls (a draft vocabulary only grows). */
 typedef struct logit_row_set {
     int32_t *ids;        /* host: the ids gathered now */
+    int32_t *ids_on_backend; /* the same, uploaded for gather_weight_rows */
     int32_t n, capacity; /* rows gathered, rows the memory holds */
-    void *memory;        /* backend memory: capacity rows of the head's type */
+    void *memory;        /* backend memory: capacity rows of the head, laid out as the backend's
+                            matmul reads them */
 } logit_row_set;
 /* Points *out_head at rows ids[0..n) of head (n = 0: head itself), gathering what changed. */
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
@@ -92,6 +94,9 @@ typedef struct tree_state {
     int32_t n_verified;       /* nodes of the last verified tree, 0 when none awaits accept */
 } tree_state;
 
+/* How many rewrites of committed rows a context remembers the position of (context_unchanged_rows). */
+#define CONTEXT_REWRITE_LOG 16
+
 struct specla_context {
     const specla_model *model;
     specla_context_params params;
@@ -122,6 +127,13 @@ struct specla_context {
      * the recording: a new head means recording again) */
     const void *recorded_head;
     int32_t recorded_head_rows;
+    /* For readers that keep what they derived from committed rows (a DFlash draft context's K/V):
+     * an id unique in the process, and the calls that dropped committed rows (a truncate below
+     * n_past, a reset) — how many so far, and the n_past each left, rewrite_floor[r % LOG] for the
+     * r-th. Rows below every floor since a reader looked are the bits it saw then. */
+    int64_t id;
+    int64_t rewrites;
+    int32_t rewrite_floor[CONTEXT_REWRITE_LOG];
 };
 
 /* Plain batch (positions n_past + i); tokens and positions already uploaded into the scratch. */
@@ -139,6 +151,11 @@ typedef struct batch_view {
 } batch_view;
 void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out);
 void attention_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out);
+
+/* Committed positions whose rows (KV, features) are the same bits now as when ctx->rewrites was
+ * `since`: [0, returned value). n_past when nothing was dropped since; 0 when more rewrites happened
+ * than the log holds. Reads nothing on the device. */
+int32_t context_unchanged_rows(const specla_context *ctx, int64_t since);
 
 /* For the draft model: the captured feature row [n_capture][E] of committed position pos (backend
  * memory), or NULL when features are not captured or pos is not committed. */

@@ -11,6 +11,23 @@
 #include "context.h"
 #include "specla.h"
 
+/* The draft's own weights as a context's backend reads them: the host views on the CPU, an upload
+ * on a GPU (weights_dflash.c). */
+typedef struct draft_weight_set {
+    specla_tensor fc, hidden_norm, output_norm;
+    const specla_tensor *aux_hidden_norm;     /* [n_target_layers] or NULL */
+    const specla_draft_layer_weights *layers; /* [n_layer] */
+} draft_weight_set;
+
+/* One upload of a draft's weights to a device, with the backend instance that owns the memory. */
+typedef struct draft_upload {
+    backend *be;
+    void *memory;
+    specla_tensor *aux_hidden_norm;     /* host arrays of the device views */
+    specla_draft_layer_weights *layers;
+    draft_weight_set set;
+} draft_upload;
+
 struct specla_draft_model {
     specla_draft_hparams hp;         /* hp.layer_is_swa points at layer_is_swa below */
     uint8_t *layer_is_swa;           /* [n_layer], all 0 when the caller passed NULL */
@@ -19,7 +36,13 @@ struct specla_draft_model {
     specla_draft_layer_weights *layers; /* [n_layer] */
     const specla_model *target;      /* embedding, LM head, vocabulary */
     int32_t target_n_embd;           /* E_t, width of one captured slice */
+    draft_upload uploads[MODEL_MAX_UPLOADS]; /* device copies made by draft contexts */
 };
+
+/* The draft weights `be` reads: the host views, or this draft's upload to be's device (made now if
+ * it is the first draft context there). */
+specla_status draft_weights_for(const specla_draft_model *model, const backend *be, draft_weight_set *out);
+void draft_release_device_weights(specla_draft_model *model);
 
 struct specla_draft_context {
     const specla_draft_model *model;
@@ -28,12 +51,12 @@ struct specla_draft_context {
     int32_t n_ctx;      /* most target positions the cache holds */
     int32_t n_rows;     /* cache rows: n_ctx + block_size (the block's K/V sit after the context) */
     int32_t chunk;      /* feature rows ingested per pass */
+    draft_weight_set weights;       /* the draft's own weights as be reads them */
+    weight_set target_weights;      /* the target's (embedding, LM head) as be reads them */
     /* ingestion state: rows [0, ingested) hold the K/V of target positions [0, ingested) */
     int32_t ingested;
-    const specla_context *source;   /* the target context the rows came from */
-    float *last_feature;            /* host [n_target_layers * E_t] feature row of position ingested - 1,
-                                       to notice a target rolled back and re-advanced */
-    float *feature_probe;           /* host, the same size: that row as the target holds it now */
+    int64_t source_id;              /* the target context the rows came from (its id; 0: none) */
+    int64_t source_rewrites;        /* its `rewrites` count when they were ingested */
     float **k_cache, **v_cache;     /* [n_layer] -> [n_rows][nkv][D], K normed and rotated */
     /* scratch */
     float *features;    /* [chunk][n_target_layers * E_t] */
@@ -48,13 +71,20 @@ struct specla_draft_context {
     float *logits;      /* [B - 1][V] */
     specla_tensor logit_head; /* rows of the target's LM head the block is scored over (all by default) */
     logit_row_set logit_rows;
-    int32_t *positions; /* [max(chunk, B)] rope positions */
-    int32_t *attn_rows; /* [B] last visible cache row per block row, relative to the window start */
-    int32_t *block_tokens; /* [B] the block's token ids */
-    int32_t *host_ints; /* host [max(chunk, B)]: what positions / attn_rows / block_tokens are filled from */
-    int32_t *top_tokens; /* [B - 1][top_k capacity]: propose's answer before it is read back */
-    float *top_logprobs;
-    int32_t top_capacity; /* entries per row top_tokens holds */
+    int32_t *positions; /* [max(chunk, B)] rope positions of the context rows being ingested */
+    int32_t *block_ints; /* [BLOCK_INT_KINDS][B] of the block, uploaded at once: its rope positions,
+                            token ids, and last visible cache row per row (relative to the window
+                            start) for sliding-window and for full layers */
+    int32_t *host_ints; /* host [max(chunk, BLOCK_INT_KINDS * B)]: what positions / block_ints are
+                           filled from */
+    void *top;          /* propose's answer before it is read back in one piece: its n_depths x top_k
+                           ids (int32), right after them as many log-probs (float); room for
+                           (B - 1) x top_capacity of each */
+    void *host_top;     /* host, the same size: where that one read-back lands */
+    int32_t top_capacity; /* entries per row `top` holds */
 };
+
+/* The rows of block_ints. */
+enum { BLOCK_POSITIONS = 0, BLOCK_TOKENS = 1, BLOCK_ROWS_SWA = 2, BLOCK_ROWS_FULL = 3, BLOCK_INT_KINDS = 4 };
 
 #endif

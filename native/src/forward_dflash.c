@@ -13,7 +13,16 @@
  *      each row's top-K log-softmax entries (ties to the lower token id).
  * The cache is laid out so that context row i sits at cache row i and block row j at n_past + j,
  * which lets the target's attention kernel run unchanged on a window [first, last] of rows.
- * The target context is only read. */
+ * The target context is only read.
+ *
+ * Where it runs: on the draft context's backend, with the draft's weights as that backend reads
+ * them (weights_dflash.c) and the target model's embedding and LM head from the target's own copy
+ * on that device (model_weights_for): no host pointer reaches an op. The target's feature rows are
+ * copied device to device (both contexts on one device; the draft's stream first waits for the
+ * target's, which may still be moving rows of an accepted path). Which rows are still current is
+ * known from the target's rewrite log (context_unchanged_rows), never by reading the device. A
+ * propose call uploads its small index arrays and reads back one thing: the [n_depths][top_k] ids
+ * and log-probs, in one piece (the only host wait of the call on a GPU). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,15 +59,13 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     if (be) {
         free_array(be, dc->k_cache, dc->n_layer);
         free_array(be, dc->v_cache, dc->n_layer);
-        void *bufs[] = {dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q, dc->mix, dc->branch,
-                        dc->ffn_a, dc->ffn_b, dc->logits, dc->positions, dc->attn_rows, dc->block_tokens,
-                        dc->top_tokens, dc->top_logprobs};
+        void *bufs[] = {dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q, dc->mix,
+                        dc->branch, dc->ffn_a, dc->ffn_b, dc->logits, dc->positions, dc->block_ints, dc->top};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(be, bufs[i]);
         logit_rows_release(&dc->logit_rows, be);
         be->ops->destroy(be);
     }
-    free(dc->last_feature);
-    free(dc->feature_probe);
+    free(dc->host_top);
     free(dc->host_ints);
     free(dc);
 }
@@ -89,13 +96,6 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     specla_status st =
         backend_open(params->backend, params->device, params->n_threads, params->cpu_kernels, &limits, &be);
     if (st != SPECLA_OK) return st;
-    if (!be->ops->host_memory) {
-        be->ops->destroy(be);
-        return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "draft context: a DFlash draft does not run on backend %s yet; run the target and the "
-                           "draft on the CPU (--device cpu)",
-                           be->ops->name);
-    }
 
     specla_draft_context *dc = (specla_draft_context *)calloc(1, sizeof *dc);
     if (!dc) {
@@ -108,7 +108,13 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     dc->n_ctx = params->n_ctx;
     dc->n_rows = params->n_ctx + B;
     dc->chunk = chunk;
-    dc->logit_head = model->target->output;
+    /* the draft's weights, and the target's embedding and LM head, where this backend reads them */
+    if ((st = draft_weights_for(model, be, &dc->weights)) != SPECLA_OK ||
+        (st = model_weights_for(model->target, be, &dc->target_weights)) != SPECLA_OK) {
+        specla_draft_context_free(dc);
+        return st;
+    }
+    dc->logit_head = dc->target_weights.output;
     int ok = 1;
     dc->k_cache = (float **)calloc((size_t)L, sizeof(float *));
     dc->v_cache = (float **)calloc((size_t)L, sizeof(float *));
@@ -119,9 +125,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         ok = dc->k_cache[il] && dc->v_cache[il];
     }
     if (ok) {
-        dc->last_feature = (float *)malloc(sizeof(float) * (size_t)W);
-        dc->feature_probe = (float *)malloc(sizeof(float) * (size_t)W);
-        dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)rows);
+        dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)imax(rows, BLOCK_INT_KINDS * B));
         dc->features = alloc_floats(be, dc->chunk * W);
         dc->ctx_rows = alloc_floats(be, (int64_t)dc->chunk * E);
         dc->k_rows = alloc_floats(be, rows * kv_row);
@@ -134,14 +138,14 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         dc->ffn_b = alloc_floats(be, (int64_t)B * hp->n_ff);
         dc->logits = alloc_floats(be, (int64_t)(B - 1) * V);
         dc->positions = alloc_ints(be, rows);
-        dc->attn_rows = alloc_ints(be, B);
-        dc->block_tokens = alloc_ints(be, B);
+        dc->block_ints = alloc_ints(be, (int64_t)BLOCK_INT_KINDS * B);
         dc->top_capacity = DRAFT_TOP_CAPACITY;
-        dc->top_tokens = alloc_ints(be, (int64_t)(B - 1) * dc->top_capacity);
-        dc->top_logprobs = alloc_floats(be, (int64_t)(B - 1) * dc->top_capacity);
-        ok = dc->last_feature && dc->feature_probe && dc->host_ints && dc->features && dc->ctx_rows && dc->k_rows &&
-             dc->hidden && dc->normed && dc->q && dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->logits &&
-             dc->positions && dc->attn_rows && dc->block_tokens && dc->top_tokens && dc->top_logprobs;
+        const size_t top_bytes = (sizeof(int32_t) + sizeof(float)) * (size_t)(B - 1) * (size_t)dc->top_capacity;
+        dc->top = be->ops->alloc(be, top_bytes);
+        dc->host_top = malloc(top_bytes);
+        ok = dc->host_ints && dc->features && dc->ctx_rows && dc->k_rows && dc->hidden && dc->normed && dc->q &&
+             dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->logits && dc->positions && dc->block_ints &&
+             dc->top && dc->host_top;
     }
     if (!ok) {
         specla_draft_context_free(dc);
@@ -154,7 +158,19 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
 SPECLA_API specla_status specla_draft_context_reset(specla_draft_context *dc) {
     if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_reset: NULL context");
     dc->ingested = 0; /* cache rows beyond `ingested` are never read */
-    dc->source = NULL;
+    dc->source_id = 0;
+    return SPECLA_OK;
+}
+
+SPECLA_API int32_t specla_draft_context_backend(const specla_draft_context *dc) { return dc ? dc->be->kind : -1; }
+
+SPECLA_API specla_status specla_draft_context_launch_counters(specla_draft_context *dc, int64_t *launches,
+                                                              int64_t *host_waits) {
+    if (!dc || !launches || !host_waits)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_launch_counters: NULL argument");
+    int64_t out[2];
+    dc->be->ops->launch_counters(dc->be, out);
+    *launches = out[0], *host_waits = out[1];
     return SPECLA_OK;
 }
 
@@ -162,12 +178,17 @@ SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_contex
     if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_set_logit_head: NULL context");
     const specla_model *target = dc->model->target;
     if (!head) {
-        dc->logit_head = target->output;
+        dc->logit_head = dc->target_weights.output;
         return SPECLA_OK;
     }
     specla_status st =
         logit_head_check(head, target->hp.n_embd, target->hp.n_vocab, "specla_draft_context_set_logit_head");
     if (st != SPECLA_OK) return st;
+    if (!dc->be->ops->host_memory)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED,
+                           "specla_draft_context_set_logit_head: host rows cannot feed a %s draft context; name the "
+                           "rows by id (specla_draft_context_set_logit_rows)",
+                           dc->be->ops->name);
     dc->logit_head = *head;
     return SPECLA_OK;
 }
@@ -176,22 +197,23 @@ SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_contex
     static const char op[] = "specla_draft_context_set_logit_rows";
     if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: NULL context", op);
     const specla_model *target = dc->model->target;
-    return logit_rows_select(&dc->logit_rows, dc->be, &target->output, target->hp.n_vocab, ids, n, &dc->logit_head,
-                             op);
+    return logit_rows_select(&dc->logit_rows, dc->be, &dc->target_weights.output, target->hp.n_vocab, ids, n,
+                             &dc->logit_head, op);
 }
 
-/* K (normed, rotated) and V rows of `n` inputs x[n][E] at `positions` for draft layer il, written to
- * cache rows first .. first+n-1. */
-static void write_kv_rows(specla_draft_context *dc, int il, const float *x, int n, int first) {
+/* K (normed, rotated) and V rows of `n` inputs x[n][E] at `positions` (backend memory) for draft
+ * layer il, written to cache rows first .. first+n-1. */
+static void write_kv_rows(specla_draft_context *dc, int il, const float *x, int n, int first,
+                          const int32_t *positions) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
-    const specla_draft_layer_weights *w = &m->layers[il];
+    const specla_draft_layer_weights *w = &dc->weights.layers[il];
     const int D = hp->head_dim, nkv = hp->n_head_kv;
     const int64_t kv_row = (int64_t)nkv * D;
     const backend *be = dc->be;
     be->ops->matmul(be, &w->attn_k, x, n, dc->k_rows);
     be->ops->rms_norm(be, dc->k_rows, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, dc->k_rows);
-    be->ops->rope_neox(be, dc->k_rows, dc->positions, n, nkv, D, D, hp->rope_freq_base);
+    be->ops->rope_neox(be, dc->k_rows, positions, n, nkv, D, D, hp->rope_freq_base);
     be->ops->copy(be, dc->k_cache[il] + first * kv_row, dc->k_rows, sizeof(float) * (size_t)(n * kv_row));
     be->ops->matmul(be, &w->attn_v, x, n, dc->v_cache[il] + first * kv_row);
 }
@@ -211,37 +233,34 @@ static void ingest_chunk(specla_draft_context *dc, const specla_context *target,
         for (int r = 0; r < n; r++)
             for (int i = 0; i < N; i++) {
                 float *slice = dc->features + r * W + (int64_t)i * Et;
-                be->ops->rms_norm(be, slice, (const float *)m->aux_hidden_norm[i].data, 1, Et, hp->rms_eps, slice);
+                be->ops->rms_norm(be, slice, (const float *)dc->weights.aux_hidden_norm[i].data, 1, Et, hp->rms_eps,
+                                  slice);
             }
-    be->ops->matmul(be, &m->fc, dc->features, n, dc->ctx_rows);
-    be->ops->rms_norm(be, dc->ctx_rows, (const float *)m->hidden_norm.data, n, E, hp->rms_eps, dc->ctx_rows);
-    for (int il = 0; il < hp->n_layer; il++) write_kv_rows(dc, il, dc->ctx_rows, n, first);
+    be->ops->matmul(be, &dc->weights.fc, dc->features, n, dc->ctx_rows);
+    be->ops->rms_norm(be, dc->ctx_rows, (const float *)dc->weights.hidden_norm.data, n, E, hp->rms_eps, dc->ctx_rows);
+    for (int il = 0; il < hp->n_layer; il++) write_kv_rows(dc, il, dc->ctx_rows, n, first, dc->positions);
 }
 
-/* The target's feature row of committed position pos, read back into host memory. */
-static void read_feature_row(const specla_draft_context *dc, const specla_context *target, int pos, float *out) {
-    const size_t bytes = sizeof(float) * (size_t)dc->model->hp.n_target_layers * (size_t)dc->model->target_n_embd;
-    dc->be->ops->download(dc->be, out, context_features(target, pos), bytes);
-}
-
+/* Brings the cache up to the target's n_past: keeps the rows of positions the target has not
+ * dropped since they were ingested (its rewrite log; another target context: none), ingests the
+ * rest in chunks. */
 static void ingest(specla_draft_context *dc, const specla_context *target) {
-    const int64_t W = (int64_t)dc->model->hp.n_target_layers * dc->model->target_n_embd;
     const int n_past = target->n_past;
-    /* Restart from 0 when the rows may be stale: another target context, a target rolled back
-     * below what was ingested, or one rolled back and re-advanced (its row at ingested - 1 changed). */
-    int stale = dc->source != target || n_past < dc->ingested;
-    if (!stale && dc->ingested > 0) {
-        read_feature_row(dc, target, dc->ingested - 1, dc->feature_probe);
-        stale = memcmp(dc->last_feature, dc->feature_probe, sizeof(float) * (size_t)W) != 0;
+    int keep = 0;
+    if (dc->source_id == target->id) {
+        keep = context_unchanged_rows(target, dc->source_rewrites);
+        if (keep > dc->ingested) keep = dc->ingested;
     }
-    if (stale) dc->ingested = 0;
-    dc->source = target;
+    dc->ingested = keep;
+    dc->source_id = target->id;
+    dc->source_rewrites = target->rewrites;
+    /* the target's stream may still be writing the rows to ingest (an accepted path's compaction) */
+    if (dc->ingested < n_past) dc->be->ops->wait_for(dc->be, target->be);
     while (dc->ingested < n_past) {
         const int n = n_past - dc->ingested < dc->chunk ? n_past - dc->ingested : dc->chunk;
         ingest_chunk(dc, target, dc->ingested, n);
         dc->ingested += n;
     }
-    if (n_past > 0) read_feature_row(dc, target, n_past - 1, dc->last_feature);
 }
 
 /* The block through every layer; leaves the final residual stream in dc->hidden. */
@@ -254,31 +273,33 @@ static void run_block(specla_draft_context *dc, int n_past, int32_t root_token) 
     const int F = hp->n_ff;
     const int64_t kv_row = (int64_t)nkv * D;
 
-    for (int j = 0; j < B; j++) dc->host_ints[j] = j == 0 ? root_token : hp->mask_token_id;
-    ops->upload(be, dc->block_tokens, dc->host_ints, sizeof(int32_t) * (size_t)B);
-    ops->get_rows(be, &m->target->token_embd, dc->block_tokens, B, dc->hidden);
-    for (int j = 0; j < B; j++) dc->host_ints[j] = n_past + j;
-    ops->upload(be, dc->positions, dc->host_ints, sizeof(int32_t) * (size_t)B);
+    /* every index array of the block in one upload (block_ints) */
+    const int swa_first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
+    int32_t *ints = dc->host_ints;
+    for (int j = 0; j < B; j++) {
+        ints[BLOCK_POSITIONS * B + j] = n_past + j;
+        ints[BLOCK_TOKENS * B + j] = j == 0 ? root_token : hp->mask_token_id;
+        ints[BLOCK_ROWS_SWA * B + j] = n_past + j - swa_first; /* causal in the block */
+        ints[BLOCK_ROWS_FULL * B + j] = n_past + B - 1;        /* every row */
+    }
+    ops->upload(be, dc->block_ints, ints, sizeof(int32_t) * (size_t)(BLOCK_INT_KINDS * B));
+    const int32_t *positions = dc->block_ints + BLOCK_POSITIONS * B;
+    ops->get_rows(be, &dc->target_weights.token_embd, dc->block_ints + BLOCK_TOKENS * B, B, dc->hidden);
     for (int il = 0; il < hp->n_layer; il++) {
-        const specla_draft_layer_weights *w = &m->layers[il];
+        const specla_draft_layer_weights *w = &dc->weights.layers[il];
         ops->rms_norm(be, dc->hidden, (const float *)w->attn_norm.data, B, E, hp->rms_eps, dc->normed);
         ops->matmul(be, &w->attn_q, dc->normed, B, dc->q);
         ops->rms_norm(be, dc->q, (const float *)w->attn_q_norm.data, B * nh, D, hp->rms_eps, dc->q);
-        ops->rope_neox(be, dc->q, dc->positions, B, nh, D, D, hp->rope_freq_base);
+        ops->rope_neox(be, dc->q, positions, B, nh, D, D, hp->rope_freq_base);
         /* KV injection: the block's own K/V go to cache rows n_past .. n_past+B-1, right after the
          * context rows (the next ingestion overwrites them with context rows) */
-        write_kv_rows(dc, il, dc->normed, B, n_past);
+        write_kv_rows(dc, il, dc->normed, B, n_past, positions);
 
-        int first = 0;
-        if (m->layer_is_swa[il]) {
-            first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
-            for (int j = 0; j < B; j++) dc->host_ints[j] = n_past + j - first; /* causal in the block */
-        } else {
-            for (int j = 0; j < B; j++) dc->host_ints[j] = n_past + B - 1; /* every row */
-        }
-        ops->upload(be, dc->attn_rows, dc->host_ints, sizeof(int32_t) * (size_t)B);
-        ops->attention(be, dc->q, dc->k_cache[il] + first * kv_row, dc->v_cache[il] + first * kv_row, dc->attn_rows,
-                       B, n_past + B - first, nh, nkv, D, dc->mix);
+        const int swa = m->layer_is_swa[il];
+        const int first = swa ? swa_first : 0;
+        ops->attention(be, dc->q, dc->k_cache[il] + first * kv_row, dc->v_cache[il] + first * kv_row,
+                       dc->block_ints + (swa ? BLOCK_ROWS_SWA : BLOCK_ROWS_FULL) * B, B, n_past + B - first, nh, nkv,
+                       D, dc->mix);
         ops->matmul(be, &w->attn_output, dc->mix, B, dc->branch);
         ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
 
@@ -330,6 +351,12 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
                            "specla_draft_propose: the target context runs on %s, the draft context on %s",
                            target->be->ops->name, dc->be->ops->name);
+    if (!dc->be->ops->host_memory && target->be->device != dc->be->device)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                           "specla_draft_propose: the target context runs on %s device %d, the draft context on %s "
+                           "device %d (the draft reads the target's feature rows and weights on its own device: "
+                           "create both on the same one)",
+                           target->be->ops->name, target->be->device, dc->be->ops->name, dc->be->device);
     const int n_past = target->n_past;
     if (n_past > dc->n_ctx)
         return specla_fail(SPECLA_ERR_STATE,
@@ -346,14 +373,21 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     /* rows 1..n_depths: the draft's output_norm, then the target's LM head matrix, or the rows of it
      * this context scores (not the target's output_norm: the draft's final norm replaces it) */
     const backend *be = dc->be;
-    be->ops->rms_norm(be, dc->hidden + E, (const float *)m->output_norm.data, n_depths, E, hp->rms_eps, dc->normed);
+    be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
+                      dc->normed);
     be->ops->matmul(be, &dc->logit_head, dc->normed, n_depths, dc->logits);
     if (be->ops->host_memory) {
         be->ops->topk_log_softmax(be, dc->logits, n_depths, n_scored, top_k, tokens, logprobs);
-    } else {
-        be->ops->topk_log_softmax(be, dc->logits, n_depths, n_scored, top_k, dc->top_tokens, dc->top_logprobs);
-        be->ops->download(be, tokens, dc->top_tokens, sizeof(int32_t) * (size_t)(n_depths * top_k));
-        be->ops->download(be, logprobs, dc->top_logprobs, sizeof(float) * (size_t)(n_depths * top_k));
+        return be->ops->sync(be);
     }
-    return be->ops->sync(be);
+    /* ids and log-probs side by side in backend memory, read back in one piece */
+    const size_t n = (size_t)n_depths * (size_t)top_k;
+    int32_t *top_ids = (int32_t *)dc->top;
+    float *top_logprobs = (float *)(top_ids + n);
+    be->ops->topk_log_softmax(be, dc->logits, n_depths, n_scored, top_k, top_ids, top_logprobs);
+    const specla_status st = be->ops->download(be, dc->host_top, dc->top, (sizeof(int32_t) + sizeof(float)) * n);
+    if (st != SPECLA_OK) return st;
+    memcpy(tokens, dc->host_top, sizeof(int32_t) * n);
+    memcpy(logprobs, (const int32_t *)dc->host_top + n, sizeof(float) * n);
+    return SPECLA_OK;
 }

@@ -1,6 +1,8 @@
 /* A reduced LM head named by row ids (specla_context_set_logit_rows and the draft's twin): the
- * chosen rows are copied inside the backend's memory from the head the backend already holds, so a
- * GPU never uploads head rows again; a vocabulary that grows only gathers its new rows. */
+ * chosen rows are gathered inside the backend's memory from the head the backend already holds (the
+ * host view on the CPU, the device copy laid out for the matmul on a GPU: gather_weight_rows), so a
+ * GPU never uploads head rows again, only the ids; a vocabulary that grows only gathers its new
+ * rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,8 +12,19 @@
 
 void logit_rows_release(logit_row_set *set, const backend *be) {
     if (set->memory) be->ops->free(be, set->memory);
+    if (set->ids_on_backend) be->ops->free(be, set->ids_on_backend);
     free(set->ids);
     memset(set, 0, sizeof *set);
+}
+
+/* Bytes of `rows` rows of head in backend memory, as the backend's matmul reads them. */
+static size_t head_rows_bytes(const backend *be, const specla_tensor *head, int32_t rows) {
+    if (be->ops->host_memory) return (size_t)type_row_bytes(head->type, head->ne0) * (size_t)rows;
+    specla_tensor shape = *head;
+    shape.data = NULL;
+    shape.ne1 = rows;
+    shape.nbytes = type_row_bytes(head->type, head->ne0) * rows;
+    return be->ops->weight_bytes(be, &shape, WEIGHT_MATMUL);
 }
 
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
@@ -23,10 +36,6 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
         return SPECLA_OK;
     }
     if (!ids) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: ids is NULL", op);
-    if (!be->ops->host_memory)
-        /* a device LM head is laid out for the backend's matmul (rows interleaved), so rows are not
-         * byte ranges there; gathering them needs the backend's own gather op (not written yet) */
-        return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: not available on backend %s yet", op, be->ops->name);
     for (int32_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= n_vocab)
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: ids[%d] = %d is outside [0, %d)", op, i, ids[i],
@@ -36,25 +45,30 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     if (n > set->capacity) {
         /* grow with headroom so a growing vocabulary reallocates rarely; everything is re-gathered */
         int32_t capacity = n < n_vocab / 2 ? 2 * n : n_vocab;
-        void *memory = be->ops->alloc(be, (size_t)(row_bytes * capacity));
+        const size_t bytes = head_rows_bytes(be, head, capacity);
+        if (bytes == 0)
+            return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: backend %s cannot hold rows of this LM head's type", op,
+                               be->ops->name);
+        void *memory = be->ops->alloc(be, bytes);
+        int32_t *ids_on_backend = (int32_t *)be->ops->alloc(be, sizeof(int32_t) * (size_t)capacity);
         int32_t *host_ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)capacity);
-        if (!memory || !host_ids) {
+        if (!memory || !ids_on_backend || !host_ids) {
             if (memory) be->ops->free(be, memory);
+            if (ids_on_backend) be->ops->free(be, ids_on_backend);
             free(host_ids);
             return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory for %d head rows", op, n);
         }
         logit_rows_release(set, be);
         set->memory = memory;
+        set->ids_on_backend = ids_on_backend;
         set->ids = host_ids;
         set->capacity = capacity;
     } else {
         while (keep < n && keep < set->n && set->ids[keep] == ids[keep]) keep++;
     }
-    const uint8_t *from = (const uint8_t *)head->data;
-    uint8_t *to = (uint8_t *)set->memory;
-    for (int32_t i = keep; i < n; i++)
-        be->ops->copy(be, to + (int64_t)i * row_bytes, from + (int64_t)ids[i] * row_bytes, (size_t)row_bytes);
     memcpy(set->ids + keep, ids + keep, sizeof(int32_t) * (size_t)(n - keep));
+    be->ops->upload(be, set->ids_on_backend + keep, set->ids + keep, sizeof(int32_t) * (size_t)(n - keep));
+    be->ops->gather_weight_rows(be, head, set->ids_on_backend + keep, n - keep, set->memory, keep);
     set->n = n;
     *out_head = *head;
     out_head->data = set->memory;

@@ -129,6 +129,7 @@ SPECLA_API specla_status specla_draft_model_create(const specla_draft_hparams *h
 
 SPECLA_API void specla_draft_model_free(specla_draft_model *model) {
     if (!model) return;
+    draft_release_device_weights(model);
     free(model->layer_is_swa);
     free(model->layers);
     free(model->aux_hidden_norm);

@@ -6,6 +6,7 @@
 
 #include "activation_q8.h"
 #include "cpu_ops.h"
+#include "element_types.h"
 #include "error.h"
 
 typedef struct cpu_backend {
@@ -29,6 +30,10 @@ static void release(const backend *be, void *ptr) { free(ptr); }
 static void upload(const backend *be, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memcpy(dst, src, bytes);
 }
+static specla_status download(const backend *be, void *dst, const void *src, size_t bytes) {
+    upload(be, dst, src, bytes);
+    return SPECLA_OK;
+}
 static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
@@ -36,6 +41,16 @@ static void fill(const backend *be, float *dst, float value, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = value;
 }
 static specla_status sync_noop(const backend *be) { return SPECLA_OK; }
+/* every op has finished when it returns: nothing to order */
+static void wait_noop(const backend *be, const backend *other) {}
+/* a weight is its GGUF rows in host memory whatever reads it */
+static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first) {
+    const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
+    for (int i = 0; i < n; i++)
+        memcpy((uint8_t *)dst + (int64_t)(first + i) * row_bytes, (const uint8_t *)w->data + (int64_t)ids[i] * row_bytes,
+               (size_t)row_bytes);
+}
 static void no_launches(const backend *be, int64_t out[2]) { out[0] = out[1] = -1; }
 
 static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
@@ -170,10 +185,12 @@ static const backend_ops cpu_ops_table = {
     .alloc = alloc,
     .free = release,
     .upload = upload,
-    .download = upload,
+    .download = download,
     .copy = copy,
     .fill = fill,
     .sync = sync_noop,
+    .wait_for = wait_noop,
+    .gather_weight_rows = gather_weight_rows,
     .launch_counters = no_launches,
     .matmul = matmul,
     .matmul_group = matmul_group,

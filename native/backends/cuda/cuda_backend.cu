@@ -18,6 +18,7 @@ typedef struct cuda_instance {
     size_t matmul_workspace_bytes;
     int64_t launches, host_waits; /* since the last launch_counters call */
     cudaGraphExec_t steps[STEP_KINDS]; /* recorded steps (capture_end), NULL until recorded */
+    cudaEvent_t ordering; /* recorded on the stream when another instance waits for it (wait_for) */
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
@@ -47,6 +48,7 @@ static void destroy(backend *be) {
     for (int i = 0; i < STEP_KINDS; i++)
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
+    if (ci->ordering) cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
 }
@@ -70,11 +72,22 @@ static void release(const backend *be, void *ptr) {
 static void upload(const backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)), "upload");
 }
-static void download(const backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+/* The first error recorded since the last report, as a status (and forgotten). */
+static specla_status take_error(const backend *be) {
+    cuda_instance *ci = instance_of(be);
+    if (ci->first_error == cudaSuccess) return SPECLA_OK;
+    const cudaError_t err = ci->first_error;
+    const char *op = ci->first_error_op;
+    ci->first_error = cudaSuccess;
+    return specla_fail(SPECLA_ERR_STATE, "cuda backend (device %d): %s failed: %s", ci->pub.device, op,
+                       cudaGetErrorString(err));
+}
+static specla_status download(const backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return take_error(be);
     note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)), "download");
     note(be, cudaStreamSynchronize(cuda_stream(be)), "download");
     instance_of(be)->host_waits++;
+    return take_error(be);
 }
 static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) note(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)), "copy");
@@ -98,17 +111,17 @@ static void launch_counters(const backend *be, int64_t out[2]) {
 }
 
 static specla_status sync(const backend *be) {
-    cuda_instance *ci = instance_of(be);
-    ci->host_waits++;
+    instance_of(be)->host_waits++;
     note(be, cudaStreamSynchronize(cuda_stream(be)), "sync");
-    if (ci->first_error != cudaSuccess) {
-        const cudaError_t err = ci->first_error;
-        const char *op = ci->first_error_op;
-        ci->first_error = cudaSuccess;
-        return specla_fail(SPECLA_ERR_STATE, "cuda backend (device %d): %s failed: %s", ci->pub.device, op,
-                           cudaGetErrorString(err));
-    }
-    return SPECLA_OK;
+    return take_error(be);
+}
+
+/* `other`'s event marks everything issued on its stream so far; be's stream waits for it on the
+ * device. */
+static void wait_for(const backend *be, const backend *other) {
+    cuda_instance *oi = instance_of(other);
+    note(be, cudaEventRecord(oi->ordering, cuda_stream(other)), "wait_for");
+    note(be, cudaStreamWaitEvent(cuda_stream(be), oi->ordering, 0), "wait_for");
 }
 
 /* ---- recorded steps -------------------------------------------------------------------------- */
@@ -160,6 +173,14 @@ static specla_status upload_weight(const backend *be, const specla_tensor *host,
     return SPECLA_OK;
 }
 
+/* A reduced LM head: the rows move inside the prepared layout (cuda_matmul_gather_rows). */
+static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                               int first) {
+    if (n <= 0) return;
+    note(be, cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first), "gather_weight_rows");
+    instance_of(be)->launches++;
+}
+
 /* the tree kernels do not count their work on the device yet */
 static void tree_counters(const backend *be, int64_t out[2]) { out[0] = out[1] = -1; }
 
@@ -195,12 +216,14 @@ static const backend_ops cuda_ops_table = {
     /* copy */ copy,
     /* fill */ fill,
     /* sync */ sync,
+    /* wait_for */ wait_for,
     /* capture_begin */ capture_begin,
     /* capture_end */ capture_end,
     /* replay */ replay,
     /* launch_counters */ launch_counters,
     /* weight_bytes */ weight_bytes,
     /* upload_weight */ upload_weight,
+    /* gather_weight_rows */ gather_weight_rows,
     /* matmul */ matmul,
     /* matmul_group */ matmul_group,
     /* get_rows */ cuda_get_rows,
@@ -270,6 +293,12 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);
     }
+    if (cudaEventCreateWithFlags(&ci->ordering, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaStreamDestroy(ci->pub.stream);
+        free(ci);
+        return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create an event on device %d", device);
+    }
     /* one workspace that the op families take turns in (none keeps data there between calls) */
     size_t bytes = cuda_matmul_workspace_bytes(limits->max_rows, limits->max_width);
     const size_t others[4] = {cuda_attention_workspace_bytes(limits), cuda_logits_workspace_bytes(limits),
@@ -280,6 +309,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->pub.workspace_bytes = bytes;
     if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
         (void)cudaGetLastError();
+        cudaEventDestroy(ci->ordering);
         cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",

@@ -46,6 +46,15 @@ int cuda_matmul_repack_host(const specla_tensor *host_w, void *dst);
  * The specla_tensor the matmul then takes has data = device_dst and the GGUF type, ne0, ne1. */
 cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, void *device_dst);
 
+/* Rows ids[0..n) (device memory) of the prepared weight w become rows first .. first+n-1 of the
+ * prepared weight at dst (same type and ne0, room for first+n rows: cuda_matmul_prepared_bytes of
+ * that row count), bytes unchanged, on `stream`. The prepared slots of a row group do not depend on
+ * ne1, so the gathered rows multiply as they did in w (their chunking follows dst's row count, as
+ * for any weight of that shape). With the launch overlap on, the next kernel on the stream must not
+ * be a matmul reading dst (the LM head is always read after a norm kernel). */
+cudaError_t cuda_matmul_gather_rows(cudaStream_t stream, const specla_tensor *w, const int32_t *ids, int n, void *dst,
+                                    int first);
+
 /* y[n_batch][w->ne1] = x[n_batch][w->ne0] . W^T on `stream`; w->data (prepared), x (16-byte aligned),
  * y and ws in device memory; one call at a time per workspace (the calls on one stream are). Returns cudaSuccess or the launch error (cudaErrorNotSupported for an unsupported type,
  * cudaErrorInvalidValue for a bad shape or a too small workspace). Each row of y is the same bits

@@ -364,6 +364,51 @@ extern "C" cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, v
     return err;
 }
 
+/* Rows of a prepared weight gathered into another prepared weight (a reduced LM head). A row's
+ * blocks sit at the same lane of every slot of its row group, and the slots of a row group depend
+ * on n_blocks only (not on ne1), so row o of src is copied lane to lane: dst row first + i <- src
+ * row ids[i], every 16-byte piece and side field of each block, bytes unchanged. Thread mapping:
+ * blockIdx.y = i, threads over (block k, piece q) with q = pieces meaning the side fields. */
+__global__ void mm_gather_rows_kernel(int32_t type, int n_blocks, const uint8_t *src, const int32_t *ids,
+                                      uint8_t *dst, int first) {
+    const int i = blockIdx.y;
+    const int64_t o = ids[i], d = (int64_t)first + i;
+    const int pieces = mm_pieces(type);
+    const int has_d = type == SPECLA_TYPE_Q8_0 || type == SPECLA_TYPE_Q4_0 || type == SPECLA_TYPE_Q5_0 ||
+                      type == SPECLA_TYPE_Q6_K;
+    const int so = (int)(o % MM_GROUP_ROWS), sd = (int)(d % MM_GROUP_ROWS);
+    const int64_t work = (int64_t)n_blocks * (pieces + 1);
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < work; t += (int64_t)gridDim.x * blockDim.x) {
+        const int k = (int)(t / (pieces + 1)), q = (int)(t % (pieces + 1));
+        const uint8_t *from = src + mm_slot_offset(type, n_blocks, o / MM_GROUP_ROWS, k);
+        uint8_t *to = dst + mm_slot_offset(type, n_blocks, d / MM_GROUP_ROWS, k);
+        if (q < pieces) {
+            *(uint4 *)(to + ((size_t)q * MM_GROUP_ROWS + sd) * 16) =
+                *(const uint4 *)(from + ((size_t)q * MM_GROUP_ROWS + so) * 16);
+        } else {
+            const uint8_t *side_from = from + (size_t)pieces * 16 * MM_GROUP_ROWS;
+            uint8_t *side_to = to + (size_t)pieces * 16 * MM_GROUP_ROWS;
+            if (has_d) *(uint16_t *)(side_to + 2 * sd) = *(const uint16_t *)(side_from + 2 * so);
+            if (type == SPECLA_TYPE_Q5_0)
+                *(uint32_t *)(side_to + 2 * MM_GROUP_ROWS + 4 * sd) = *(const uint32_t *)(side_from + 2 * MM_GROUP_ROWS + 4 * so);
+        }
+    }
+}
+
+extern "C" cudaError_t cuda_matmul_gather_rows(cudaStream_t stream, const specla_tensor *w, const int32_t *ids, int n,
+                                               void *dst, int first) {
+    if (!mm_supported(w->type) || w->ne0 % mm_unit_elements(w->type) != 0 || n < 0 || first < 0)
+        return cudaErrorInvalidValue;
+    if (n == 0) return cudaSuccess;
+    const int n_blocks = w->ne0 / mm_unit_elements(w->type);
+    const int64_t work = (int64_t)n_blocks * (mm_pieces(w->type) + 1);
+    const unsigned bx = (unsigned)((work + 255) / 256 < 64 ? (work + 255) / 256 : 64);
+    mm_gather_rows_kernel<<<dim3(bx, (unsigned)n), 256, 0, stream>>>(w->type, n_blocks, (const uint8_t *)w->data, ids,
+                                                                     (uint8_t *)dst, first);
+    return cudaGetLastError();
+}
+
+
 static int g_tensor_core_mode = CUDA_MATMUL_TC_STAGED;
 
 extern "C" void cuda_matmul_set_tensor_cores(int mode) {

@@ -40,6 +40,12 @@
 #define cudaGraphLaunch hipGraphLaunch
 #define cudaGraphExecDestroy hipGraphExecDestroy
 #define cudaGraphDestroy hipGraphDestroy
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaEventRecord hipEventRecord
+#define cudaEventDestroy hipEventDestroy
+#define cudaStreamWaitEvent hipStreamWaitEvent
 /* xor butterfly shuffle within groups of 32 lanes (a whole wave32, half a wave64) */
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor((value), (lane_mask), 32)
 /* CUDA's warp-synchronous intrinsics: on AMD a wave runs in lock step, so the mask has no work to
