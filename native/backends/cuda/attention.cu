@@ -26,8 +26,7 @@
  * back is the same float, both shapes give identical bits and the choice may depend on T freely.
  *
  * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) serves one query t, one KV head and
- * up to ATT_MAX_G of the query heads sharing it (GQA): a K/V row is read once per head group (the
- * other groups' reads mostly hit L2), which buys blocks for short sequences.
+ * up to ATT_MAX_G of the query heads sharing it (GQA), so each K/V row is read once for all of them.
  * Scores: group w takes the tile's rows w, w+4, ...; softmax bookkeeping: group w takes heads w,
  * w+4, ...; V: thread i owns dims i and i + ATT_THREADS for every head of the block. */
 #include <math.h>
@@ -39,13 +38,13 @@
 #define ATT_THREADS 128
 #define ATT_GROUPS (ATT_THREADS / SPECLA_WARP)
 #define ATT_TILE 64   /* rows per tile: 2 per lane in the softmax step */
-#define ATT_SEG 64    /* rows per segment (a multiple of ATT_TILE): one block per segment, so the serial
-                       * walk of a block is 64 rows at any depth (depth 4096: 64 segments per query) */
-#define ATT_MAX_G 2   /* query heads per block: the 27B's 6 heads per KV head take 3 blocks, so a decode
-                       * step at a short depth runs 12 blocks, not 4 walking 6 heads each (15.5 us) */
+#define ATT_SEG 128   /* rows per segment (a multiple of ATT_TILE): at depth 4096 a decode query has 32
+                       * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
+                       * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
+#define ATT_MAX_G 8   /* query heads per block */
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
-#define ATT_SPLIT_QUERIES 16 /* queries per SPLIT launch: bounds the partials' workspace */
+#define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
