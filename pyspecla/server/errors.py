@@ -43,12 +43,25 @@ def parse_json_body(body: bytes):
     if not body.strip():
         raise bad_request("the request body is empty; send a JSON object", code="invalid_json")
     try:
-        return json.loads(body)
+        return json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise bad_request("the request body is not UTF-8", code="invalid_json") from None
     except json.JSONDecodeError as exc:
         raise bad_request(f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}",
                           code="invalid_json") from None
+
+
+_TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none", "literal", "function-", "constrained-")
+
+
+def _field_path(loc) -> list:
+    """An error location without pydantic's union-member tags ('stop.str' -> 'stop')."""
+    path = []
+    for part in loc:
+        if isinstance(part, str) and ("[" in part or part.startswith(_TYPE_TAGS)) and path:
+            break
+        path.append(part)
+    return path
 
 
 def validated(model_class, data):
@@ -59,7 +72,7 @@ def validated(model_class, data):
         return model_class.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"]) or None
+        param = ".".join(str(part) for part in _field_path(first["loc"])) or None
         value = first.get("input")
         shown = "" if first["type"] == "missing" else f" (got {json.dumps(value, default=str)[:80]})"
         raise bad_request(f"{param}: {first['msg']}{shown}" if param else first["msg"], param=param,
