@@ -225,3 +225,33 @@ def test_cancelling_a_stream_frees_its_context_and_the_server_serves_the_next_re
 def test_the_models_list(server):
     models = client(server).models.list()
     assert [m.id for m in models.data] == ["tiny-f32-0.gguf"]
+
+
+def test_parallel_slots_serve_concurrent_requests_each_exactly(model):
+    """Four concurrent requests on two slots (and two waiting): each answer equals its own plain
+    greedy generation, and the two slots really ran at once."""
+    import asyncio
+
+    prompts = ["def greedy_decode(model, prompt_ids):", "The cache keeps", "import numpy as np\n", "x = "]
+    expected = [visible_text(model, model.generate(model.tokenize(p), N, stop_at_eos=True)) for p in prompts]
+    with RunningServer(model, parallel=2, queue_size=2) as running:
+        peak = []
+
+        async def main():
+            c = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+
+            async def watch():
+                while True:
+                    peak.append(running.engine.n_active)
+                    await asyncio.sleep(0.005)
+
+            watcher = asyncio.create_task(watch())
+            answers = await asyncio.gather(*(c.completions.create(model="tiny", prompt=p, max_tokens=N, temperature=0)
+                                             for p in prompts))
+            watcher.cancel()
+            await c.close()
+            return [a.choices[0].text for a in answers]
+
+        assert asyncio.run(main()) == expected
+        assert max(peak) == 2
+        running.wait_idle()

@@ -119,8 +119,8 @@ class Engine:
         with self._lock:
             if self._closing:
                 raise QueueFull("the server is shutting down")
-            busy = len(self._active) + len(self._waiting) >= self.parallel
-            if busy and len(self._waiting) >= self.queue_size:
+            # (waiting jobs include those the worker has not yet moved into a free slot)
+            if len(self._active) + len(self._waiting) >= self.parallel + self.queue_size:
                 self.metrics.requests_rejected += 1
                 raise QueueFull(f"{len(self._active)} requests running and {len(self._waiting)} waiting "
                                 f"(--parallel {self.parallel}, --queue {self.queue_size})")
