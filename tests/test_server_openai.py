@@ -179,15 +179,15 @@ def test_thinking_goes_to_reasoning_content_unless_turned_off(model):
     scripted = ScriptedModel(model, "<think>\nThe user greets.\n</think>\n\nHello!")
     with RunningServer(scripted) as running:
         c = client(running)
-        answer = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=64, temperature=0)
+        hi = [{"role": "user", "content": "hi"}]
+        answer = c.chat.completions.create(model="tiny", messages=hi, max_tokens=64, temperature=0)
         message = answer.choices[0].message
         assert message.content == "\n\nHello!"
         assert message.model_extra["reasoning_content"] == "\nThe user greets.\n"
-        chunks = list(c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                max_tokens=64, temperature=0, stream=True))
+        chunks = list(c.chat.completions.create(model="tiny", messages=hi, max_tokens=64, temperature=0, stream=True))
         reasoning = "".join(ch.choices[0].delta.model_extra.get("reasoning_content") or "" for ch in chunks)
         assert reasoning == "\nThe user greets.\n"
-        off = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=64, temperature=0,
+        off = c.chat.completions.create(model="tiny", messages=hi, max_tokens=64, temperature=0,
                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
         assert off.choices[0].message.content == scripted.text
         assert "reasoning_content" not in (off.choices[0].message.model_extra or {})

@@ -99,7 +99,7 @@ def test_chat_output_parser_gives_the_same_split_however_the_text_is_cut():
     parts = ["<think>", "</think>", CALL, XML_CALL, "<tool_call>", "</tool_call>", "a", " b", "\n", "<", "think"]
     for _ in range(300):
         text = "".join(rng.choice(parts, size=int(rng.integers(0, 8))))
-        kwargs = {"thinking": bool(rng.integers(2)), "in_thinking": bool(rng.integers(2)), "tools": bool(rng.integers(2))}
+        kwargs = {name: bool(rng.integers(2)) for name in ("thinking", "in_thinking", "tools")}
         expected = run_parser([text], **kwargs)
         got = run_parser(random_cuts(text, rng), **kwargs)
         assert got == expected, (text, kwargs)

@@ -165,7 +165,6 @@ async def _stream(request, gen: TextGeneration, parser: ChatOutputParser, messag
         return out
 
     def render(deltas):
-        nonlocal open_kind
         out = []
         for delta in deltas:
             for kind, text, delta_type in (("thinking", delta.reasoning, "thinking_delta"),

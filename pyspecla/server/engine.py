@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
-import time
 from dataclasses import dataclass, field
 
 from ..errors import SpeclaError
@@ -57,8 +56,6 @@ class GenerationJob:
         self._cancelled = threading.Event()
         self._generation = None
         self.end: JobEnd | None = None
-        self.submitted_at = time.perf_counter()
-        self.first_token_at: float | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -168,13 +165,15 @@ class Engine:
                     self._active.append(job)
                 active = list(self._active)
             for job in active:  # one step of each slot in turn
-                if not self._step(job):
-                    with self._lock:
+                end = self._step(job)
+                if end is not None:
+                    with self._lock:  # (the slot is free before the client hears of the end)
                         self._active.remove(job)
+                    job._post(end)
 
-    def _step(self, job: GenerationJob) -> bool:
-        """Advance job by one token; False when it is over (and its generation has let go of
-        its context)."""
+    def _step(self, job: GenerationJob) -> JobEnd | None:
+        """Advance job by one token; its JobEnd when it is over (its generation has then let go
+        of its context)."""
         try:
             generation = job._generation
             if generation is None:
@@ -193,22 +192,18 @@ class Engine:
                 generation.cancel()
                 next(generation, None)  # (lets it free its context)
             self.metrics.requests_failed += 1
-            job._post(JobEnd("error", error=exc if isinstance(exc, SpeclaError) else RuntimeError(repr(exc))))
-            return False
+            return JobEnd("error", error=exc if isinstance(exc, SpeclaError) else RuntimeError(repr(exc)))
         if token is not None:
-            if job.first_token_at is None:
-                job.first_token_at = time.perf_counter()
             self.metrics.tokens_generated += 1
             job._post(token)
-            return True
+            return None
         reason = generation.finish_reason or "stop"
         stats = dict(getattr(generation, "stats", {}) or {})
         if job.cancelled or reason == "cancelled":
             reason = "cancelled"
             self.metrics.requests_cancelled += 1
         self.metrics.add_generation(stats)
-        job._post(JobEnd(reason, stats))
-        return False
+        return JobEnd(reason, stats)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from dataclasses import dataclass, field
 
 from ..errors import SpeclaError
@@ -44,8 +43,6 @@ class TextGeneration:
         self.tokens: list[int] = []
         self.stats: dict = {}
         self.error: Exception | None = None
-        self.started = time.perf_counter()
-        self.first_token_s: float | None = None
 
     @property
     def n_prompt(self) -> int:
@@ -67,8 +64,6 @@ class TextGeneration:
             async for token in self.job.events():
                 if self._stops.matched is not None:
                     continue  # cancelled: tokens already under way
-                if self.first_token_s is None:
-                    self.first_token_s = time.perf_counter() - self.started
                 self.n_generated += 1
                 self.tokens.append(int(token.id))
                 text = "" if token.id in self._hidden else self._detok.push(token.id)
