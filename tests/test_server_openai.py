@@ -131,16 +131,20 @@ def test_logprobs_are_those_of_the_model(server, model):
 @pytest.mark.parametrize("draft", ["ngram", "draft_model"])
 def test_greedy_output_with_a_draft_equals_plain_generation(model, tiny_model_path, draft):
     """The server speculating with the n-gram drafter or a draft model (the q8_0 file of the same
-    weights) answers what plain greedy decoding gives."""
+    weights, loaded once for the slot and reused by every request) answers what plain greedy
+    decoding gives."""
     spec = "ngram" if draft == "ngram" else tiny_model_path("q8_0")
     prompts = ["def greedy_decode(model, prompt_ids):", "the cache the cache the cache"]
     with RunningServer(model, draft=spec, speculative_options={"specla": True}) as running:
+        (slot_draft,) = running.engine._free_drafts
+        assert slot_draft == "ngram" if draft == "ngram" else type(slot_draft).__name__ == "ModelDrafter"
         c = client(running)
         for prompt in prompts:
             expected = model.generate(model.tokenize(prompt), N, stop_at_eos=True)
             answer = c.completions.create(model="tiny", prompt=prompt, max_tokens=N, temperature=0)
             assert answer.choices[0].text == visible_text(model, expected), prompt
             assert answer.usage.completion_tokens == len(expected)
+        assert running.engine._free_drafts == [slot_draft]
 
 
 def test_a_tool_call_comes_back_as_tool_calls(model):

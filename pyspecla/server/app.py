@@ -86,7 +86,7 @@ def create_app(model, *, n_ctx: int, model_path: str | None = None, model_id: st
 
     path = model_path or str(getattr(getattr(model, "file", None), "path", "model"))
     engine = engine or Engine(model, parallel=parallel, queue_size=queue_size, draft=draft,
-                              speculative_options=speculative_options)
+                              speculative_options=speculative_options, n_ctx=n_ctx)
     state = ServerState(model=model, engine=engine, n_ctx=n_ctx, model_id=model_id or os.path.basename(path),
                         model_path=path, draft=draft)
 
