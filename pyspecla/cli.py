@@ -67,6 +67,42 @@ def _port(text: str) -> int:
     return value
 
 
+def _open_unit_interval(flag):
+    """A number in (0, 1]."""
+    def parse(text):
+        value = _finite_float(flag)(text)
+        if not 0.0 < value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{flag} must be in (0, 1], got {text}")
+        return value
+
+    return parse
+
+
+def _positive_float(flag):
+    def parse(text):
+        value = _finite_float(flag)(text)
+        if not value > 0.0:
+            raise argparse.ArgumentTypeError(f"{flag} must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _sampling_params(args):
+    """The run's SamplingParams, its seed drawn now when sampling without one (and printed, so the
+    run can be repeated)."""
+    from .generation import resolve_sampling
+    from .sampling import SamplingParams
+
+    params = resolve_sampling(SamplingParams(
+        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty, penalty_last_n=args.repeat_last_n, seed=args.seed))
+    if args.seed is None and params.seed is not None:
+        print(f"pyspecla: sampling seed {params.seed}", file=sys.stderr)
+    return params
+
+
 def _device(text: str) -> str:
     from . import _native  # (the library loads only for commands that run a model)
 
@@ -145,12 +181,31 @@ def build_parser() -> argparse.ArgumentParser:
                      help="number of tokens to generate (default 128)")
     run.add_argument("--chat", action="store_true",
                      help="wrap the prompt as one user message with the file's chat template")
-    run.add_argument("--temp", type=_float_in_range("--temp", 0.0), default=0.0,
-                     help="sampling temperature; 0 = greedy (default)")
-    run.add_argument("--seed", type=_seed, default=None,
-                     help="sampling seed (with --temp > 0); negative, like the default: a random seed")
+    sampling = run.add_argument_group(
+        "sampling (applied in this order: penalties, top-k, top-p, min-p, temperature; exact with --draft too: "
+        "the same seed gives the same tokens with or without a draft)")
+    sampling.add_argument("--temp", type=_float_in_range("--temp", 0.0), default=0.0,
+                          help="sampling temperature; 0 = greedy (default)")
+    sampling.add_argument("--top-k", type=_int_at_least("--top-k", 0), default=0, metavar="K",
+                          help="keep the K most likely tokens (default 0: all)")
+    sampling.add_argument("--top-p", type=_open_unit_interval("--top-p"), default=1.0, metavar="P",
+                          help="keep the most likely tokens up to probability mass P, in (0, 1] (default 1: all)")
+    sampling.add_argument("--min-p", type=_float_in_range("--min-p", 0.0, 1.0), default=0.0, metavar="P",
+                          help="keep tokens at least P times as likely as the most likely one (default 0: all)")
+    sampling.add_argument("--repeat-penalty", type=_positive_float("--repeat-penalty"), default=1.0, metavar="R",
+                          help="divide a recent token's positive logit by R, multiply a negative one (default 1: off)")
+    sampling.add_argument("--presence-penalty", type=_finite_float("--presence-penalty"), default=0.0, metavar="A",
+                          help="subtract A from the logit of every recent token (default 0: off)")
+    sampling.add_argument("--frequency-penalty", type=_finite_float("--frequency-penalty"), default=0.0,
+                          metavar="A", help="subtract A per occurrence from a recent token's logit (default 0: off)")
+    sampling.add_argument("--repeat-last-n", type=_int_at_least("--repeat-last-n", -1), default=64, metavar="N",
+                          help="the penalties look at the last N tokens of prompt and output (default 64; 0: no "
+                               "penalties; -1: all)")
+    sampling.add_argument("--seed", type=_seed, default=None,
+                          help="sampling seed (with --temp > 0); negative, like the default: a random seed, printed "
+                               "to stderr")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
-    spec = run.add_argument_group("speculative decoding (greedy only; output identical to plain decoding)")
+    spec = run.add_argument_group("speculative decoding (output identical to plain decoding, greedy or sampled)")
     spec.add_argument("--draft", default=None, metavar="DRAFT",
                       help="a draft GGUF for this target: a DFlash draft, or an ordinary language model (qwen2 or "
                            "qwen35) with the target's vocabulary, decoding greedily ahead (see --draft-max, "
@@ -235,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _generate(model, prompt_ids, args, out=None) -> dict:
+def _generate(model, prompt_ids, args, sampling, out=None) -> dict:
     from .tokenizer import StreamingDetokenizer
 
     out = out or sys.stdout
@@ -249,8 +304,7 @@ def _generate(model, prompt_ids, args, out=None) -> dict:
     t_first = None
     n_new = 0
     emitted = []
-    for token in model.stream(prompt_ids, plan.n_predict, temperature=getattr(args, "temp", 0.0),
-                              seed=getattr(args, "seed", None),
+    for token in model.stream(prompt_ids, plan.n_predict, sampling=sampling,
                               stop_at_eos=not getattr(args, "ignore_eos", False), context=ctx,
                               on_prefill=prefill_progress(len(prompt_ids))):
         if t_first is None:
@@ -307,8 +361,7 @@ def cmd_run(args) -> int:
                            ("--draft-vocab", args.draft_vocab is not None)):
             if used:
                 raise UsageError(f"{flag} needs --draft (speculative decoding)")
-    elif args.temp > 0:
-        raise UsageError("--draft: speculative decoding is greedy only for now; drop --temp")
+    sampling = _sampling_params(args)
     model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
     if args.chat:
         prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
@@ -316,12 +369,12 @@ def cmd_run(args) -> int:
     if not ids:
         raise UsageError("the prompt tokenizes to nothing; give a non-empty prompt")
     if speculative:
-        _generate_speculative(model, ids, args)
+        _generate_speculative(model, ids, args, sampling)
     else:
-        stats = _generate(model, ids, args)
+        stats = _generate(model, ids, args, sampling)
         if args.stats_json:
             with open(args.stats_json, "w") as f:
-                json.dump({"mode": "plain", "model": args.model, **stats}, f)
+                json.dump({"mode": "plain", "model": args.model, "seed": sampling.seed, **stats}, f)
     return 0
 
 
@@ -336,7 +389,8 @@ def _check_writable(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: not writable")
 
 
-def _generate_speculative(model, prompt_ids, args, out=None):
+def _generate_speculative(model, prompt_ids, args, sampling, out=None):
+    from .sampling import TokenSampler
     from .speculative.loop import generate
     from .tokenizer import StreamingDetokenizer
 
@@ -344,7 +398,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
     plan = plan_run_context(model, len(prompt_ids), args)
     n_ctx = plan.n_ctx + (args.ddtree_budget or DDTREE_BUDGET) + 64
     drafter = make_drafter(model, args.draft, prompt_ids, plan.n_predict, n_ctx, draft_max=args.draft_max,
-                           draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab) if args.draft else None
+                           draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab,
+                           sampling=sampling) if args.draft else None
     config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15), drafter=drafter)
     detok = StreamingDetokenizer(model.tokenizer)
 
@@ -357,7 +412,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
         out.flush()
 
     stats, ctx = generate(model, prompt_ids, plan.n_predict, config, drafter=drafter, eos_ids=eos, on_tokens=show,
-                          n_ctx=plan.n_ctx, on_prefill=prefill_progress(len(prompt_ids)))
+                          n_ctx=plan.n_ctx, on_prefill=prefill_progress(len(prompt_ids)),
+                          sampler=TokenSampler(sampling))
     ctx.close()
     if stats.cancelled:  # the loop stops cleanly on Ctrl-C; the run still ends as interrupted (130)
         raise KeyboardInterrupt
@@ -368,7 +424,8 @@ def _generate_speculative(model, prompt_ids, args, out=None):
           file=sys.stderr)
     if args.stats_json:
         record = stats.to_json()
-        record.update(model=args.model, draft=args.draft, prompt_tokens=len(prompt_ids), config=vars(config))
+        record.update(model=args.model, draft=args.draft, prompt_tokens=len(prompt_ids), config=vars(config),
+                      seed=sampling.seed)
         with open(args.stats_json, "w") as f:
             json.dump(record, f)
     return stats

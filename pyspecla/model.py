@@ -10,8 +10,10 @@ import numpy as np
 
 from . import _native
 from .errors import UsageError
+from .generation import SPECULATIVE_OPTIONS, Generation, start_generation
 from .loader.target import ModelFile
 from .logit_rows import apply_logit_rows
+from .sampling import SamplingParams, TokenSampler
 
 
 class Context:
@@ -183,6 +185,25 @@ class Context:
         _native.check(_native.lib.specla_context_read_features(self._handle, first, n, _native.float_ptr(out)))
         return out
 
+    def prefill(self, token_ids: Sequence[int], want_logits: bool = False,
+                on_progress: Callable[[int, int], None] | None = None,
+                should_stop: Callable[[], bool] | None = None):
+        """Append tokens in chunks of at most max_batch. Returns the last token's logits row (V,)
+        when want_logits, else its greedy next token (no logits copied). should_stop() is asked
+        before every chunk: when it answers True, returns None, the chunks before it evaluated.
+        on_progress(done, total) is called after each chunk."""
+        tokens = token_id_array(token_ids, "prefill: token ids")
+        logits = np.empty((1, self.n_logits), dtype=np.float32) if want_logits else None
+        for start in range(0, len(tokens), self.max_batch):
+            if should_stop is not None and should_stop():
+                return None
+            chunk = tokens[start : start + self.max_batch]
+            last_chunk = start + self.max_batch >= len(tokens)
+            self._forward(chunk, False, logits if last_chunk else None, last_chunk and not want_logits)
+            if on_progress is not None:
+                on_progress(start + len(chunk), len(tokens))
+        return logits[0] if want_logits else self.token_of(self._argmax[0])
+
     def eval_argmax(self, token_ids: Sequence[int], on_progress: Callable[[int, int], None] | None = None) -> int:
         """Append tokens and return the greedy next token (no logits copied to Python).
         on_progress(done, total) is called after each chunk of at most max_batch tokens."""
@@ -320,78 +341,61 @@ class Model:
 
     # Keyword options of generate(draft=...): the `pyspecla run` flags of the same name
     # (--specla, --ddtree-budget, ...) with their command-line defaults.
-    SPECULATIVE_OPTIONS = ("specla", "no_ddtree", "ddtree_budget", "ddtree_tau", "specla_top_k", "no_chain_seed",
-                           "draft_max", "draft_p_min", "draft_vocab")
+    SPECULATIVE_OPTIONS = SPECULATIVE_OPTIONS
+
+    def generation(self, prompt_ids: Sequence[int], max_tokens: int, sampling: SamplingParams | None = None,
+                   draft=None, stop_at_eos: bool = True, logprobs: int = 0, *, token_logprobs: bool = False,
+                   n_ctx: int | None = None, on_prefill: Callable[[int, int], None] | None = None,
+                   **speculative_options) -> Generation:
+        """Start generating up to max_tokens tokens after prompt_ids; returns a Generation, an
+        iterator of GeneratedToken(id, logprob, top_logprobs) with cancel(), stats and
+        finish_reason (see help(pyspecla.generation.Generation)). Arguments are checked, the draft
+        loaded and the context made here; tokens are computed as the iteration asks for them.
+
+        sampling      a SamplingParams (pyspecla.sampling): None or temperature 0 is greedy.
+                      Sampling draws the token at sequence position p with a random number keyed
+                      by (seed, p), so a given seed gives the same tokens with or without a draft.
+        draft         None: plain decoding. Otherwise exact speculative decoding — the very tokens
+                      plain decoding gives, greedy or sampled — usually in fewer target steps:
+                        a path: a DFlash draft GGUF for this model, or a small language model
+                          (qwen2/qwen35) with this model's vocabulary;
+                        "ngram" or "ngram:n=N,max=M": prompt lookup, no draft model;
+                        "oracle:p=P": a benchmark tool (it first decodes plainly to know the answer);
+                        a drafter object: propose(ctx, root_token, n_depths, top_k) -> (tokens,
+                          logprobs), both (depths, top_k), like pyspecla.speculative.drafters'.
+        stop_at_eos   stop after the first end-of-generation token (it is yielded).
+        logprobs      N > 0: each token also lists the N most likely alternatives (top_logprobs).
+        token_logprobs  greedy only: also give each token's logprob with logprobs = 0 (this copies
+                      the logits, which the greedy path otherwise never does).
+        n_ctx         the context's size in tokens (default prompt + max_tokens; at least that).
+        on_prefill    on_prefill(done, total) after each chunk of the prompt pass.
+        speculative_options  `pyspecla run`'s speculative flags as keywords, same names and
+                      defaults: specla (bool: SpecLA tree verify through the recurrent layers),
+                      no_ddtree (bool: top-1 chain only), ddtree_budget, ddtree_tau, specla_top_k,
+                      no_chain_seed, and for a draft language model draft_max, draft_p_min,
+                      draft_vocab.
+
+            gen = model.generation(ids, 64, SamplingParams(temperature=0.7, seed=1), draft="ngram")
+            for token in gen:
+                print(token.id, token.logprob)
+            print(gen.finish_reason, gen.stats["accepted_per_step"])
+        """
+        return start_generation(self, prompt_ids, max_tokens, sampling=sampling, draft=draft,
+                                stop_at_eos=stop_at_eos, logprobs=logprobs, options=speculative_options,
+                                token_logprobs=token_logprobs, n_ctx=n_ctx, on_prefill=on_prefill)
 
     def generate(self, token_ids: Sequence[int], max_tokens: int, stop_at_eos: bool = False, draft=None,
-                 **options) -> list[int]:
-        """Greedy continuation of token_ids: up to max_tokens new ids (with stop_at_eos, up to and
-        including the first end-of-generation token).
-
-        draft=None decodes plainly, one token per step. Any other draft runs exact speculative
-        decoding and returns the very same tokens, usually in fewer target steps:
-          - a path: a DFlash draft GGUF for this model, or a small language model (qwen2/qwen35)
-            with this model's vocabulary;
-          - "ngram" or "ngram:n=N,max=M": prompt lookup, no draft model;
-          - "oracle:p=P": a benchmark tool (it first decodes plainly to know the answer);
-          - a drafter object: propose(ctx, root_token, n_depths, top_k) -> (tokens, logprobs),
-            both (depths, top_k), like those in pyspecla.speculative.drafters.
-        options are `pyspecla run`'s speculative flags as keywords, same names and defaults:
-        specla (bool: SpecLA tree verify through the recurrent layers), no_ddtree (bool: top-1
-        chain only), ddtree_budget, ddtree_tau, specla_top_k, no_chain_seed, and for a draft
-        language model draft_max, draft_p_min, draft_vocab.
+                 sampling: SamplingParams | None = None, **options) -> list[int]:
+        """The ids of a whole generation (see generation() for draft, sampling and options):
+        up to max_tokens new ids (with stop_at_eos, up to and including the first end-of-generation
+        token). Greedy by default; with a draft, the very tokens plain decoding gives.
 
             model.generate(ids, 64, draft="draft.gguf", specla=True)
+            model.generate(ids, 64, draft="ngram", sampling=SamplingParams(temperature=0.8, seed=3))
         """
-        if draft is None:
-            if options:
-                raise UsageError(f"generate: {', '.join(sorted(options))} need a draft (draft=...)")
-            return list(self.stream(token_ids, max_tokens, stop_at_eos=stop_at_eos))
-        return self._generate_speculative(token_ids, max_tokens, stop_at_eos, draft, options)
-
-    def _generate_speculative(self, token_ids, max_tokens: int, stop_at_eos: bool, draft, options: dict) -> list[int]:
-        import argparse
-        import os
-
-        from .speculative.factory import DDTREE_BUDGET, make_drafter, spec_config_from_args
-        from .speculative.loop import generate
-
-        unknown = sorted(set(options) - set(self.SPECULATIVE_OPTIONS))
-        if unknown:
-            raise UsageError(f"generate: unknown option(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(self.SPECULATIVE_OPTIONS)})")
-        if max_tokens < 0:
-            raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
-        for name in ("ddtree_budget", "specla_top_k", "draft_max"):  # (their flags refuse these when parsed)
-            value = options.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise UsageError(f"generate: {name} must be a positive integer, got {value!r}")
-        prompt = [int(t) for t in token_ids]
-        if not prompt:
-            raise UsageError("the prompt must contain at least one token")
-        args = argparse.Namespace(specla=False, no_ddtree=False, ddtree_budget=None, ddtree_tau=None,
-                                  specla_top_k=None, no_chain_seed=False, draft_max=None, draft_p_min=None,
-                                  draft_vocab=None)
-        vars(args).update(options)
-        if isinstance(draft, (str, os.PathLike)):
-            args.draft = os.fspath(draft)
-            n_ctx = len(prompt) + max_tokens + (args.ddtree_budget or DDTREE_BUDGET) + 64
-            drafter = make_drafter(self, args.draft, prompt, max_tokens, n_ctx, draft_max=args.draft_max,
-                                   draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab)
-        elif callable(getattr(draft, "propose", None)):
-            args.draft, drafter = "drafter", draft
-            for name in ("draft_max", "draft_p_min", "draft_vocab"):
-                if options.get(name) is not None:
-                    raise UsageError(f"generate: {name} applies to a draft language model given by path, "
-                                     f"not to a drafter object")
-        else:
-            raise UsageError(f"generate: draft must be None, a draft GGUF path, 'ngram[:n=N,max=M]', "
-                             f"'oracle:p=P' or a drafter with a propose() method, got {type(draft).__name__}")
-        config = spec_config_from_args(args, max_depth=getattr(drafter, "max_depth", 15), drafter=drafter)
-        eos = self.tokenizer.eos_ids if stop_at_eos else ()
-        stats, ctx = generate(self, prompt, max_tokens, config, drafter=drafter, eos_ids=eos)
-        ctx.close()
-        return list(stats.tokens)
+        with self.generation(token_ids, max_tokens, sampling=sampling, draft=draft, stop_at_eos=stop_at_eos,
+                             **options) as generation:
+            return [token.id for token in generation]
 
     def stream(
         self,
@@ -402,35 +406,74 @@ class Model:
         stop_at_eos: bool = True,
         context: Context | None = None,
         on_prefill: Callable[[int, int], None] | None = None,
+        sampling: SamplingParams | None = None,
     ) -> Iterator[int]:
-        """Yield new token ids one by one: greedy at temperature 0, else sampled from
-        softmax(logits / temperature) with a seeded generator. on_prefill(done, total) reports the
-        prompt pass chunk by chunk (greedy only)."""
-        if max_tokens < 0:
-            raise UsageError(f"max_tokens must be >= 0, got {max_tokens}")
-        if temperature < 0:
-            raise UsageError(f"temperature must be >= 0, got {temperature}")
-        if len(token_ids) == 0:
-            raise UsageError("the prompt must contain at least one token")
-        ctx = context or self.new_context(n_ctx=len(token_ids) + max_tokens + 1)
-        rng = np.random.default_rng(seed)
-        eos = self.tokenizer.eos_ids if stop_at_eos else set()
+        """Yield new token ids one by one, plain decoding: greedy at temperature 0, else sampled
+        (pyspecla.sampling; temperature and seed are shorthands for sampling=SamplingParams(...),
+        give one or the other). context: decode in this context (it is left open), else a fresh one.
+        on_prefill(done, total) reports the prompt pass chunk by chunk."""
+        from .generation import PlainStats, plain_steps, resolve_sampling
+
+        if sampling is not None and (temperature != 0.0 or seed is not None):
+            raise UsageError("stream: give either sampling= or temperature/seed, not both")
+        if sampling is None:
+            sampling = SamplingParams(temperature=temperature, seed=seed)
+        params = resolve_sampling(sampling)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise UsageError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+        prompt = token_id_array(token_ids, "the prompt's token ids").tolist()
+        ctx = context or self.new_context(n_ctx=len(prompt) + max_tokens + 1)
+        eos = self.tokenizer.eos_ids if stop_at_eos else ()
+        return self._stream(ctx, context is None, plain_steps(ctx, prompt, max_tokens, PlainStats(),
+                                                              sampler=TokenSampler(params), eos_ids=eos,
+                                                              on_prefill=on_prefill))
+
+    @staticmethod
+    def _stream(ctx, owns_ctx: bool, steps) -> Iterator[int]:
         try:
-            pending = list(token_ids)
-            for step in range(max_tokens):
-                if temperature == 0.0:
-                    token = ctx.eval_argmax(pending, on_progress=on_prefill if step == 0 else None)
-                else:
-                    logits = ctx.eval(pending).astype(np.float64) / temperature
-                    p = np.exp(logits - logits.max())
-                    token = ctx.token_of(rng.choice(len(p), p=p / p.sum()))
-                yield token
-                if token in eos:
-                    return
-                pending = [token]
+            for records in steps:
+                for record in records:
+                    yield record[0]
         finally:
-            if context is None:
+            if owns_ctx:
                 ctx.close()
+
+    def chat(self, messages: list[dict], stream: bool = False, max_tokens: int = 512, draft=None,
+             chat_template_kwargs: dict | None = None, **fields):
+        """Answer a conversation: messages ([{"role": "user", "content": "..."}, ...]) rendered
+        with the GGUF's chat template (as `pyspecla run --chat` does), then generated until an
+        end-of-generation token or max_tokens.
+
+        Returns the reply's text; with stream=True a Generation yielding text pieces as they are
+        decoded (never a partial UTF-8 character; cancel(), stats and finish_reason as usual).
+        fields: SamplingParams fields (temperature, top_p, seed, ...) and the speculative options
+        generation() takes (specla, ddtree_budget, ...). chat_template_kwargs reach the template as
+        variables (tools=..., enable_thinking=False).
+
+            model.chat([{"role": "user", "content": "Hi"}], temperature=0.7, seed=1, draft="ngram")
+        """
+        from .generation import SPECULATIVE_OPTIONS as spec_names
+
+        names = SamplingParams.field_names()
+        unknown = sorted(set(fields) - set(names) - set(spec_names))
+        if unknown:
+            raise UsageError(f"chat: unknown argument(s) {', '.join(unknown)} (sampling fields: {', '.join(names)}; "
+                             f"speculative options: {', '.join(spec_names)})")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise UsageError("chat: messages must be a list of {'role': ..., 'content': ...} dicts")
+        sampling = SamplingParams(**{k: v for k, v in fields.items() if k in names})
+        options = {k: v for k, v in fields.items() if k in spec_names}
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                    **(chat_template_kwargs or {}))
+        ids = self.tokenize(prompt)
+        if not ids:
+            raise UsageError("chat: the conversation renders to no tokens")
+        generation = start_generation(self, ids, max_tokens, sampling=sampling, draft=draft, stop_at_eos=True,
+                                      options=options, text=True)
+        if stream:
+            return generation
+        with generation:
+            return "".join(generation)
 
     @property
     def tokenizer(self):

@@ -90,6 +90,15 @@ def test_help_documents_every_flag():
         (["run", "{model}", "-p", "x", "-t", "-1"], "-t/--threads must be >= 0"),
         (["run", "{model}", "-p", "x", "-t", "1000"], "-t/--threads must be at most"),
         (["run", "{model}", "-p", "x", "--temp", "inf"], "--temp must be a finite number"),
+        (["run", "{model}", "-p", "x", "--top-p", "0"], "--top-p must be in (0, 1], got 0"),
+        (["run", "{model}", "-p", "x", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["run", "{model}", "-p", "x", "--top-k", "-3"], "--top-k must be >= 0, got -3"),
+        (["run", "{model}", "-p", "x", "--min-p", "2"], "--min-p must be in [0, 1], got 2"),
+        (["run", "{model}", "-p", "x", "--repeat-penalty", "0"], "--repeat-penalty must be > 0, got 0"),
+        (["run", "{model}", "-p", "x", "--presence-penalty", "nan"], "--presence-penalty must be a finite number"),
+        (["run", "{model}", "-p", "x", "--frequency-penalty", "x"], "--frequency-penalty expects a number"),
+        (["run", "{model}", "-p", "x", "--repeat-last-n", "-2"], "--repeat-last-n must be >= -1, got -2"),
+        (["run", "{model}", "-p", "x", "--seed", "1.5"], "--seed expects an integer"),
         (["run", "{model}", "-p", "x", "--draft", "ngram", "--ddtree-tau", "nan"], "--ddtree-tau must be a finite number"),
         (["run", "{model}", "-p", "x", "--stats-json", "{missing_dir}/run.json"], "does not exist"),
         (["run", "{model}", "-p", "x", "--stats-json", "{tmp}"], "is a directory"),
@@ -196,6 +205,26 @@ def test_run_with_a_draft_equals_plain_run_and_writes_stats(draft_pair, tmp_path
     assert "accepted/step" in last and "verify" in last and "tokens/s" in last
 
 
+@pytest.mark.parametrize("draft,extra", [("{draft}", ["--specla"]), ("oracle:p=0.9", []), ("ngram", ["--no-ddtree"])])
+def test_sampled_run_with_a_draft_equals_the_sampled_plain_run(draft_pair, tmp_path, draft, extra):
+    import json
+
+    target, dflash = draft_pair
+    sampling = ["--temp", "0.8", "--top-p", "0.95", "--min-p", "0.01", "--repeat-penalty", "1.1", "--seed", "7"]
+    plain_stats, spec_stats = tmp_path / "plain.json", tmp_path / "spec.json"
+    plain = run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", *sampling, "--stats-json",
+                    str(plain_stats))
+    spec = run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", *sampling,
+                   "--draft", draft.format(draft=dflash), *extra, "--stats-json", str(spec_stats))
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    plain_record, spec_record = json.loads(plain_stats.read_text()), json.loads(spec_stats.read_text())
+    assert spec_record["tokens"] == plain_record["tokens"] and len(plain_record["tokens"]) == 24
+    assert spec.stdout == plain.stdout
+    assert plain_record["seed"] == spec_record["seed"] == 7
+    assert run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", "--stats-json", str(plain_stats)).returncode == 0
+    assert json.loads(plain_stats.read_text())["tokens"] != spec_record["tokens"], "sampling changed nothing"
+
+
 def test_run_with_the_oracle_drafter(draft_pair):
     target, _ = draft_pair
     plain = run_cli("run", target, "-p", "x = ", "-n", "30", "--ignore-eos")
@@ -214,7 +243,6 @@ def test_run_with_the_oracle_drafter(draft_pair):
         (["--draft", "oracle:p=1.5"], "oracle"),
         (["--draft", "oracle:q"], "oracle:p=P"),
         (["--draft", "{other_draft}"], "{other_draft}"),
-        (["--draft", "{draft}", "--temp", "0.5"], "greedy only"),
         (["--draft", "{draft}", "--draft-max", "3"], "--draft-max applies to a draft language model"),
         (["--draft", "oracle:p=0.5", "--draft-vocab", "64"], "--draft-vocab applies to a draft language model"),
     ],

@@ -1,4 +1,5 @@
-"""Greedy verify/accept over a draft tree (docs/ddtree-dflash.md §3).
+"""Verify/accept over a draft tree: greedy (docs/ddtree-dflash.md §3) and sample-and-match
+(docs/sampling.md).
 
 The target runs once over [root, node 1..n]; `posterior[i]` is its argmax token after node i (the
 token the target itself would emit next if node i's path were committed). Starting at the root,
@@ -7,16 +8,22 @@ Everything on that path is what plain greedy decoding would have produced, so sp
 output equals autoregressive greedy output; the last accepted node's posterior is the bonus token,
 which the target produced for free and which becomes the next step's root.
 
+Sampling walks the same way with a chosen token in place of the argmax: at each node the target's
+token is drawn from that node's own processed distribution (sampled_accept's `choose`), and the
+walk moves to the child carrying it, else stops with it as the bonus token.
+
 The step emits tokens[path[1:]] + [bonus]: len(path) tokens, at least 1."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from ..errors import UsageError
 from .tree import DraftTree
 
-__all__ = ["emitted_tokens", "greedy_accept"]
+__all__ = ["emitted_tokens", "greedy_accept", "sampled_accept"]
 
 
 def greedy_accept(tree: DraftTree, posterior: np.ndarray) -> tuple[list[int], int]:
@@ -34,11 +41,7 @@ def greedy_accept(tree: DraftTree, posterior: np.ndarray) -> tuple[list[int], in
     if not np.issubdtype(posterior.dtype, np.integer):
         raise UsageError(f"greedy_accept: posterior must hold integer token ids, got dtype {posterior.dtype}")
 
-    # First child (lowest index) per (parent, token): later duplicates never win.
-    child_by_token: dict[tuple[int, int], int] = {}
-    for i in range(1, tree.n_nodes):
-        child_by_token.setdefault((int(tree.parents[i]), int(tree.tokens[i])), i)
-
+    child_by_token = _children_by_token(tree)
     path = [0]
     current = 0
     while True:
@@ -48,6 +51,33 @@ def greedy_accept(tree: DraftTree, posterior: np.ndarray) -> tuple[list[int], in
         path.append(child)
         current = child
     return path, int(posterior[current])
+
+
+def sampled_accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[int], int]:
+    """(accepted node path starting with 0, bonus token), choosing the target's token at each node
+    the walk reaches with choose(node) (called once per node, root first, in path order) and
+    moving to the child that carries it (the lowest index among duplicates), else stopping: the
+    token chosen there is the bonus. Each accepted node's token is the token chosen at its parent."""
+    if not isinstance(tree, DraftTree):
+        raise UsageError(f"sampled_accept: tree must be a DraftTree, got {type(tree).__name__}")
+    child_by_token = _children_by_token(tree)
+    path = [0]
+    current = 0
+    while True:
+        token = int(choose(current))
+        child = child_by_token.get((current, token))
+        if child is None:
+            return path, token
+        path.append(child)
+        current = child
+
+
+def _children_by_token(tree: DraftTree) -> dict[tuple[int, int], int]:
+    """First child (lowest index) per (parent, token): later duplicates never win."""
+    child_by_token: dict[tuple[int, int], int] = {}
+    for i in range(1, tree.n_nodes):
+        child_by_token.setdefault((int(tree.parents[i]), int(tree.tokens[i])), i)
+    return child_by_token
 
 
 def emitted_tokens(tree: DraftTree, path: list[int], bonus: int) -> list[int]:

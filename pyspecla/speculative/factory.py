@@ -42,8 +42,9 @@ def spec_config_from_args(args, max_depth: int = 15, drafter=None):
 
 
 def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft_max: int | None = None,
-                 draft_p_min: float | None = None, draft_vocab: int | None = None):
-    """--draft value -> drafter. oracle:p=P runs a plain greedy pass first (a benchmark tool);
+                 draft_p_min: float | None = None, draft_vocab: int | None = None, sampling=None):
+    """--draft value -> drafter. oracle:p=P runs a plain pass first (a benchmark tool; greedy, or
+    with `sampling` (SamplingParams, seed set) the plain sampled continuation it will verify);
     ngram / ngram:n=N,max=M is prompt lookup (no file; a name starting with ngram that is an
     existing file is loaded as a draft GGUF). A file is a DFlash draft or, when its architecture is
     one a target may have, an autoregressive draft model (draft_max / draft_p_min / draft_vocab
@@ -66,7 +67,7 @@ def make_drafter(model, spec: str, prompt_ids, n_predict: int, n_ctx: int, draft
         return NgramDrafter(max_n=max_n, max_tokens=max_tokens)
     if spec.startswith("oracle"):
         p = OracleDrafter.parse(spec)
-        continuation = model.generate(prompt_ids, n_predict + 16)
+        continuation = model.generate(prompt_ids, n_predict + 16, sampling=sampling)
         return OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
     if is_model:
         max_depth = DRAFT_MAX if draft_max is None else draft_max

@@ -31,7 +31,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UsageError
-from .accept import greedy_accept
+from ..sampling import SamplingParams, TokenSampler
+from .accept import greedy_accept, sampled_accept
 from .tree import DraftTree, build_chain, build_ddtree
 from .guard import LossGuard
 
@@ -86,6 +87,7 @@ class SpecStats:
     decode_s: float = 0.0
     tokens_per_s: float = 0.0
     cancelled: bool = False
+    finish_reason: str = ""    # "length", "stop" (an end-of-generation token) or "cancelled"
 
     @property
     def mean_accepted(self) -> float:
@@ -129,12 +131,42 @@ def _build_tree(config: SpecConfig, root: int, top_tokens, top_logprobs, budget:
 
 def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, eos_ids=(),
              on_tokens: Callable[[list[int]], None] | None = None, context=None, n_ctx: int | None = None,
-             on_prefill: Callable[[int, int], None] | None = None) -> tuple[SpecStats, object]:
-    """Greedy generation of up to max_tokens tokens after prompt_ids. Returns (stats, context);
+             on_prefill: Callable[[int, int], None] | None = None, sampler=None) -> tuple[SpecStats, object]:
+    """Generation of up to max_tokens tokens after prompt_ids: greedy, or with a TokenSampler
+    (pyspecla.sampling) the tokens plain sampling with its seed gives. Returns (stats, context);
     the context's pending path is folded (finish) before returning, also on Ctrl-C.
     n_ctx: the tokens the context holds, prompt and generated ones (default prompt + max_tokens;
     it must hold both); the context made here gets room for one verify tree on top.
     on_prefill(done, total) reports the prompt pass chunk by chunk."""
+    ctx = context or make_context(model, prompt_ids, max_tokens, config, drafter, n_ctx)
+    stats = SpecStats(mode=config.mode, specla=config.specla)
+    t0 = time.perf_counter()
+    try:
+        for records in speculative_steps(model, ctx, prompt_ids, max_tokens, config, stats, drafter=drafter,
+                                         sampler=sampler, eos_ids=eos_ids, on_prefill=on_prefill):
+            if not stats.tokens:
+                t_decode = time.perf_counter()
+            taken = [r[0] for r in records]
+            stats.tokens.extend(taken)
+            if on_tokens:
+                on_tokens(taken)
+        stats.decode_s = time.perf_counter() - t_decode if stats.tokens else 0.0
+    except KeyboardInterrupt:
+        stats.cancelled = True
+        stats.finish_reason = "cancelled"
+        stats.decode_s = time.perf_counter() - t0
+    finally:
+        ctx.finish()  # the durable state equals plain decoding of the committed tokens
+    # the first token comes from the prompt pass; the rest are decode steps
+    n_decoded = max(len(stats.tokens) - 1, 0)
+    stats.tokens_per_s = n_decoded / stats.decode_s if stats.decode_s > 0 else 0.0
+    return stats, ctx
+
+
+def make_context(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=None, n_ctx: int | None = None):
+    """The target context a speculative generation runs in (validating its arguments first): room
+    for the prompt, max_tokens (or n_ctx tokens in all) and one verify tree; the SpecLA or baseline
+    verify methods of config; the feature layers a drafter reads."""
     config.validate()
     if config.mode != "ar" and drafter is None:
         raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
@@ -144,80 +176,130 @@ def generate(model, prompt_ids, max_tokens: int, config: SpecConfig, drafter=Non
     if n_ctx is not None and n_ctx < needed:
         raise UsageError(f"n_ctx {n_ctx} cannot hold the {len(prompt_ids)}-token prompt and {max_tokens} new tokens")
     verify_method, commit_method = config.methods
-    n_ctx = (n_ctx or needed) + config.max_tree_nodes + 1
-    ctx = context or model.new_context(
-        n_ctx=n_ctx, max_tree_nodes=config.max_tree_nodes, verify_method=verify_method, commit_method=commit_method,
+    return model.new_context(
+        n_ctx=(n_ctx or needed) + config.max_tree_nodes + 1, max_tree_nodes=config.max_tree_nodes,
+        verify_method=verify_method, commit_method=commit_method,
         capture_layers=getattr(drafter, "capture_layers", None) or None)
-    stats = SpecStats(mode=config.mode, specla=config.specla)
+
+
+def speculative_steps(model, ctx, prompt_ids, max_tokens: int, config: SpecConfig, stats: SpecStats, drafter=None,
+                      sampler=None, eos_ids=(), n_top: int = 0, token_logprobs: bool = False,
+                      should_stop: Callable[[], bool] | None = None,
+                      on_prefill: Callable[[int, int], None] | None = None):
+    """The loop as a generator: yields, per target pass (the prompt pass, then each step), the
+    records (token, logprob, top_logprobs) it commits, cut at max_tokens and after the first token
+    of eos_ids; sets stats.finish_reason ("length", "stop" or "cancelled") before it ends.
+
+    sampler None (or a greedy TokenSampler without penalties) decides by the native argmax and
+    copies no logits unless n_top > 0 or token_logprobs asks for log-probabilities. Otherwise every
+    node the accept walk reaches is sampled from its verified logits (sampled_accept) with history
+    = prompt + committed tokens + the walk's path and position = the length of that history.
+    should_stop() is asked between prompt chunks and before every step; the context is left as the
+    committed tokens made it (call ctx.finish())."""
+    if config.mode != "ar" and drafter is None:
+        raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
+    sampler = sampler or TokenSampler(SamplingParams())
+    if sampler.needs_logits and ctx.logit_tokens is not None:
+        raise UsageError("sampling needs the target's logits over the whole vocabulary (set_logit_rows is set)")
+    sampled = sampler.needs_logits
+    greedy_logprobs = not sampled and (n_top > 0 or token_logprobs)  # the argmax decides; logits copied
     # a drafter that guesses without a model is kept from costing more than it saves (guard.py)
     guard = LossGuard(config.max_tree_nodes) if getattr(drafter, "guarded", False) else None
     eos = set(eos_ids)
-    out = stats.tokens
-    history = None
+    history = [int(t) for t in prompt_ids]  # prompt + every committed token (+ the walk's path)
     if drafter is not None and hasattr(drafter, "history"):
-        history = [int(t) for t in prompt_ids]  # + every emitted token, appended by emit()
         drafter.history = history
+    n_out = 0
 
-    def emit(tokens) -> bool:
-        """Append tokens up to max_tokens / EOS; True when generation is over."""
-        done = False
+    def cut(records):
+        """records up to max_tokens / the first EOS, and whether generation is over (why)."""
+        nonlocal n_out
         taken = []
-        for t in tokens:
-            if len(out) >= max_tokens:
-                done = True
+        for record in records:
+            if n_out >= max_tokens:
                 break
-            out.append(int(t))
-            taken.append(int(t))
-            if t in eos:
-                done = True
-                break
-        if history is not None:
-            history.extend(taken)
-        if taken and on_tokens:
-            on_tokens(taken)
-        return done or len(out) >= max_tokens
+            taken.append(record)
+            n_out += 1
+            if record[0] in eos:
+                return taken, "stop"
+        return taken, ("length" if n_out >= max_tokens else None)
 
+    def pick(logits_row):
+        """The sampler's record for the token after the whole history, at position len(history)."""
+        return sampler.pick(logits_row, history, len(history), n_top=n_top, want_logprob=token_logprobs)
+
+    stop = should_stop or (lambda: False)
+    if max_tokens == 0:
+        stats.finish_reason = "length"
+        return
     t0 = time.perf_counter()
-    try:
-        root = ctx.eval_argmax(list(prompt_ids), on_progress=on_prefill)
-        stats.prompt_ms = (time.perf_counter() - t0) * 1e3
-        t_decode = time.perf_counter()
-        done = max_tokens == 0 or emit([root])
-        while not done:
-            t_step = time.perf_counter()
-            allowed = guard.allowed_nodes() if guard else config.max_tree_nodes
-            if config.mode == "ar" or allowed <= 1:
-                tree = _root_only_tree(root)
-            else:
-                if hasattr(drafter, "generated"):
-                    drafter.generated = len(out)
-                top_tokens, top_logprobs = usable_proposal(
-                    *drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k),
-                    model.hparams.n_vocab)
-                tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
-            t_verify = time.perf_counter()
-            stats.draft_ms += (t_verify - t_step) * 1e3
+    first = ctx.prefill(prompt_ids, want_logits=sampled or greedy_logprobs, on_progress=on_prefill, should_stop=stop)
+    stats.prompt_ms = (time.perf_counter() - t0) * 1e3
+    if first is None:
+        stats.finish_reason = "cancelled"
+        return
+    if sampled or greedy_logprobs:
+        record = pick(first)
+    else:
+        record = (int(first), None, None)
+    history.append(record[0])
+    taken, reason = cut([record])
+    yield taken
+    root = record[0]
+    while reason is None:
+        if stop():
+            stats.finish_reason = "cancelled"
+            return
+        t_step = time.perf_counter()
+        allowed = guard.allowed_nodes() if guard else config.max_tree_nodes
+        if config.mode == "ar" or allowed <= 1:
+            tree = _root_only_tree(root)
+        else:
+            if hasattr(drafter, "generated"):
+                drafter.generated = n_out
+            top_tokens, top_logprobs = usable_proposal(
+                *drafter.propose(ctx, root, min(config.max_depth, allowed - 1), config.top_k),
+                model.hparams.n_vocab)
+            tree = _build_tree(config, root, top_tokens, top_logprobs, min(config.budget, allowed - 1))
+        t_verify = time.perf_counter()
+        stats.draft_ms += (t_verify - t_step) * 1e3
+        base = len(history)  # the root is history[-1]; the token chosen at node i lands at base + depth(i)
+        if sampled:
+            _, logits = ctx.verify_tree(tree.tokens, tree.parents, want_logits=True)
+            picks = []
+
+            def choose(node):
+                record = pick(logits[node])
+                picks.append(record)
+                history.append(record[0])  # the walk's path so far: the next node's history
+                return record[0]
+
+            path, bonus = sampled_accept(tree, choose)
+            records = picks
+        elif greedy_logprobs:
+            posterior, logits = ctx.verify_tree(tree.tokens, tree.parents, want_logits=True)
+            path, bonus = greedy_accept(tree, posterior)
+            chosen = [int(tree.tokens[i]) for i in path[1:]] + [bonus]
+            history.extend(chosen)
+            records = [(token, *sampler.logprobs_of(logits[node], history[:base + k], token, n_top))
+                       for k, (node, token) in enumerate(zip(path, chosen))]
+        else:
             posterior = ctx.verify_tree(tree.tokens, tree.parents)
             path, bonus = greedy_accept(tree, posterior)
-            ctx.accept(path)
-            t_done = time.perf_counter()
-            stats.verify_ms += (t_done - t_verify) * 1e3
-            if guard:
-                guard.record(len(tree.tokens), len(path), t_done - t_step)
-            stats.steps += 1
-            stats.accepted_per_step.append(len(path))
-            stats.tree_nodes_per_step.append(len(tree.tokens))
-            stats.side_branch_steps += bool(np.any(tree.ranks[path[1:]] > 0))
-            stats.compacted_steps += list(path) != list(range(len(path)))
-            done = emit([int(tree.tokens[i]) for i in path[1:]] + [bonus])
-            root = bonus
-        stats.decode_s = time.perf_counter() - t_decode
-    except KeyboardInterrupt:
-        stats.cancelled = True
-        stats.decode_s = time.perf_counter() - t0
-    finally:
-        ctx.finish()  # the durable state equals plain decoding of the committed tokens
-    # the first token comes from the prompt pass; the rest are decode steps
-    n_decoded = max(len(out) - 1, 0)
-    stats.tokens_per_s = n_decoded / stats.decode_s if stats.decode_s > 0 else 0.0
-    return stats, ctx
+            records = [(int(tree.tokens[i]), None, None) for i in path[1:]] + [(bonus, None, None)]
+            history.extend(r[0] for r in records)
+        ctx.accept(path)
+        t_done = time.perf_counter()
+        stats.verify_ms += (t_done - t_verify) * 1e3
+        if guard:
+            guard.record(len(tree.tokens), len(path), t_done - t_step)
+        stats.steps += 1
+        stats.accepted_per_step.append(len(path))
+        stats.tree_nodes_per_step.append(len(tree.tokens))
+        stats.side_branch_steps += bool(np.any(tree.ranks[path[1:]] > 0))
+        stats.compacted_steps += list(path) != list(range(len(path)))
+        taken, reason = cut(records)
+        root = records[-1][0]
+        yield taken
+    stats.finish_reason = reason
+
