@@ -20,7 +20,6 @@ import threading
 from dataclasses import dataclass, field
 
 from ..errors import SpeclaError
-from .generation_adapter import start_generation
 
 
 class QueueFull(Exception):
@@ -33,9 +32,10 @@ class GenerationRequest:
 
     prompt_ids: list[int]
     max_tokens: int
-    sampling: object = None
+    sampling: object = None        # a pyspecla.sampling.SamplingParams
     stop_at_eos: bool = True
-    logprobs: int = 0
+    logprobs: int = 0              # the top alternatives each token lists
+    token_logprobs: bool = False   # each token's own log-probability (also when greedy)
 
 
 @dataclass
@@ -94,7 +94,7 @@ class Engine:
     (ngram, a DFlash draft) is handed to each request as given."""
 
     def __init__(self, model, parallel: int = 1, queue_size: int = 16, draft=None, speculative_options=None,
-                 n_ctx: int = 4096, start_generation=start_generation):
+                 n_ctx: int = 4096):
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         if queue_size < 0:
@@ -105,7 +105,6 @@ class Engine:
         self.draft = draft
         self._free_drafts = [slot_draft(model, draft, n_ctx) for _ in range(parallel)]
         self.speculative_options = dict(speculative_options or {})
-        self._start_generation = start_generation
         self._lock = threading.Condition()
         self._waiting: collections.deque[GenerationJob] = collections.deque()
         self._active: list[GenerationJob] = []
@@ -185,9 +184,9 @@ class Engine:
             generation = job._generation
             if generation is None:
                 r = job.request
-                generation = self._start_generation(self.model, r.prompt_ids, r.max_tokens, sampling=r.sampling,
-                                                    draft=job._draft, stop_at_eos=r.stop_at_eos,
-                                                    logprobs=r.logprobs, **self.speculative_options)
+                generation = self.model.generation(r.prompt_ids, r.max_tokens, sampling=r.sampling, draft=job._draft,
+                                                   stop_at_eos=r.stop_at_eos, logprobs=r.logprobs,
+                                                   token_logprobs=r.token_logprobs, **self.speculative_options)
                 job._generation = generation
                 self.metrics.prompt_tokens += len(r.prompt_ids)
             if job.cancelled:

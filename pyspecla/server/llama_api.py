@@ -71,7 +71,8 @@ async def completion(request: Request):
     ids = tokenize_prompt(model, body.prompt)
     n_predict = new_token_budget(len(ids), None if body.n_predict < 0 else body.n_predict, state.n_ctx, "prompt")
     sampling = sampling_params(body, penalty_last_n=body.repeat_last_n)
-    request_ = GenerationRequest(ids, n_predict, sampling, stop_at_eos=not body.ignore_eos, logprobs=body.n_probs)
+    request_ = GenerationRequest(ids, n_predict, sampling, stop_at_eos=not body.ignore_eos, logprobs=body.n_probs,
+                                 token_logprobs=body.n_probs > 0)
     gen = TextGeneration(state.engine, request_, [s for s in body.stop if s])
 
     def final(content: str, tokens: list) -> dict:

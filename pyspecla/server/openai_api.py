@@ -84,8 +84,8 @@ async def chat_completions(request: Request):
     ids = tokenize_prompt(model, prompt, "messages")
     max_tokens = new_token_budget(len(ids), body.max_completion_tokens or body.max_tokens, state.n_ctx, "messages")
     n_top = (body.top_logprobs or 0) if body.logprobs else 0
-    request_ = GenerationRequest(ids, max_tokens, sampling_params(body), stop_at_eos=True,
-                                 logprobs=max(n_top, 1) if body.logprobs else 0)
+    request_ = GenerationRequest(ids, max_tokens, sampling_params(body), stop_at_eos=True, logprobs=n_top,
+                                 token_logprobs=body.logprobs)
     gen = TextGeneration(state.engine, request_, _stops(body.stop))
     parser = ChatOutputParser(thinking=thinking, in_thinking=prompt_opens_thinking(prompt), tools=bool(tools))
     completion_id = "chatcmpl-" + secrets.token_hex(12)
@@ -204,8 +204,8 @@ async def completions(request: Request):
     ids = tokenize_prompt(model, prompt)
     max_tokens = new_token_budget(len(ids), body.max_tokens, state.n_ctx, "prompt")
     n_top = body.logprobs
-    request_ = GenerationRequest(ids, max_tokens, sampling_params(body), stop_at_eos=True,
-                                 logprobs=max(n_top, 1) if n_top is not None else 0)
+    request_ = GenerationRequest(ids, max_tokens, sampling_params(body), stop_at_eos=True, logprobs=n_top or 0,
+                                 token_logprobs=n_top is not None)
     gen = TextGeneration(state.engine, request_, _stops(body.stop))
     completion_id = "cmpl-" + secrets.token_hex(12)
     head = {"id": completion_id, "object": "text_completion", "created": int(time.time()), "model": state.model_id,

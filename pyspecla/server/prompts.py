@@ -9,24 +9,30 @@ import secrets
 
 from ..errors import SpeclaError, UsageError
 from .errors import APIError, bad_request
-from .generation_adapter import SamplingParams
+from ..sampling import SamplingParams
 
-# llama-server's sampling defaults, for a request that leaves a knob out (a request for greedy
-# output says temperature 0; the other knobs then change nothing).
+# llama-server's sampling defaults, for a request that leaves a knob out.
 DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0,
                     "presence_penalty": 0.0, "frequency_penalty": 0.0}
+# A greedy request (temperature 0) gets no default filter: the filters cannot change the argmax,
+# but they would change the reported log-probabilities (those of the processed distribution),
+# which for greedy decoding should be the model's own.
+GREEDY_DEFAULTS = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
 PENALTY_LAST_N = 64
 
 
 def sampling_params(fields, penalty_last_n: int | None = None) -> SamplingParams:
     """SamplingParams from a request's sampling fields (None: the default); a seed is drawn when
     the request gives none, so that the answer can say which one produced it."""
-    values = {name: getattr(fields, name, None) for name in DEFAULT_SAMPLING}
-    values = {name: DEFAULT_SAMPLING[name] if value is None else value for name, value in values.items()}
+    given = {name: getattr(fields, name, None) for name in DEFAULT_SAMPLING}
+    defaults = dict(DEFAULT_SAMPLING)
+    if given["temperature"] == 0:
+        defaults.update(GREEDY_DEFAULTS)
+    values = {name: defaults[name] if value is None else value for name, value in given.items()}
     seed = getattr(fields, "seed", None)
     if seed is None or seed < 0:  # (llama-server: -1 is a random seed)
         seed = secrets.randbits(32)
-    params = SamplingParams(**values, penalty_last_n=PENALTY_LAST_N if penalty_last_n in (None, -1) else penalty_last_n,
+    params = SamplingParams(**values, penalty_last_n=PENALTY_LAST_N if penalty_last_n is None else penalty_last_n,
                             seed=seed)
     try:
         params.validate()
