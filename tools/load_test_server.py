@@ -149,6 +149,7 @@ async def run(args, model_path: str) -> list[dict]:
             await one_stream(client, url, request_body(args, 10**6))  # warm-up (first-use costs), not counted
             for n_clients in args.clients:
                 results: list[dict] = []
+                load_before = os.getloadavg()[0]
                 t0 = time.monotonic()
                 stop_at = t0 + args.seconds
                 await asyncio.gather(*(client_loop(client, url, args, c, stop_at, results) for c in range(n_clients)))
@@ -177,6 +178,9 @@ async def run(args, model_path: str) -> list[dict]:
                     "p50_ttft_ms": round(statistics.median(ttfts), 1) if ttfts else None,
                     "p99_ttft_ms": round(percentile(ttfts, 0.99), 1) if ttfts else None,
                     "tokens_per_s": round(n_tokens / wall, 2),
+                    # the machine's 1-minute load average before and after the load phase (a shared
+                    # machine: figures taken under other people's load say so here)
+                    "loadavg_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
                 }
                 rows.append(row)
                 emit_rows([row], args.out)
