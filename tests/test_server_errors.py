@@ -13,7 +13,7 @@ import pytest
 
 from server_harness import ContextCounter, RunningServer
 
-from pyspecla import Model
+from pyspecla import Model, UsageError
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +152,35 @@ def test_a_client_that_gives_up_during_the_prompt_pass_stops_it(model, tiny_mode
             assert counter.contexts and counter.open == 0
     finally:
         counter.restore()
+
+
+class FailingModel:
+    """A real model whose generation raises `error` when its prompt starts with token 0."""
+
+    def __init__(self, model, error):
+        self._model = model
+        self.error = error
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def generation(self, prompt_ids, *args, **kwargs):
+        if prompt_ids[0] == 0:
+            raise self.error
+        return self._model.generation(prompt_ids, *args, **kwargs)
+
+
+@pytest.mark.parametrize("error,status", [(UsageError("a value the library refuses"), 400),
+                                          (RuntimeError("native failure"), 500)])
+def test_a_generation_that_raises_answers_an_error_and_the_worker_goes_on(model, error, status):
+    with RunningServer(FailingModel(model, error)) as running:
+        failed = post(running, "/v1/completions", json={"prompt": [0, 5, 6], "max_tokens": 3, "temperature": 0})
+        assert_openai_error(failed, status, None, str(error))
+        with httpx.stream("POST", running.url + "/v1/completions", json={"prompt": [0, 5], "max_tokens": 3,
+                                                                        "temperature": 0, "stream": True}) as streamed:
+            lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert len(lines) == 1 and str(error) in lines[0] and '"error"' in lines[0]
+        fine = post(running, "/v1/completions", json={"prompt": [5, 6], "max_tokens": 3, "temperature": 0})
+        assert fine.status_code == 200
+        assert fine.json()["usage"]["completion_tokens"] == len(model.generate([5, 6], 3, stop_at_eos=True))
+        assert running.engine.metrics.requests_failed == 2 and running.engine.n_active == 0

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import SpeclaError
+from ..errors import SpeclaError, UsageError
 from .engine import Engine, QueueFull
 from .errors import APIError
 
@@ -107,8 +107,10 @@ def create_app(model, *, n_ctx: int, model_path: str | None = None, model_id: st
         return error_response(request.url.path, busy_error(exc))
 
     @app.exception_handler(SpeclaError)
-    async def _usage(request: Request, exc: SpeclaError):
-        return error_response(request.url.path, APIError(400, str(exc), code="invalid_value"))
+    async def _library_error(request: Request, exc: SpeclaError):
+        status = 400 if isinstance(exc, UsageError) else 500  # a bad value, or the server's own failure
+        return error_response(request.url.path, APIError(status, str(exc), code="invalid_value" if status == 400
+                                                         else "internal_error"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

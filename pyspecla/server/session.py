@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from ..errors import SpeclaError
+from ..errors import UsageError
 from ..tokenizer import StreamingDetokenizer
 from .engine import Engine, GenerationRequest
 from .errors import APIError
@@ -53,10 +53,11 @@ class TextGeneration:
 
     def failure(self) -> APIError | None:
         """After pieces(): the error of a generation that failed in the engine (a usage error is
-        the client's: 400), else None."""
+        the client's: 400; anything else, a native failure included, is the server's: 500), else
+        None."""
         if self.error is None:
             return None
-        status = 400 if isinstance(self.error, SpeclaError) else 500
+        status = 400 if isinstance(self.error, UsageError) else 500
         return APIError(status, f"generation failed: {self.error}", code="generation_failed")
 
     async def pieces(self):
