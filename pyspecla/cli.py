@@ -1,4 +1,4 @@
-"""`pyspecla run | inspect | demo`: the command-line surface.
+"""`pyspecla run | serve | inspect | demo`: the command-line surface.
 
 Every user error (bad file, bad flag value) ends as one line on stderr and exit status 2."""
 
@@ -58,6 +58,13 @@ def _float_in_range(flag, low: float, high: float | None = None):
         return value
 
     return parse
+
+
+def _port(text: str) -> int:
+    value = _int_at_least("--port", 1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"--port must be at most 65535, got {value}")
+    return value
 
 
 def _open_unit_interval(flag):
@@ -137,7 +144,7 @@ def _seed(text):
     return None if value < 0 else value
 
 
-def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
+def _add_runtime_flags(p: argparse.ArgumentParser, ctx_help: str | None = None) -> None:
     p.add_argument("-t", "--threads", type=_threads, default=0,
                    help="CPU threads, 1 to the number of CPUs (default 0: all cores)")
     p.add_argument(
@@ -148,7 +155,7 @@ def _add_runtime_flags(p: argparse.ArgumentParser) -> None:
              "(AVX-512 VNNI matmuls, the same results as avx2)",
     )
     p.add_argument("-c", "--ctx-size", type=_positive_int("--ctx-size"), default=None,
-                   help="context length in tokens, prompt and generated ones (default: prompt + new tokens, "
+                   help=ctx_help or "context length in tokens, prompt and generated ones (default: prompt + new tokens, "
                         "capped by the model's trained context length). A prompt that fills the context is an "
                         "error; generation stops at the end of the context; a -c above the trained context "
                         "is allowed with a warning")
@@ -238,6 +245,38 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the run's record (tokens, steps, accepted_per_step, draft_ms, verify_ms, "
                            "tokens_per_s, ...) as JSON")
     _add_runtime_flags(run)
+
+    serve = sub.add_parser("serve", help="serve a model over HTTP (OpenAI, llama-server and Anthropic APIs)",
+                           description="Serve a model over HTTP: OpenAI's /v1/chat/completions, /v1/completions, "
+                           "/v1/models, llama-server's /completion, /tokenize, /detokenize, /props, /health, "
+                           "/metrics, and Anthropic's /v1/messages. Needs the `server` extra: "
+                           "pip install 'pyspecla[server]'.")
+    serve.add_argument("model", help="path of a qwen35 / qwen2 / qwen3 GGUF file")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080)")
+    serve.add_argument("--api-key", default=None, metavar="KEY",
+                       help="require this key (Authorization: Bearer KEY or x-api-key: KEY) on every endpoint "
+                            "but /health")
+    serve.add_argument("--alias", default=None, help="the model name the API reports (default: the file name)")
+    serve.add_argument("--parallel", type=_positive_int("--parallel"), default=1, metavar="N",
+                       help="requests generated at once, served in turn one step each (default 1)")
+    serve.add_argument("--queue", type=_int_at_least("--queue", 0), default=16, metavar="N",
+                       help="requests that may wait for a slot; beyond that a request gets 429 with Retry-After "
+                            "(default 16)")
+    serve.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"], default="info",
+                       help="uvicorn's log level (default info)")
+    serve_spec = serve.add_argument_group("speculative decoding (every request; output identical to plain decoding)")
+    serve_spec.add_argument("--draft", default=None, metavar="DRAFT",
+                            help="a draft GGUF for this target (DFlash draft or small language model), or "
+                                 "ngram[:n=N,max=M] (prompt lookup); see `pyspecla run --help`")
+    serve_spec.add_argument("--specla", action="store_true",
+                            help="verify through the recurrent layers with SpecLA (see `pyspecla run --help`)")
+    serve_spec.add_argument("--no-ddtree", action="store_true", help="speculate the draft's top-1 chain only")
+    serve_spec.add_argument("--ddtree-budget", type=_positive_int("--ddtree-budget"), default=None,
+                            help=f"tree nodes per step besides the root (default {DDTREE_BUDGET})")
+    _add_runtime_flags(serve, ctx_help="tokens one request's context holds, prompt and generated ones (default: "
+                                       "the model's trained context, at most 4096); a longer prompt is refused "
+                                       "with a 400, a request's max_tokens is capped to what is left")
 
     inspect = sub.add_parser("inspect", help="print a GGUF's metadata, layer pattern and tensors")
     inspect.add_argument("model", help="path of a GGUF file")
@@ -460,6 +499,10 @@ def main(argv=None) -> int:
             from .demo import cmd_demo  # writes synthetic models: pyspecla.testing, only here
 
             return cmd_demo(args)
+        if args.command == "serve":
+            from .server.run import cmd_serve  # (its dependencies are the optional extra `server`)
+
+            return cmd_serve(args)
         return {"run": cmd_run, "inspect": cmd_inspect}[args.command](args)
     except SpeclaError as exc:
         print(f"pyspecla: error: {exc}", file=sys.stderr)
