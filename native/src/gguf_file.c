@@ -154,8 +154,8 @@ static specla_status read_tensor_info(cursor *c, int64_t index, gguf_tensor_info
     snprintf(where, sizeof where, "tensor '%.256s'", t->name);
     uint32_t n_dims, type;
     if ((s = read_u32(c, &n_dims, where))) return s;
-    if (n_dims == 0 || n_dims > GGUF_MAX_DIMS)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %s has %u dimensions (1 to %d)", c->file->path, where,
+    if (n_dims > GGUF_MAX_DIMS)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: %s has %u dimensions (at most %d)", c->file->path, where,
                            n_dims, GGUF_MAX_DIMS);
     t->n_dims = (int32_t)n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -292,8 +292,8 @@ static specla_status index_file(gguf_file *f) {
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory indexing the file", f->path);
     }
     for (uint64_t i = 0; i < n_kv; i++) {
+        f->n_kv = (int64_t)i + 1; /* before the read: gguf_file_close frees a key read before a failure */
         if ((s = read_kv(&c, (int64_t)i, &f->kv[i]))) break;
-        f->n_kv = (int64_t)i + 1;
         for (uint64_t j = 0; j < i; j++)
             if (strcmp(f->kv[j].key, f->kv[i].key) == 0) {
                 s = specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: duplicate key '%s'", f->path, f->kv[i].key);
