@@ -22,13 +22,12 @@ typedef struct cursor {
     size_t at;
 } cursor;
 
-/* Fails with "<path>: <what> needs bytes [at, at + n) but the file has N bytes". */
+/* Fails with "<path>: <what> needs N bytes at offset O but the file has S bytes". */
 static specla_status need(const cursor *c, uint64_t n, const char *what) {
     if (n > c->file->size || c->at > c->file->size - n)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                           "%s: %s needs bytes [%zu, %llu) but the file has %zu bytes (truncated or corrupt)",
-                           c->file->path, what, c->at, (unsigned long long)c->at + (unsigned long long)n,
-                           c->file->size);
+                           "%s: %s needs %llu bytes at offset %zu but the file has %zu bytes (truncated or corrupt)",
+                           c->file->path, what, (unsigned long long)n, c->at, c->file->size);
     return SPECLA_OK;
 }
 
@@ -282,7 +281,8 @@ static specla_status index_file(gguf_file *f) {
     /* a key takes at least 12 bytes and a tensor info at least 24: larger counts cannot fit */
     if (n_kv > f->size / 12 || n_tensors > f->size / 24)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                           "%s: header claims %llu keys and %llu tensors, more than a %zu-byte file can hold (corrupt)",
+                           "%s: header claims %llu keys and %llu tensors, more than a %zu-byte file can hold (truncated or "
+                           "corrupt)",
                            f->path, (unsigned long long)n_kv, (unsigned long long)n_tensors, f->size);
     f->kv = (gguf_kv *)calloc((size_t)n_kv + 1, sizeof *f->kv);
     f->tensors = (gguf_tensor_info *)calloc((size_t)n_tensors + 1, sizeof *f->tensors);
