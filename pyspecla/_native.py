@@ -334,6 +334,8 @@ _SIGNATURES = {
     "specla_type_block_elements": (ctypes.c_int, [_i32]),
     "specla_type_block_bytes": (ctypes.c_int, [_i32]),
     "specla_model_create": (ctypes.c_int, [ctypes.POINTER(HParams), ctypes.POINTER(Weights), ctypes.POINTER(_p)]),
+    "specla_model_load_gguf": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_p)]),
+    "specla_model_hparams": (ctypes.c_int, [_p, ctypes.POINTER(HParams)]),
     "specla_model_free": (None, [_p]),
     "specla_context_create": (ctypes.c_int, [_p, ctypes.POINTER(ContextParams), ctypes.POINTER(_p)]),
     "specla_context_free": (None, [_p]),

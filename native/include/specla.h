@@ -38,7 +38,9 @@ extern "C" {
 /* ABI history: 8 added the backend / device fields of specla_context_params and specla_op_options
  * and specla_context_set_logit_rows / specla_draft_context_set_logit_rows (a reduced vocabulary
  * named by row ids, so a GPU never re-uploads head rows). 9 added the recurrent workload
- * (specla_recurrent_workload_*) and specla_context_sync, for benchmarks on a GPU. */
+ * (specla_recurrent_workload_*) and specla_context_sync, for benchmarks on a GPU, and
+ * specla_model_load_gguf and specla_model_hparams (a model from a GGUF path, for hosts without a
+ * GGUF reader). */
 #define SPECLA_ABI_VERSION 9
 
 typedef enum specla_status {
@@ -183,6 +185,15 @@ typedef struct specla_model specla_model;
 /* Validates every shape and type against hparams; the structs are copied, weight bytes are not. */
 SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, const specla_weights *weights,
                                              specla_model **out_model);
+/* A qwen35, qwen2 or qwen3 GGUF (v2/v3, little-endian) by path, for hosts without a GGUF reader of
+ * their own: the file is memory-mapped read-only and checked as the Python loader checks it (the
+ * same keys, defaults and tensor shapes, no unknown trunk tensor; MTP blocks are ignored), then
+ * goes through specla_model_create. The model owns the mapping and unmaps it in specla_model_free.
+ * A bad file fails with a message that starts with the path and names the key or tensor. */
+SPECLA_API specla_status specla_model_load_gguf(const char *path, specla_model **out_model);
+/* The model's hyper-parameters (n_vocab sizes a logits buffer); out->layer_is_recurrent points into
+ * the model and is valid until specla_model_free. */
+SPECLA_API specla_status specla_model_hparams(const specla_model *model, specla_hparams *out);
 SPECLA_API void specla_model_free(specla_model *model);
 
 /* ---------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ struct specla_model {
     int n_attention_layers, n_recurrent_layers;
     int *state_slot;             /* [n_layer]: index among layers of the same kind */
     model_upload uploads[MODEL_MAX_UPLOADS]; /* device copies made by contexts (weights.c) */
+    struct gguf_file *source_file; /* the mapping the views point into when specla_model_load_gguf made the
+                                      model (unmapped with it); NULL when the host owns the bytes */
 };
 
 /* The weights `be` reads: the host views, or this model's upload to be's device (made now if it is

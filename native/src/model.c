@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "context.h"
+#include "gguf_file.h"
 #include "tensor_types.h"
 
 /* One weight view against its expected shape (tensor_check in tensor_types.c); messages name the
@@ -145,5 +146,12 @@ SPECLA_API void specla_model_free(specla_model *model) {
     free(model->layer_is_recurrent);
     free(model->layers);
     free(model->state_slot);
+    gguf_file_close(model->source_file);
     free(model);
+}
+
+SPECLA_API specla_status specla_model_hparams(const specla_model *model, specla_hparams *out) {
+    if (!model || !out) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_model_hparams: NULL argument");
+    *out = model->hp;
+    return SPECLA_OK;
 }
