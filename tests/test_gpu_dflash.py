@@ -168,7 +168,8 @@ def test_reduced_head_rows_are_gathered_on_the_device(pair_path):
 def test_target_context_scores_chosen_head_rows_on_the_device(pair_path):
     """specla_context_set_logit_rows on a GPU context (the same device gather): the logits of the
     chosen rows are the full head's entries of those ids up to the matmul's chunking, which follows
-    the head's row count (2e-5 relative: test_gpu_model.py's F32 bound against float64)."""
+    the head's row count: only the float order of one dot product changes (an estimate of 1e-5
+    relative, unmeasured; the first H200 run's figure, printed, belongs here)."""
     target, _ = pair_path("untied-head-3-layers")
     model = Model.load(target, device="cuda")
     V = model.hparams.n_vocab
@@ -179,7 +180,8 @@ def test_target_context_scores_chosen_head_rows_on_the_device(pair_path):
     ctx.set_logit_rows(ids)
     chosen = ctx.eval(tokens, logits_all=True)
     rel = np.abs(chosen - full[:, ids]).max() / np.abs(full[:, ids]).max()
-    assert rel <= 2e-5, f"max relative difference {rel:.2e}"
+    print(f"chosen head rows vs the whole head: max relative difference {rel:.2e}")
+    assert rel <= 1e-5, f"max relative difference {rel:.2e}"
 
 
 @pytest.fixture(scope="module")

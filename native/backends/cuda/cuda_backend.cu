@@ -48,7 +48,7 @@ static void destroy(backend *be) {
     for (int i = 0; i < STEP_KINDS; i++)
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
-    if (ci->ordering) cudaEventDestroy(ci->ordering);
+    if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
 }
@@ -295,7 +295,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     }
     if (cudaEventCreateWithFlags(&ci->ordering, cudaEventDisableTiming) != cudaSuccess) {
         (void)cudaGetLastError();
-        cudaStreamDestroy(ci->pub.stream);
+        (void)cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create an event on device %d", device);
     }
@@ -309,7 +309,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->pub.workspace_bytes = bytes;
     if (cudaMalloc(&ci->pub.workspace, ci->pub.workspace_bytes) != cudaSuccess) {
         (void)cudaGetLastError();
-        cudaEventDestroy(ci->ordering);
+        (void)cudaEventDestroy(ci->ordering);
         cudaStreamDestroy(ci->pub.stream);
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
