@@ -11,7 +11,8 @@ accept(), all in decode steps. Depths 0 and 4096 by default. Writes one JSON row
 The tree: bench_specla's DDTree shape grown to 23 nodes (a 12-node top-1 spine from the root, then
 11 nodes best first by path probability with rank probabilities 0.8 / 0.1 / 0.05 / 0.03), token ids
 fixed by a seed. Two accepted paths: the spine's first 6 nodes (the tree's first nodes in order: no
-KV compaction) and the root path of the first node off the spine (a side branch: KV rows move).
+KV rows move) and a side branch, the root path with the most nodes off the spine ([0, 1, 13, 17, 22]:
+3 KV rows move into place).
 
 Method. One context per SpecLA setting, each filled to the depth and saved there (save_state); every
 measurement starts from the saved state and goes back to it (truncate, not timed). Per repetition,
@@ -57,21 +58,21 @@ SETTINGS = {  # name: (verify_method, commit_method)
 }
 
 
-def verify_tree_shape() -> tuple[list[int], list[int], list[int]]:
-    """(parents, spine path, side path) of the benchmark tree."""
-    parents = best_first_tree(TREE_NODES, DDTREE_RANK_PROBS, max_depth=TREE_NODES - 1, spine_nodes=SPINE_NODES)
-    side_node = SPINE_NODES  # the first node added after the spine: a child of a spine node, off the spine
-    side = [side_node]
-    while parents[side[-1]] >= 0:
-        side.append(parents[side[-1]])
-    return parents, list(range(SPINE_ACCEPTED)), side[::-1]
-
-
 def root_path(parents, node: int) -> list[int]:
     path = [node]
     while parents[path[-1]] >= 0:
         path.append(parents[path[-1]])
     return path[::-1]
+
+
+def verify_tree_shape() -> tuple[list[int], list[int], list[int]]:
+    """(parents, spine path, side path) of the benchmark tree. The side path is the root path with
+    the most nodes off the spine (then the longest, then the lowest node): the accept that moves
+    the most KV rows."""
+    parents = best_first_tree(TREE_NODES, DDTREE_RANK_PROBS, max_depth=TREE_NODES - 1, spine_nodes=SPINE_NODES)
+    paths = [root_path(parents, t) for t in range(TREE_NODES)]
+    side = max(paths, key=lambda p: (sum(t >= SPINE_NODES for t in p), len(p), -p[-1]))
+    return parents, list(range(SPINE_ACCEPTED)), side
 
 
 def device_label(device: str) -> str:
