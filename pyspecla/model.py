@@ -1,5 +1,6 @@
-"""The Python face of a loaded qwen35 model: `Model.load(path)` → logits, greedy generation,
-tokenization. Weights stay in the GGUF's memory map; the native library reads them in place."""
+"""The Python face of a loaded qwen35 model: `Model.load(path)` → logits, generation (greedy or
+sampled; the streaming Generation is generation.py's), tokenization. Weights stay in the GGUF's
+memory map; the native library reads them in place."""
 
 from __future__ import annotations
 
