@@ -1,8 +1,9 @@
 """pyspecla: a GGUF-native runtime for exact speculative decoding of qwen35 hybrid models."""
 
 from .errors import GGUFError, NativeError, SpeclaError, UsageError
+from .sampling import SamplingParams
 
-__all__ = ["GGUFError", "NativeError", "SpeclaError", "UsageError", "Model"]
+__all__ = ["GGUFError", "NativeError", "SpeclaError", "UsageError", "Model", "SamplingParams"]
 __version__ = "0.1.0"
 
 

@@ -15,6 +15,7 @@ from typing import Callable, Iterator, NamedTuple
 
 from .errors import UsageError
 from .sampling import SamplingParams, TokenSampler, random_seed
+from .token_ids import token_id_array
 
 __all__ = ["GeneratedToken", "Generation", "PlainStats", "plain_steps", "resolve_sampling", "start_generation"]
 
@@ -113,7 +114,9 @@ class Generation:
                    "cancelled" and iteration ends. Safe to call at any time, more than once.
     close()        the same without marking a finished generation cancelled; also `with`.
     finish_reason  None while running, then "stop" (an end-of-generation token; it is the last
-                   token yielded, not part of chat text), "length" (max_tokens) or "cancelled".
+                   token yielded, not part of chat text), "length" (max_tokens) or "cancelled"
+                   (also when a step raised: the exception reaches the iterating caller, the
+                   context is freed).
     stats          dict: steps (target passes after the prompt pass), tokens (generated so far),
                    accepted_per_step (tokens each step committed; 1 each when plain),
                    prefill_ms, decode_ms, seed (the sampling seed used; None when greedy), mode.
@@ -260,8 +263,6 @@ def start_generation(model, prompt_ids, max_tokens: int, sampling: SamplingParam
                      on_prefill: Callable[[int, int], None] | None = None, text: bool = False) -> Generation:
     """Model.generation's body: checks every argument, loads the drafter and creates the context
     before returning (so a bad argument raises here, not at the first next())."""
-    from .model import token_id_array
-
     options = dict(options or {})
     if model.closed:
         raise UsageError(f"model {model.file.path} is closed")

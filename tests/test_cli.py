@@ -210,7 +210,8 @@ def test_sampled_run_with_a_draft_equals_the_sampled_plain_run(draft_pair, tmp_p
     import json
 
     target, dflash = draft_pair
-    sampling = ["--temp", "0.8", "--top-p", "0.95", "--min-p", "0.01", "--repeat-penalty", "1.1", "--seed", "7"]
+    sampling = ["--temp", "0.8", "--top-p", "0.95", "--min-p", "0.01", "--repeat-penalty", "1.1", "--seed", "7",
+                "-t", "1"]
     plain_stats, spec_stats = tmp_path / "plain.json", tmp_path / "spec.json"
     plain = run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", *sampling, "--stats-json",
                     str(plain_stats))
@@ -221,7 +222,9 @@ def test_sampled_run_with_a_draft_equals_the_sampled_plain_run(draft_pair, tmp_p
     assert spec_record["tokens"] == plain_record["tokens"] and len(plain_record["tokens"]) == 24
     assert spec.stdout == plain.stdout
     assert plain_record["seed"] == spec_record["seed"] == 7
-    assert run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", "--stats-json", str(plain_stats)).returncode == 0
+    greedy = run_cli("run", target, "-p", "x = ", "-n", "24", "--ignore-eos", "-t", "1", "--stats-json",
+                     str(plain_stats))
+    assert greedy.returncode == 0, greedy.stderr
     assert json.loads(plain_stats.read_text())["tokens"] != spec_record["tokens"], "sampling changed nothing"
 
 

@@ -196,6 +196,7 @@ def speculative_steps(model, ctx, prompt_ids, max_tokens: int, config: SpecConfi
     = prompt + committed tokens + the walk's path and position = the length of that history.
     should_stop() is asked between prompt chunks and before every step; the context is left as the
     committed tokens made it (call ctx.finish())."""
+    config.validate()
     if config.mode != "ar" and drafter is None:
         raise UsageError(f"mode {config.mode!r} needs a drafter (--draft)")
     sampler = sampler or TokenSampler(SamplingParams())
