@@ -37,10 +37,10 @@ class StopStrings:
         text = self._pending + piece
         if not self.stops:
             return text
-        first = None
+        first = None  # the earliest match; at one position the shortest (a stream sees it first)
         for stop in self.stops:
             at = text.find(stop)
-            if at >= 0 and (first is None or at < first[0]):
+            if at >= 0 and (first is None or (at, len(stop)) < (first[0], len(first[1]))):
                 first = (at, stop)
         if first is not None:
             self.matched = first[1]
