@@ -60,3 +60,26 @@ def test_the_same_seed_gives_the_same_chat_answer_and_another_seed_another(model
         answers = [c.chat.completions.create(model="tiny", messages=messages, max_tokens=N, seed=seed,
                                              temperature=1.0).choices[0].message.content for seed in (3, 3, 4)]
         assert answers[0] == answers[1] and answers[0] != answers[2]
+
+
+@pytest.mark.parametrize("draft", [None, "ngram"])
+def test_server_text_equals_pyspecla_run_with_the_same_settings(model, tiny_model_path, draft, capsys):
+    """The same prompt, knobs and seed through `/completion` and through `pyspecla run` give the same
+    text, greedy and sampled, with and without a draft (both equal plain decoding by the test above)."""
+    from pyspecla.cli import main
+
+    path = tiny_model_path("f32")
+    prompt = PROMPTS[0]
+    settings = [
+        ({"temperature": 0.0}, ["--temp", "0"]),
+        ({"temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0, "seed": 11},
+         ["--temp", "0.7", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05", "--seed", "11"]),
+    ]
+    with RunningServer(model, draft=draft) as running:
+        for knobs, flags in settings:
+            body = httpx.post(running.url + "/completion", json={"prompt": prompt, "n_predict": N, **knobs},
+                              timeout=120).json()
+            argv = ["run", path, "-p", prompt, "-n", str(N), *flags, *(["--draft", draft] if draft else [])]
+            capsys.readouterr()
+            assert main(argv) == 0
+            assert capsys.readouterr().out == body["content"] + "\n", (knobs, draft)

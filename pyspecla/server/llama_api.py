@@ -13,7 +13,7 @@ from .errors import bad_request, parse_json_body, validated
 from .openai_api import SSE_HEADERS, sse, token_text
 from .prompts import DEFAULT_SAMPLING, new_token_budget, sampling_params, tokenize_prompt
 from .schemas import DetokenizeRequest, LlamaCompletionRequest, TokenizeRequest
-from .session import TextGeneration, watch_disconnect
+from .session import TextGeneration, collect, watch_disconnect
 
 router = APIRouter()
 
@@ -109,14 +109,8 @@ async def completion(request: Request):
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
-    texts, tokens = [], []
-    async with watch_disconnect(request, gen):
-        async for piece in gen.pieces():
-            texts.append(piece.text)
-            tokens += piece.tokens
-    if gen.failure() is not None:
-        raise gen.failure()
-    return JSONResponse(final("".join(texts), tokens))
+    text, tokens = await collect(request, gen)
+    return JSONResponse(final(text, tokens))
 
 
 @router.post("/tokenize")

@@ -14,7 +14,7 @@ from .engine import GenerationRequest
 from .errors import bad_request, parse_json_body, validated
 from .prompts import chat_messages, new_token_budget, render_chat, sampling_params, tokenize_prompt
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .session import TextGeneration, watch_disconnect
+from .session import TextGeneration, collect, watch_disconnect
 from .text import ChatOutputParser, prompt_opens_thinking
 
 router = APIRouter()
@@ -243,15 +243,9 @@ async def completions(request: Request):
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=SSE_HEADERS)
 
-    texts, tokens = [], []
-    async with watch_disconnect(request, gen):
-        async for piece in gen.pieces():
-            texts.append(piece.text)
-            tokens += piece.tokens
-    if gen.failure() is not None:
-        raise gen.failure()
+    text, tokens = await collect(request, gen)
     logprobs = _completion_logprobs(model.tokenizer, tokens, len(echo)) if n_top is not None else None
-    choice = {"index": 0, "text": echo + "".join(texts), "logprobs": logprobs,
+    choice = {"index": 0, "text": echo + text, "logprobs": logprobs,
               "finish_reason": "length" if gen.finish_reason == "length" else "stop"}
     return JSONResponse({**head, "choices": [choice], "usage": usage(gen)})
 

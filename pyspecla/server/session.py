@@ -113,3 +113,16 @@ async def watch_disconnect(request, generation: TextGeneration, interval_s: floa
             await task
         if generation.job.end is None:
             generation.cancel()
+
+
+async def collect(request, generation: TextGeneration) -> tuple[str, list]:
+    """A non-streaming answer: the whole text and its tokens, the generation cancelled if the client
+    goes away first; a failed generation raises its error (rendered by the app)."""
+    texts, tokens = [], []
+    async with watch_disconnect(request, generation):
+        async for piece in generation.pieces():
+            texts.append(piece.text)
+            tokens += piece.tokens
+    if generation.failure() is not None:
+        raise generation.failure()
+    return "".join(texts), tokens
