@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import UsageError
+from .ranking import largest_ids
 
 __all__ = ["SamplingParams", "TokenSampler", "keyed_uniform", "processed_logits", "probabilities",
            "inverse_cdf", "random_seed"]
@@ -164,25 +165,13 @@ def processed_logits(logits: np.ndarray, history: Sequence[int], params: Samplin
             x[ids] = v - (n * params.frequency_penalty + params.presence_penalty)
     V = len(x)
     if 0 < params.top_k < V:
-        _keep_only(x, _largest(x, params.top_k))
+        _keep_only(x, largest_ids(x, params.top_k))
     if params.top_p < 1.0:
         _top_p(x, params.top_p)
     if params.min_p > 0.0:
         best = x.max()
         x[x < best + math.log(params.min_p)] = -np.inf
     return x
-
-
-def _largest(x: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries, largest first, ties to the lower id."""
-    V = len(x)
-    if k >= V:
-        candidates = np.arange(V)
-    else:
-        kth = x[np.argpartition(x, V - k)[V - k:]].min()
-        above = np.flatnonzero(x > kth)
-        candidates = np.concatenate([above, np.flatnonzero(x == kth)[:k - len(above)]])
-    return candidates[np.lexsort((candidates, -x[candidates]))]
 
 
 def _keep_only(x: np.ndarray, keep: np.ndarray) -> None:
@@ -286,5 +275,5 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 def top_logprobs(logp: np.ndarray, n: int) -> list[tuple[int, float]]:
     """The n most likely (id, logprob), best first, ties to the lower id; -inf entries left out."""
-    ids = _largest(logp, min(n, len(logp)))
+    ids = largest_ids(logp, min(n, len(logp)))
     return [(int(i), float(logp[i])) for i in ids if logp[i] > -np.inf]

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ...errors import UsageError
+from ...ranking import largest_ids
 from .vocabulary import check_draft_vocab, reduced_vocabulary
 
 
@@ -32,20 +33,6 @@ def check_same_vocabulary(target_file, draft_file) -> None:
         if target_file.metadata.get(key) != draft_file.metadata.get(key):
             raise UsageError(f"{prefix}, but {key} is {draft_file.metadata.get(key)!r} in the draft and "
                              f"{target_file.metadata.get(key)!r} in the target")
-
-
-def _top_k(logprobs: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries, largest first, ties to the lowest id (the native argmax's rule,
-    so rank 0 is the token the target's greedy choice would be under the same logits)."""
-    V = len(logprobs)
-    if k >= V:
-        candidates = np.arange(V)
-    else:
-        kth = logprobs[np.argpartition(logprobs, V - k)[V - k:]].min()
-        above = np.flatnonzero(logprobs > kth)
-        # argpartition picks among equal values arbitrarily: take the lowest ids at the boundary
-        candidates = np.concatenate([above, np.flatnonzero(logprobs == kth)[:k - len(above)]])
-    return candidates[np.lexsort((candidates, -logprobs[candidates]))]
 
 
 class ModelDrafter:
@@ -161,7 +148,7 @@ class ModelDrafter:
             # for the top_k alone
             m = np.float64(logits.max())
             log_norm = m + np.log(np.exp(logits.astype(np.float64) - m).sum())
-            best = _top_k(logits, width)
+            best = largest_ids(logits, width)
             row = logits[best].astype(np.float64) - log_norm
             if math.exp(row[0]) < self.p_min:
                 break
