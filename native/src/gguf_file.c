@@ -31,21 +31,17 @@ static specla_status need(const cursor *c, uint64_t n, const char *what) {
     return SPECLA_OK;
 }
 
-static specla_status read_u32(cursor *c, uint32_t *out, const char *what) {
-    specla_status s = need(c, 4, what);
+/* n bytes at the cursor into out (a little-endian scalar on the little-endian hosts we build for). */
+static specla_status read_raw(cursor *c, void *out, size_t n, const char *what) {
+    specla_status s = need(c, n, what);
     if (s) return s;
-    memcpy(out, c->file->map + c->at, 4);
-    c->at += 4;
+    memcpy(out, c->file->map + c->at, n);
+    c->at += n;
     return SPECLA_OK;
 }
 
-static specla_status read_u64(cursor *c, uint64_t *out, const char *what) {
-    specla_status s = need(c, 8, what);
-    if (s) return s;
-    memcpy(out, c->file->map + c->at, 8);
-    c->at += 8;
-    return SPECLA_OK;
-}
+static specla_status read_u32(cursor *c, uint32_t *out, const char *what) { return read_raw(c, out, 4, what); }
+static specla_status read_u64(cursor *c, uint64_t *out, const char *what) { return read_raw(c, out, 8, what); }
 
 /* A GGUF string (u64 length + bytes) copied into a NUL-terminated heap string; a NUL inside is
  * refused since it would cut the name short. */
