@@ -3,7 +3,9 @@ PyTorch's profiler (CUPTI sees every kernel of the process, libspecla's included
 JSON row per kernel name (calls per token, total and mean microseconds per token, share of the
 step) plus a row for the whole step.
 
-    python tools/profile_gpu_step.py --model 27b.gguf --out rows.jsonl [--tokens 4]"""
+    python tools/profile_gpu_step.py --model 27b.gguf --out rows.jsonl [--tokens 4]
+    python tools/profile_gpu_step.py --model 27b.gguf --tree      # the 23-node DDTree verify of
+                                                                  # bench_gpu_spec.py, SpecLA on"""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1,
                         help="tokens per step: 1 profiles decode, N > 1 a forward of N tokens (a verify batch)")
     parser.add_argument("--depth", type=int, default=16, help="tokens already in the context before each step")
+    parser.add_argument("--tree", action="store_true",
+                        help="profile a verify of bench_gpu_spec.py's 23-node DDTree (HLD chains, deferred commit)")
     args = parser.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -36,7 +40,13 @@ def main(argv=None) -> int:
     model = Model.load(args.model, device="cuda")
     if args.batch < 1 or args.depth < 8:
         parser.error("--batch must be >= 1 and --depth >= 8")
-    ctx = model.new_context(n_ctx=args.depth + args.batch + args.tokens + 16, max_batch=max(16, args.batch))
+    parents = None
+    if args.tree:
+        from bench_gpu_spec import verify_tree_shape  # noqa: E402  (tools/ is this script's directory)
+        parents = verify_tree_shape()[0]
+        args.batch = len(parents)
+    ctx = model.new_context(n_ctx=args.depth + args.batch + args.tokens + 16, max_batch=max(16, args.batch),
+                            max_tree_nodes=len(parents) if parents else 0)
     fill = [(7 * i) % 1000 + 1 for i in range(args.depth)]
     for i in range(0, args.depth, 64):
         ctx.eval(fill[i:i + 64])
@@ -46,7 +56,10 @@ def main(argv=None) -> int:
 
     def step(t):
         # decode: one token appended per step; a batch: N tokens at the depth, then back to it
-        if args.batch == 1:
+        if parents:
+            ctx.verify_tree(batch, parents)
+            ctx.truncate(args.depth)
+        elif args.batch == 1:
             ctx.eval_argmax([200 + t])
         else:
             ctx.eval_argmax(batch)
@@ -65,12 +78,12 @@ def main(argv=None) -> int:
             per_name[event.name][0] += 1
             per_name[event.name][1] += event.device_time if hasattr(event, "device_time") else event.cuda_time
     kernel_us = sum(v[1] for v in per_name.values()) / args.tokens
-    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "mode": "decode-profile" if args.batch == 1 else "batch-profile",
+    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "mode": "tree-profile" if parents else "decode-profile" if args.batch == 1 else "batch-profile",
              "batch": args.batch, "depth": args.depth,
              "wall_ms_per_token": round(wall * 1e3, 3), "kernel_ms_per_token": round(kernel_us / 1e3, 3),
              "kernels_per_token": sum(v[0] for v in per_name.values()) / args.tokens}]
     for name, (calls, us) in sorted(per_name.items(), key=lambda kv: -kv[1][1]):
-        rows.append({"mode": "decode-kernel" if args.batch == 1 else "batch-kernel", "batch": args.batch, "kernel": name[:120], "calls_per_token": calls / args.tokens,
+        rows.append({"mode": "tree-kernel" if parents else "decode-kernel" if args.batch == 1 else "batch-kernel", "batch": args.batch, "kernel": name[:120], "calls_per_token": calls / args.tokens,
                      "us_per_token": round(us / args.tokens, 1), "mean_us": round(us / calls, 2),
                      "share_of_kernel_time": round(us / args.tokens / kernel_us, 4)})
     for row in rows[:40]:

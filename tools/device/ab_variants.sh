@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Device A/B of source changes in one call: builds one library per variant (patches applied to
+# this tree in turn, incremental ninja builds in run_gpu.sh's build directory, patches reverted
+# after each), checks each variant (pytest -m gpu against it; cuda_matmul_check when a patch
+# touches the matmul), then times every library with tools/bench_gpu.py in interleaved rounds
+# (main, A, B, main, A, B, ...) so drift hits every variant alike. Rows carry commit COMMIT+NAME.
+#
+# A run_gpu.sh bench command (SPECLA_LIBRARY, MODEL and ROWS come from run_gpu.sh):
+#   bash tools/device/ab_variants.sh COMMIT ROUNDS "BENCH_GPU_ARGS" NAME=PATCH[+PATCH...] ...
+# e.g.
+#   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
+#     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
+# Patches are `patch -p1` diffs against this tree (git diff A B -- native > ab/NAME.patch); they
+# travel as untracked files. A single-patch variant that touches the matmul also runs
+# cuda_matmul_check (GPU bits against the CPU oracle). Check results go to stdout (run_gpu.sh's bench.log).
+set -uo pipefail
+commit=$1 rounds=$2 bench_args=$3
+shift 3
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+build=$(dirname "$(dirname "$SPECLA_LIBRARY")")
+libs=$HOME/ab-libs
+rm -rf "$libs" && mkdir -p "$libs"
+cp "$SPECLA_LIBRARY" "$libs/main.so"
+names=(main)
+
+revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
+
+for spec in "$@"; do
+  name=${spec%%=*}
+  IFS=+ read -ra list <<< "${spec#*=}"
+  applied=()
+  for p in "${list[@]}"; do
+    if patch -p1 -s --dry-run < "$p" > /dev/null && patch -p1 -s < "$p"; then applied+=("$p")
+    else echo "variant $name: $p does not apply"; fi
+  done
+  if [ ${#applied[@]} -ne ${#list[@]} ]; then list=("${applied[@]}"); revert; continue; fi
+  t0=$(date +%s)
+  if cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-$name.log" 2>&1; then
+    cp "$SPECLA_LIBRARY" "$libs/$name.so"
+    names+=("$name")
+    echo "variant $name: built in $(( $(date +%s) - t0 ))s"
+    if [ ${#list[@]} -eq 1 ] && grep -q "matmul" "${list[0]}"; then
+      if bash tools/device/build_cuda_checks.sh "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1; then
+        echo "variant $name: cuda_matmul_check (checks only):"
+        "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
+      else
+        echo "variant $name: cuda_matmul_check did not build"; tail -20 "$HOME/ab-check-$name.log"
+      fi
+    fi
+  else
+    echo "variant $name: build FAILED"; tail -30 "$HOME/ab-build-$name.log"
+  fi
+  revert
+done
+cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "rebuilding main FAILED"
+
+for name in "${names[@]:1}"; do
+  echo "variant $name: pytest -m gpu"
+  SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3
+done
+
+for ((r = 1; r <= rounds; r++)); do
+  for name in "${names[@]}"; do
+    echo "=== round $r: $name"
+    # shellcheck disable=SC2086  # bench_args is a list of flags
+    SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" \
+      --commit "$commit+$name" $bench_args 2>&1 | tail -20
+  done
+done
