@@ -21,8 +21,9 @@
  *     t = lo-dot + 128 hi-dot, the same integer.
  *   - then the block's float step, exactly as matmul_blocks.h: Q4_K acc = fma(da * d, s, acc),
  *     acc = fma(-(da * dmin), t, acc); Q6_K acc = fma(da * d, s, acc).
- * A chunk's partial sums are stored with mm_store, and the split-K finish (mm_finish_unit: the last
- * chunk of a row group to arrive adds the partials in chunk order) is the other kernels'.
+ * A chunk's partial sums are stored with mm_store; the split-K finish (mm_tile_finish) adds them in
+ * chunk order as the other kernels' mm_finish_unit does, the whole last-arriving CTA of a row-group
+ * pair at once.
  *
  * Q4_K k order. Any permutation of k applied to A and B alike gives the same exact integer; this
  * kernel feeds MMA k 4t..4t+3 (a0, a1, b0) with sub-block elements 8t..8t+3 and MMA k 16+4t..16+4t+3
@@ -123,11 +124,8 @@ MM_HD uint2 mm_ld_stream_8(const void *p) {
 
 template <int TYPE> struct mm_tile_traits {
     static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K;
-    /* CTAs of 128 threads per SM the registers are sized for (ptxas, sm_90, no spills): Q4_K 4 (<= 128
-     * registers), Q6_K's larger blocks 3 (<= 168) */
-    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? 4 : 3;
-    /* token tiles of 8 per pass that fit those registers; more tokens take further passes */
-    static constexpr int max_tiles = TYPE == SPECLA_TYPE_Q4_K ? 3 : 3;
+    /* token tiles of 8 per pass (more tokens take further passes over the chunk) */
+    static constexpr int max_tiles = 4;
     /* bytes per token row of staged codes: 256 + padding. Q4_K reads 8 bytes at 32j + 8t of rows g
      * (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks); Q6_K
      * reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
@@ -135,11 +133,14 @@ template <int TYPE> struct mm_tile_traits {
     static constexpr int has_minops = TYPE == SPECLA_TYPE_Q4_K;
 };
 
-/* Weight blocks in registers per warp at NT tiles (the one computed and DEPTH - 1 in flight): 3 where
- * the registers allow it (Q4_K at 1 tile), else 2. */
-template <int TYPE, int NT> struct mm_tile_depth {
-    static constexpr int value = TYPE == SPECLA_TYPE_Q4_K && NT == 1 ? 3 : 2;
+/* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q4_K 5
+ * (<= 96 registers) at 1 tile, 4 (<= 128) at 2 and 3, 3 (<= 168) at 4; Q6_K's larger blocks 3, and 2
+ * at 4 tiles. 5 at one tile: the 27B Q4_K matrices' plans give 480-576 CTAs, one wave at 5 per SM
+ * (660 on 132 SMs) where 4 (528) left a second wave of a few CTAs for ffn_up, attn_q and ffn_down. */
+template <int TYPE, int NT> struct mm_tile_occupancy {
+    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT == 1 ? 5 : NT <= 3 ? 4 : 3) : (NT <= 3 ? 3 : 2);
 };
+
 
 /* One staging buffer for `tokens` tokens: codes [tokens][row_stride], min operands [tokens][16]
  * (Q4_K), Q8_K scales [tokens] */
@@ -211,7 +212,10 @@ template <int TYPE> MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile
 #pragma unroll
     for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
         if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
-            f.h[r] = mm_ld_stream_16(h + 128 * r);
+            /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made ptxas
+             * route the first block's header through local memory at 3 tiles */
+            const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
+            f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
 #pragma unroll
             for (int run = 0; run < 4; run++) /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
                 f.q[r][run] = mm_ld_stream_8(q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS);
@@ -359,17 +363,17 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
     }
 }
 
-/* One block of a pass: load block k + DEPTH - 1 (the deepest prefetch) into `ahead`, stage block
+/* One block of a pass: load block k + 1 into `ahead`, stage block
  * k + 1's activations into the other buffer, run block k from `cur` and the buffer staged one step
  * earlier, then wait for this thread's copies and meet the CTA (after which the buffer just read may
  * be staged again and the one just staged may be read). */
-template <int TYPE, int NT, int DEPTH, int NTHREADS>
+template <int TYPE, int NT, int NTHREADS>
 MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cur, mm_tile_frag<TYPE> &ahead, bool active,
                         const mm_tile_wptr &wp, int k, int k_begin, int k_end, int p0, int g, int t, int tid,
                         uint8_t *smem, float acc[NT][4]) {
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT);
     const int next_buf = (k + 1 - k_begin) & 1;
-    if (active && k + DEPTH - 1 < k_end) mm_tile_load(ahead, wp, k + DEPTH - 1);
+    if (active && k + 1 < k_end) mm_tile_load(ahead, wp, k + 1);
     if (k + 1 < k_end) /* buffer next_buf was last read before the previous step's barrier */
         mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, k + 1, p0, tid);
     if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc);
@@ -379,14 +383,12 @@ MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cu
 
 /* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
  * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token, stored
- * with mm_store. The split-K finish is the caller's. Weight blocks are loaded DEPTH - 1 blocks ahead
- * of the MMAs (a ring of DEPTH register fragments, the loop unrolled by DEPTH so that no fragment is
- * copied). On the host (the emulation) NTHREADS is 32: each emulated warp stages every copy itself,
+ * with mm_store. The split-K finish is the caller's. Each weight block is loaded one block ahead of
+ * its MMAs (two register fragments, the loop unrolled by 2 so that no fragment is copied; a third,
+ * deeper one cost the registers of a fifth CTA per SM at one tile). On the host (the emulation) NTHREADS is 32: each emulated warp stages every copy itself,
  * which writes the same bytes. */
 template <int TYPE, int NT, int NTHREADS>
 MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, uint8_t *smem) {
-    constexpr int DEPTH = mm_tile_depth<TYPE, NT>::value;
-    static_assert(DEPTH == 2 || DEPTH == 3, "weight prefetch depth");
     const int g = lane >> 2, t = lane & 3;
     const mm_mat_args M = mm_select_mat_cta(args, cta);
     const int local = cta - M.cta_begin;
@@ -404,27 +406,15 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
-        mm_tile_frag<TYPE> f0, f1, f2;
-        if (active) {
-            mm_tile_load(f0, wp, k_begin);
-            if (DEPTH == 3 && k_begin + 1 < k_end) mm_tile_load(f1, wp, k_begin + 1);
-        }
+        mm_tile_frag<TYPE> f0, f1;
+        if (active) mm_tile_load(f0, wp, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
-        for (int k = k_begin; k < k_end; k += DEPTH) {
-            if constexpr (DEPTH == 2) {
-                mm_tile_step<TYPE, NT, 2, NTHREADS>(args, f0, f1, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
-                if (k + 1 < k_end)
-                    mm_tile_step<TYPE, NT, 2, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
-            } else {
-                mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f0, f2, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
-                if (k + 1 < k_end)
-                    mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
-                if (k + 2 < k_end)
-                    mm_tile_step<TYPE, NT, 3, NTHREADS>(args, f2, f1, active, wp, k + 2, k_begin, k_end, p0, g, t, tid, smem, acc);
-            }
+        for (int k = k_begin; k < k_end; k += 2) {
+            mm_tile_step<TYPE, NT, NTHREADS>(args, f0, f1, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
+            if (k + 1 < k_end) mm_tile_step<TYPE, NT, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
         }
         if (active) {
 #pragma unroll
@@ -446,19 +436,60 @@ template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
 }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernel */
+/* The split-K finish of the staged kernel, for the whole CTA: the last CTA of a row-group pair to arrive
+ * (one arrival counter per pair, counters[pair]) adds the pair's partial sums in chunk order,
+ * ((p_0 + p_1) + p_2) + ..., as mm_finish_unit does; thread tid takes row 64 pair + tid % 64 and every
+ * second token from tid / 64, 4 tokens at a time with 4 chunks of each loaded together (16 L2 reads
+ * in flight per thread, where a warp per row group took one token at a time). */
+__device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, int n_batch) {
+    if (M.n_chunks == 1) return; /* the partial sums were y */
+    __shared__ unsigned arrived;
+    __threadfence(); /* this thread's partial sums, before the CTA's arrival */
+    __syncthreads();
+    if (threadIdx.x == 0) arrived = atomicAdd(M.counters + pair, 1u);
+    __syncthreads();
+    if (arrived != (unsigned)M.n_chunks - 1) return; /* the whole CTA */
+    __threadfence();
+    constexpr int U = 4, CB = 4;
+    const int row = pair * 2 * MM_GROUP_ROWS + (threadIdx.x & 63);
+    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
+    if (row < M.ne1) {
+        for (int b0 = threadIdx.x >> 6; b0 < n_batch; b0 += 2 * U) {
+            float s[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) s[u] = 0.0f;
+            for (int c0 = 0; c0 < M.n_chunks; c0 += CB) {
+                float v[U][CB];
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int j = 0; j < CB; j++) {
+                        const int b = b0 + 2 * u, c = c0 + j;
+                        v[u][j] = b < n_batch && c < M.n_chunks ? __ldcg(M.partials + ((int64_t)b * M.n_chunks + c) * rows_padded + row) : 0.0f;
+                    }
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int j = 0; j < CB; j++)
+                        if (c0 + j < M.n_chunks) s[u] = c0 + j == 0 ? v[u][j] : mm_add(s[u], v[u][j]); /* p_0, then + p_1, ... */
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (b0 + 2 * u < n_batch) M.y[(int64_t)(b0 + 2 * u) * M.ne1 + row] = s[u];
+        }
+    }
+    if (threadIdx.x == 0) M.counters[pair] = 0; /* ready for the next launch that uses this slot */
+}
+
 template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS, mm_tile_traits<TYPE>::ctas_per_sm) mm_tile_kernel(const mm_launch_args args) {
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas_per_sm)) mm_tile_kernel(const mm_launch_args args) {
     __shared__ __align__(16) uint8_t smem[2 * mm_tile_buf_bytes<TYPE>(8 * NT)];
     const int cta = blockIdx.x;
     if (cta >= args.n_ctas) return; /* the whole CTA */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
-    /* the two warps of a row group stored its partial sums; one of them runs the split-K finish */
-    __threadfence();
-    __syncthreads();
     const mm_mat_args M = mm_select_mat_cta(args, cta);
-    const int rg = 2 * ((cta - M.cta_begin) / M.n_chunks) + (warp >> 1);
-    if ((warp & 1) == 0 && rg < M.row_groups) mm_finish_unit(M, rg, lane, args.n_batch);
+    mm_tile_finish(M, (cta - M.cta_begin) / M.n_chunks, args.n_batch);
 }
 #endif
 
