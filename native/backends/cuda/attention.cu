@@ -26,7 +26,8 @@
  * back is the same float, both shapes give identical bits and the choice may depend on T freely.
  *
  * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) serves one query t, one KV head and
- * up to ATT_MAX_G of the query heads sharing it (GQA), so each K/V row is read once for all of them.
+ * up to HG of the query heads sharing it (GQA), so each K/V row is read once for all of them: HG is
+ * ATT_MAX_G for a batch, ATT_DECODE_G for a decode step (more blocks for its one query).
  * Scores: group w takes the tile's rows w, w+4, ...; softmax bookkeeping: group w takes heads w,
  * w+4, ...; V: thread i owns dims i and i + ATT_THREADS for every head of the block. */
 #include <math.h>
@@ -41,7 +42,8 @@
 #define ATT_SEG 128   /* rows per segment (a multiple of ATT_TILE): at depth 4096 a decode query has 32
                        * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
                        * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
-#define ATT_MAX_G 8   /* query heads per block */
+#define ATT_MAX_G 8   /* query heads per block of a batch */
+#define ATT_DECODE_G 2 /* query heads per block of a decode step (one query) */
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
@@ -96,12 +98,12 @@ static __device__ __forceinline__ void merge_scales(float M, float L, float m, f
     *L_out = __fadd_rn(__fmul_rn(L, *a), __fmul_rn(l, *b));
 }
 
-struct att_shared {
-    float q[ATT_MAX_G * ATT_MAX_D];
-    float p[ATT_MAX_G][ATT_TILE]; /* scores, then probabilities of the current tile */
+template <int HG> struct att_shared {
+    float q[HG * ATT_MAX_D];
+    float p[HG][ATT_TILE]; /* scores, then probabilities of the current tile */
     int32_t rows[ATT_TILE];       /* physical cache rows of the current tile */
-    float m[ATT_MAX_G], l[ATT_MAX_G], alpha[ATT_MAX_G]; /* the segment's running state */
-    float M[ATT_MAX_G], L[ATT_MAX_G], a[ATT_MAX_G], b[ATT_MAX_G]; /* merged over segments (unsplit) */
+    float m[HG], l[HG], alpha[HG]; /* the segment's running state */
+    float M[HG], L[HG], a[HG], b[HG]; /* merged over segments (unsplit) */
     int n_rows, n_direct;
 };
 
@@ -112,14 +114,15 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
 }
 
 /* The partial of segment `seg` for the block's heads: m, l in sh, acc in the caller's registers. */
-static __device__ __forceinline__ void segment_partial(att_shared &sh, const int32_t *chain, const float *k_cache,
+template <int HG>
+static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                        const float *v_cache, int nkv, int kvh, int D, int ng,
-                                                       float scale, int seg, float (&acc)[ATT_MAX_G][ATT_DIMS_PER_THREAD]) {
+                                                       float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
     const int64_t row_stride = (int64_t)nkv * D;
-    if (tid < ATT_MAX_G) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+    if (tid < HG) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
 #pragma unroll
-    for (int g = 0; g < ATT_MAX_G; g++)
+    for (int g = 0; g < HG; g++)
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) acc[g][j] = 0.0f;
     const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
@@ -142,7 +145,7 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
                 }
             }
 #pragma unroll
-            for (int g = 0; g < ATT_MAX_G; g++) {
+            for (int g = 0; g < HG; g++) {
                 if (g >= ng) break;
                 float dot[ATT_K_BATCH];
 #pragma unroll
@@ -185,7 +188,7 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
         __syncthreads();
         /* weighted V: thread tid owns dims tid, tid + ATT_THREADS */
 #pragma unroll
-        for (int g = 0; g < ATT_MAX_G; g++)
+        for (int g = 0; g < HG; g++)
 #pragma unroll
             for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
                 if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
@@ -206,7 +209,7 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
                 for (int u = 0; u < ATT_V_BATCH; u++) {
                     if (i0 + u >= tile_n) break;
 #pragma unroll
-                    for (int g = 0; g < ATT_MAX_G; g++) {
+                    for (int g = 0; g < HG; g++) {
                         if (g < ng) {
                             const float pg = sh.p[g][i0 + u];
                             acc[g][0] = fmaf(pg, v0[u], acc[g][0]);
@@ -224,16 +227,17 @@ static __device__ __forceinline__ void segment_partial(att_shared &sh, const int
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
  * memory: 2 * T ints). */
+template <int HG>
 static __global__ void __launch_bounds__(ATT_THREADS, 1)
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
                      const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, float scale,
                      int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                      float *out) {
-    __shared__ att_shared sh;
+    __shared__ att_shared<HG> sh;
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
     /* query t of the whole call; tp indexes the partials of this launch's queries t0 .. */
     const int t = blockIdx.z + t0, tp = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
-    const int G = nh / nkv, head0 = kvh * G + hg * ATT_MAX_G, ng = min(ATT_MAX_G, G - hg * ATT_MAX_G);
+    const int G = nh / nkv, head0 = kvh * G + hg * HG, ng = min(HG, G - hg * HG);
     int32_t *chain = tree_shared + T;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
@@ -254,16 +258,16 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
     const int n_seg = (sh.n_rows + ATT_SEG - 1) / ATT_SEG;
     if (seg_blocks > 0 && (int)blockIdx.x >= n_seg) return; /* a segment past this query's rows */
     for (int i = tid; i < ng * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
-    if (tid < ATT_MAX_G) sh.M[tid] = -INFINITY, sh.L[tid] = 0.0f;
+    if (tid < HG) sh.M[tid] = -INFINITY, sh.L[tid] = 0.0f;
     __syncthreads();
-    float acc[ATT_MAX_G][ATT_DIMS_PER_THREAD];
+    float acc[HG][ATT_DIMS_PER_THREAD];
 
     if (seg_blocks > 0) {
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
             segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 #pragma unroll
-            for (int g = 0; g < ATT_MAX_G; g++) {
+            for (int g = 0; g < HG; g++) {
                 if (g >= ng) break;
                 const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
                 if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
@@ -278,9 +282,9 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         return;
     }
 
-    float total[ATT_MAX_G][ATT_DIMS_PER_THREAD];
+    float total[HG][ATT_DIMS_PER_THREAD];
 #pragma unroll
-    for (int g = 0; g < ATT_MAX_G; g++)
+    for (int g = 0; g < HG; g++)
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
     for (int seg = 0; seg < n_seg; seg++) {
@@ -289,14 +293,14 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
                                    &sh.b[tid]);
         __syncthreads();
 #pragma unroll
-        for (int g = 0; g < ATT_MAX_G; g++)
+        for (int g = 0; g < HG; g++)
 #pragma unroll
             for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
                 if (g < ng) total[g][j] = fmaf(acc[g][j], sh.b[g], __fmul_rn(total[g][j], sh.a[g]));
         __syncthreads(); /* a, b and the segment state are rewritten by the next segment */
     }
 #pragma unroll
-    for (int g = 0; g < ATT_MAX_G; g++)
+    for (int g = 0; g < HG; g++)
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
             const int d = tid + ATT_THREADS * j;
@@ -356,19 +360,16 @@ extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
     return split_workspace_bytes(queries, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
 }
 
-static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
-                             const float *v_cache, const int32_t *positions, const int32_t *parents, int n_prefix,
-                             int max_rows, int T, int nh, int nkv, int D, float *out) {
-    if (T <= 0 || nh <= 0) return;
+/* One attention call with HG query heads per block (the bits of a head do not depend on HG: each
+ * (row, head) score, softmax step and V sum is the same sequence of operations whatever else the
+ * block holds). */
+template <int HG>
+static void launch_attention_heads(const backend *be, const char *name, const float *q, const float *k_cache,
+                                   const float *v_cache, const int32_t *positions, const int32_t *parents,
+                                   int n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
+                                   float *out) {
     const cuda_backend *cb = cuda_of(be);
-    if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
-        /* shapes the core never passes (it checks them); a NaN output rather than a silent wrong one */
-        fill_nan_kernel<<<64, 256, 0, cuda_stream(be)>>>(out, (int64_t)T * nh * (D > 0 ? D : 1));
-        cuda_note_launch(be, name);
-        return;
-    }
-    const float scale = 1.0f / sqrtf((float)D);
-    const int G = nh / nkv, n_hgroups = (G + ATT_MAX_G - 1) / ATT_MAX_G;
+    const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
     const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
     const int split_queries = T < ATT_SPLIT_QUERIES ? T : ATT_SPLIT_QUERIES;
@@ -382,7 +383,7 @@ static void launch_attention(const backend *be, const char *name, const float *q
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
-            attention_kernel<<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
+            attention_kernel<HG><<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
                 q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, n_seg_max, n_seg_max,
                 t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
@@ -393,10 +394,32 @@ static void launch_attention(const backend *be, const char *name, const float *q
         }
         return;
     }
-    attention_kernel<<<dim3(1, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
+    attention_kernel<HG><<<dim3(1, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
         q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL, NULL,
         out);
     cuda_note_launch(be, name);
+}
+
+static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
+                             const float *v_cache, const int32_t *positions, const int32_t *parents, int n_prefix,
+                             int max_rows, int T, int nh, int nkv, int D, float *out) {
+    if (T <= 0 || nh <= 0) return;
+    if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
+        /* shapes the core never passes (it checks them); a NaN output rather than a silent wrong one */
+        fill_nan_kernel<<<64, 256, 0, cuda_stream(be)>>>(out, (int64_t)T * nh * (D > 0 ? D : 1));
+        cuda_note_launch(be, name);
+        return;
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    /* a decode step (one query) has few blocks at short depths: ATT_DECODE_G heads per block give
+     * it more (27B: 12 blocks, not 4 walking 6 heads each); a batch has blocks from its queries and
+     * reads each K/V row once for ATT_MAX_G heads */
+    if (T == 1)
+        launch_attention_heads<ATT_DECODE_G>(be, name, q, k_cache, v_cache, positions, parents, n_prefix, max_rows, T,
+                                             nh, nkv, D, scale, out);
+    else
+        launch_attention_heads<ATT_MAX_G>(be, name, q, k_cache, v_cache, positions, parents, n_prefix, max_rows, T, nh,
+                                          nkv, D, scale, out);
 }
 
 extern "C" void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
