@@ -372,8 +372,8 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
             b->write_bank ^= 1; /* the bank just written is in path order already: swap roles, no copy */
         } else {
             /* gather the path's factors into the other bank (its old pending path is folded): one
-             * call for every layer and field; the banks are distinct buffers and the path has no
-             * repeated node, so no destination row overlaps another or a source row */
+             * call for every layer and field; the destination rows 0..n-1 of each field are disjoint
+             * from one another and lie in the other bank, apart from every source row */
             const row_field fields[4] = {
                 {b->off_k, b->off_k, s->Hk * s->S},
                 {b->off_delta, b->off_delta, s->Hv * s->S},
