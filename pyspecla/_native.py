@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import NativeError
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 OK = 0
 ERR_INVALID_ARGUMENT = 1
@@ -377,6 +377,11 @@ _SIGNATURES = {
     "specla_op_attention": (
         ctypes.c_int,
         [ctypes.POINTER(OpOptions), c_float_p, c_float_p, c_float_p, c_int32_p, _i32, _i32, _i32, _i32, _i32, c_float_p],
+    ),
+    "specla_op_gather_rows": (
+        ctypes.c_int,
+        [ctypes.POINTER(OpOptions), c_float_p, _i64, _i64, c_float_p, _i64, _i64, _i32, _p, _p, c_int32_p, _i32,
+         c_int32_p, _i32],
     ),
     "specla_hld_size": (_i32, [_i32]),
     "specla_hld_build": (ctypes.c_int, [c_int32_p, _i32, _i32, c_int32_p, _i32]),

@@ -121,3 +121,21 @@ def attention(q, k_cache, v_cache, positions, *, n_threads=0, cpu_kernels="auto"
     check(lib.specla_op_attention(_opts(n_threads, cpu_kernels, device), float_ptr(q), float_ptr(kc), float_ptr(vc),
                                   int32_ptr(pos), T, n_kv, nh, nkv, D, float_ptr(out)))
     return out
+
+
+def gather_rows(src, src_block: int, dst_floats: int, dst_block: int, n_blocks: int, fields, rows, *, n_threads=0,
+                cpu_kernels="auto", device="cpu") -> np.ndarray:
+    """For block b, field (dst_offset, src_offset, width) and i: source row rows[i] of the field
+    (at b * src_block + src_offset + rows[i] * width) becomes destination row i (at b * dst_block +
+    dst_offset + i * width) of a NaN array of dst_floats; the floats no row reaches stay NaN."""
+    src = _f32(src).reshape(-1)
+    out = _poisoned(dst_floats)
+    dst_offsets = np.ascontiguousarray([f[0] for f in fields], dtype=np.int64)
+    src_offsets = np.ascontiguousarray([f[1] for f in fields], dtype=np.int64)
+    widths = np.ascontiguousarray([f[2] for f in fields], dtype=np.int32)
+    rows = np.ascontiguousarray(np.asarray(rows, dtype=np.int32))
+    check(lib.specla_op_gather_rows(_opts(n_threads, cpu_kernels, device), float_ptr(out), dst_floats, dst_block,
+                                    float_ptr(src), src.size, src_block, n_blocks, dst_offsets.ctypes.data,
+                                    src_offsets.ctypes.data, int32_ptr(widths), len(fields), int32_ptr(rows), rows.size))
+    return out
+

@@ -83,7 +83,10 @@ def test_recorded_decode_steps_equal_eager_steps(gpu_model):
     assert np.array_equal(runs[True][1].view(np.uint32), runs[False][1].view(np.uint32))
 
 
+# every commit: deferred_factors and factors_now gather a side branch's factors with gather_rows,
+# replay its recorded inputs, checkpoint_restore copies the leaf's checkpoint
 @pytest.mark.parametrize("methods", [("hld_chains", "deferred_factors"), ("root_to_leaf", "deferred_factors"),
+                                     ("hld_chains", "factors_now"), ("root_to_leaf", "replay"),
                                      ("dense_checkpoints", "checkpoint_restore")])
 def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     _, model = gpu_model

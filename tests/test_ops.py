@@ -122,6 +122,73 @@ def test_attention(backend, T, n_kv, nh, nkv, D):
                  "attention")
 
 
+def bank_fields(widths, n_nodes):
+    """(offset, offset, width) of each field of a factor-bank layer block ([field][node][width]),
+    and the block's floats: the gather of an accepted path from one bank into the other."""
+    fields, offset = [], 0
+    for w in widths:
+        fields.append((offset, offset, w))
+        offset += n_nodes * w
+    return fields, offset
+
+
+# name: (src_block, dst_floats, dst_block, n_blocks, fields, rows, src_floats)
+def gather_cases():
+    qwen_fields, qwen_block = bank_fields([16 * 128, 48 * 128, 48, 10240], 6)  # qwen35-27B heads, 48 layers
+    small_fields, small_block = bank_fields([2 * 16, 4 * 16, 4, 24], 9)
+    replay_src, replay_block = bank_fields([32, 64, 4, 24, 64, 4], 9)  # k, delta, g, x, v, beta
+    n = 4  # scratch rows k | v | g | beta | x, each in path order
+    replay = [(0, replay_src[0][1], 32), (n * 32, replay_src[4][1], 64), (n * 96, replay_src[2][1], 4),
+              (n * 100, replay_src[5][1], 4), (n * 104, replay_src[3][1], 24)]
+    return {
+        # every layer and field of a side path [0, 4, 5, 8] in one call, the banks' layout
+        "banks-side-path": (small_block, 3 * small_block, small_block, 3, small_fields, [0, 4, 5, 8], 3 * small_block),
+        "banks-qwen35-27b": (qwen_block, 48 * qwen_block, qwen_block, 48, qwen_fields, [0, 1, 3, 4, 5], 48 * qwen_block),
+        "replay-scratch": (replay_block, n * 128, 0, 1, replay, [0, 2, 6, 7], replay_block),
+        # rows wider than a GPU block's chunk, odd widths and offsets (no 16-byte alignment), a row
+        # taken twice, gaps left between blocks
+        "wide-unaligned": (6000, 2 * 9000 + 5, 9000, 2, [(1, 7, 1029), (5147, 3, 3), (3 * 1029 + 2, 11, 1)],
+                           [3, 0, 3], 2 * 6000 + 7 + 4 * 1029),
+        "one-float": (0, 1, 0, 1, [(0, 0, 1)], [0], 1),
+    }
+
+
+@pytest.mark.parametrize("case", list(gather_cases()))
+def test_gather_rows(backend, case):
+    """Bit for bit on every backend, against the numpy oracle and the CPU backend (the oracle op):
+    the sources are random 32-bit words (NaN payloads, infinities, subnormals, -0 among them), the
+    destination starts NaN-poisoned and must keep NaN wherever no row lands."""
+    src_block, dst_floats, dst_block, n_blocks, fields, rows, src_floats = gather_cases()[case]
+    r, seed = rng()
+    src = r.integers(0, 2**32, src_floats, dtype=np.uint32).view(np.float32)
+    args = (src, src_block, dst_floats, dst_block, n_blocks, fields, rows)
+    got = ops.gather_rows(*args, **backend.kw)
+    want = ref.gather_rows(*args)
+    written = ~np.isnan(ref.gather_rows(np.zeros_like(src), *args[1:]))
+    assert written.any() and (~written).sum() == dst_floats - n_blocks * len(rows) * sum(f[2] for f in fields)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{case}: differs from the oracle, seed={seed}"
+    on_cpu = ops.gather_rows(*args, device="cpu", cpu_kernels="scalar")
+    assert np.array_equal(got.view(np.uint32), on_cpu.view(np.uint32)), f"{case}: differs from the CPU, seed={seed}"
+
+
+def test_gather_rows_refuses_bad_segments():
+    src = np.zeros(64, np.float32)
+    with pytest.raises(NativeError, match="destination segments overlap at dst\\[8\\]"):
+        ops.gather_rows(src, 0, 64, 0, 1, [(0, 0, 4), (8, 0, 4)], [0, 1, 2])  # rows 0..12 and 8..20
+    with pytest.raises(NativeError, match="destination segments overlap"):
+        ops.gather_rows(src, 16, 64, 4, 2, [(0, 0, 8)], [0])  # block 0's row 0..8 meets block 1's at 4
+    with pytest.raises(NativeError, match="passes the end of src"):
+        ops.gather_rows(src, 0, 64, 0, 1, [(0, 0, 8)], [8])  # row 8 of 8 floats ends at 72 > 64
+    with pytest.raises(NativeError, match="pass the end of dst"):
+        ops.gather_rows(src, 0, 16, 0, 1, [(0, 0, 8)], [0, 1, 2])
+    with pytest.raises(NativeError, match="rows\\[1\\] = -1 is negative"):
+        ops.gather_rows(src, 0, 16, 0, 1, [(0, 0, 4)], [0, -1])
+    with pytest.raises(NativeError, match="n_fields = 9 > 8"):
+        ops.gather_rows(src, 0, 64, 0, 1, [(i, 0, 1) for i in range(9)], [0])
+    with pytest.raises(NativeError, match="widths\\[0\\] = 0 must be > 0"):
+        ops.gather_rows(src, 0, 16, 0, 1, [(0, 0, 0)], [0])
+
+
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(NativeError, match="gated_delta_rule"):
         x = np.zeros((1, 2, 8), np.float32)

@@ -53,6 +53,14 @@ typedef struct gdn_pending {
     int n;
 } gdn_pending;
 
+/* One field of a row gather (gather_rows): rows of `width` floats that start `src_offset` floats into
+ * each source block and `dst_offset` floats into each destination block. */
+typedef struct row_field {
+    int64_t dst_offset, src_offset;
+    int32_t width;
+} row_field;
+enum { GATHER_MAX_FIELDS = 8 };
+
 /* What an uploaded weight is read by: a matmul (a backend may lay it out for its kernels) or
  * anything else (the bytes as stored: vectors, conv weights, embedding rows). */
 enum weight_use { WEIGHT_PLAIN = 0, WEIGHT_MATMUL = 1 };
@@ -150,6 +158,19 @@ typedef struct backend_ops {
      * from[i] >= to[i] and no later source is an earlier destination); from/to in backend memory */
     void (*move_rows)(const backend *be, float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
                       int n);
+
+    /* Many rows gathered in one call (the accepted path of a tree out of the factor banks): for
+     * every block b < n_blocks, field f < n_fields and i < n, the fields[f].width floats at
+     *     src + b * src_block + fields[f].src_offset + rows[i] * fields[f].width
+     * are copied, bits unchanged, to
+     *     dst + b * dst_block + fields[f].dst_offset + i * fields[f].width.
+     * rows in backend memory (n entries, >= 0; a row may repeat), fields in host memory (n_fields
+     * <= GATHER_MAX_FIELDS, widths > 0). The caller keeps every segment inside its buffer and every
+     * destination segment disjoint from every other destination segment and from every source
+     * segment: the copies have no order, so a backend may run them all at once. Floats outside the
+     * destination segments are untouched. */
+    void (*gather_rows)(const backend *be, float *dst, int64_t dst_block, const float *src, int64_t src_block,
+                        int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n);
 
     /* --- attention ------------------------------------------------------------------------------ */
     /* causal: query t sees cache rows 0 .. positions[t] (GQA h -> h / (nh / nkv)), scale 1/sqrt(D) */

@@ -40,8 +40,8 @@ extern "C" {
  * named by row ids, so a GPU never re-uploads head rows). 9 added the recurrent workload
  * (specla_recurrent_workload_*) and specla_context_sync, for benchmarks on a GPU, and
  * specla_model_load_gguf and specla_model_hparams (a model from a GGUF path, for hosts without a
- * GGUF reader). */
-#define SPECLA_ABI_VERSION 9
+ * GGUF reader). 10 added specla_op_gather_rows (the row gather of an accepted side path). */
+#define SPECLA_ABI_VERSION 10
 
 typedef enum specla_status {
     SPECLA_OK = 0,
@@ -372,6 +372,17 @@ SPECLA_API specla_status specla_op_rope_neox(const specla_op_options *opt, float
 SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const float *q, const float *k_cache,
                                              const float *v_cache, const int32_t *positions, int32_t T,
                                              int32_t n_kv, int32_t nh, int32_t nkv, int32_t D, float *out);
+/* Row gather in one call (how an accepted path that is not the tree's first rows leaves the factor
+ * banks): for every block b < n_blocks, field f < n_fields (at most 8) and i < n, the widths[f]
+ * floats at src[b * src_block + src_offsets[f] + rows[i] * widths[f]] are copied, bits unchanged, to
+ * dst[b * dst_block + dst_offsets[f] + i * widths[f]]. dst[dst_floats] keeps every other float.
+ * Every segment lies inside its array, destination segments do not overlap one another, dst and src
+ * do not overlap; rows[n] >= 0 (may repeat). */
+SPECLA_API specla_status specla_op_gather_rows(const specla_op_options *opt, float *dst, int64_t dst_floats,
+                                               int64_t dst_block, const float *src, int64_t src_floats,
+                                               int64_t src_block, int32_t n_blocks, const int64_t *dst_offsets,
+                                               const int64_t *src_offsets, const int32_t *widths, int32_t n_fields,
+                                               const int32_t *rows, int32_t n);
 
 /* ---------------------------------------------------------------------------------------------
  * SpecLA: verifying a tree of candidate tokens through the recurrent layers without snapshots.

@@ -371,3 +371,100 @@ SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const
     if (op_ready(&c)) c.be->ops->attention(c.be, qd, kd, vd, pd, T, n_kv, nh, nkv, D, od);
     return op_end(&c);
 }
+
+/* [start, end) of one destination segment of a gather, for the overlap check. */
+typedef struct float_range {
+    int64_t start, end;
+} float_range;
+static int by_start(const void *a, const void *b) {
+    const int64_t x = ((const float_range *)a)->start, y = ((const float_range *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* The largest array a gather takes, in floats: every sum of its offsets stays far from overflow. */
+#define GATHER_MAX_FLOATS ((int64_t)1 << 40)
+
+/* Whether n_blocks blocks of `block` floats, the last one reaching `reach` floats past its start,
+ * fit in `floats`. */
+static int blocks_fit(int32_t n_blocks, int64_t block, int64_t reach, int64_t floats) {
+    if (reach > floats) return 0;
+    return n_blocks == 1 || block == 0 || (int64_t)(n_blocks - 1) <= (floats - reach) / block;
+}
+
+SPECLA_API specla_status specla_op_gather_rows(const specla_op_options *opt, float *dst, int64_t dst_floats,
+                                               int64_t dst_block, const float *src, int64_t src_floats,
+                                               int64_t src_block, int32_t n_blocks, const int64_t *dst_offsets,
+                                               const int64_t *src_offsets, const int32_t *widths, int32_t n_fields,
+                                               const int32_t *rows, int32_t n) {
+    static const char op[] = "specla_op_gather_rows";
+    CHECK_NOT_NULL(op, dst);
+    CHECK_NOT_NULL(op, src);
+    CHECK_NOT_NULL(op, dst_offsets);
+    CHECK_NOT_NULL(op, src_offsets);
+    CHECK_NOT_NULL(op, widths);
+    CHECK_NOT_NULL(op, rows);
+    CHECK_POSITIVE(op, dst_floats);
+    CHECK_POSITIVE(op, src_floats);
+    CHECK_POSITIVE(op, n_blocks);
+    CHECK_POSITIVE(op, n_fields);
+    CHECK_POSITIVE(op, n);
+    if (dst_floats > GATHER_MAX_FLOATS || src_floats > GATHER_MAX_FLOATS)
+        return FAIL_INVALID("%s: dst_floats = %lld, src_floats = %lld: at most %lld", op, (long long)dst_floats,
+                            (long long)src_floats, (long long)GATHER_MAX_FLOATS);
+    if (n_fields > GATHER_MAX_FIELDS)
+        return FAIL_INVALID("%s: n_fields = %d > %d", op, n_fields, (int)GATHER_MAX_FIELDS);
+    if (dst_block < 0 || dst_block > dst_floats || src_block < 0 || src_block > src_floats)
+        return FAIL_INVALID("%s: dst_block = %lld, src_block = %lld must lie in [0, dst_floats = %lld] and "
+                            "[0, src_floats = %lld]", op, (long long)dst_block, (long long)src_block,
+                            (long long)dst_floats, (long long)src_floats);
+    const uintptr_t d0 = (uintptr_t)dst, d1 = d0 + sizeof(float) * (size_t)dst_floats;
+    const uintptr_t s0 = (uintptr_t)src, s1 = s0 + sizeof(float) * (size_t)src_floats;
+    if (d0 < s1 && s0 < d1) return FAIL_INVALID("%s: dst and src overlap", op);
+    int32_t max_row = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (rows[i] < 0) return FAIL_INVALID("%s: rows[%d] = %d is negative", op, i, rows[i]);
+        if (rows[i] > max_row) max_row = rows[i];
+    }
+    row_field fields[GATHER_MAX_FIELDS];
+    for (int32_t f = 0; f < n_fields; f++) {
+        const int64_t w = widths[f], d = dst_offsets[f], s = src_offsets[f];
+        if (w <= 0) return FAIL_INVALID("%s: widths[%d] = %lld must be > 0", op, f, (long long)w);
+        if (d < 0 || d >= dst_floats || s < 0 || s >= src_floats)
+            return FAIL_INVALID("%s: dst_offsets[%d] = %lld, src_offsets[%d] = %lld must lie in [0, %lld) and [0, %lld)",
+                                op, f, (long long)d, f, (long long)s, (long long)dst_floats, (long long)src_floats);
+        /* widths < 2^31 and rows < 2^31: the products stay below 2^62 */
+        if (!blocks_fit(n_blocks, dst_block, d + (int64_t)n * w, dst_floats))
+            return FAIL_INVALID("%s: field %d: %d rows of %lld floats at dst_offsets[%d] = %lld in %d blocks of %lld "
+                                "pass the end of dst (%lld floats)", op, f, n, (long long)w, f, (long long)d, n_blocks,
+                                (long long)dst_block, (long long)dst_floats);
+        if (!blocks_fit(n_blocks, src_block, s + ((int64_t)max_row + 1) * w, src_floats))
+            return FAIL_INVALID("%s: field %d: row %d of %lld floats at src_offsets[%d] = %lld in %d blocks of %lld "
+                                "passes the end of src (%lld floats)", op, f, max_row, (long long)w, f, (long long)s,
+                                n_blocks, (long long)src_block, (long long)src_floats);
+        fields[f] = (row_field){d, s, (int32_t)w};
+    }
+    /* destination segments: the n rows of a field in a block are contiguous, so one range each */
+    const size_t n_ranges = (size_t)n_blocks * (size_t)n_fields;
+    float_range *ranges = (float_range *)malloc(sizeof(float_range) * n_ranges);
+    if (!ranges) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    for (int32_t b = 0; b < n_blocks; b++)
+        for (int32_t f = 0; f < n_fields; f++) {
+            const int64_t start = (int64_t)b * dst_block + fields[f].dst_offset;
+            ranges[(size_t)b * n_fields + f] = (float_range){start, start + (int64_t)n * fields[f].width};
+        }
+    qsort(ranges, n_ranges, sizeof *ranges, by_start);
+    int64_t overlap_at = -1;
+    for (size_t r = 1; r < n_ranges && overlap_at < 0; r++)
+        if (ranges[r].start < ranges[r - 1].end) overlap_at = ranges[r].start;
+    free(ranges);
+    if (overlap_at >= 0)
+        return FAIL_INVALID("%s: destination segments overlap at dst[%lld]", op, (long long)overlap_at);
+    op_call c;
+    specla_status status;
+    if ((status = op_begin(&c, op, opt, rows_limits(1, 1, 1))) != SPECLA_OK) return status;
+    float *dd = (float *)OP_INOUT(&c, dst, sizeof(float) * (size_t)dst_floats);
+    const float *sd = (const float *)OP_IN(&c, src, sizeof(float) * (size_t)src_floats);
+    const int32_t *rd = (const int32_t *)OP_IN(&c, rows, sizeof(int32_t) * (size_t)n);
+    if (op_ready(&c)) c.be->ops->gather_rows(c.be, dd, dst_block, sd, src_block, n_blocks, fields, n_fields, rd, n);
+    return op_end(&c);
+}

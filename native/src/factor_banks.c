@@ -20,6 +20,7 @@ struct specla_factor_banks {
     const backend *be;        /* whose memory holds the banks (the context's, or own_backend) */
     backend *own_backend;     /* banks created through the public ABI own a CPU backend */
     float *replay_scratch;    /* REPLAY: the accepted path's inputs gathered in order, and outputs */
+    int32_t *path_rows;       /* [max_nodes]: an accepted path in backend memory, read by gather_rows */
     float *bank[2];
     int64_t layer_floats;                    /* floats of one layer's block in one bank */
     int64_t off_k, off_delta, off_g, off_x;  /* offsets inside a layer block */
@@ -44,7 +45,7 @@ static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
 SPECLA_API void specla_factor_banks_free(specla_factor_banks *b) {
     if (!b) return;
     const backend *be = b->be;
-    void *buffers[] = {b->bank[0], b->bank[1], b->checkpoints, b->conv_windows, b->replay_scratch};
+    void *buffers[] = {b->bank[0], b->bank[1], b->checkpoints, b->conv_windows, b->replay_scratch, b->path_rows};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) be->ops->free(be, buffers[i]);
     free(b->gdn_folded);
@@ -122,6 +123,8 @@ specla_status factor_banks_create(const specla_recurrent_shape *shape, const bac
         b->bank[i] = (float *)be->ops->alloc(be, sizeof(float) * (size_t)(off * s->n_layers));
         ok = b->bank[i] != NULL;
     }
+    b->path_rows = ok ? (int32_t *)be->ops->alloc(be, sizeof(int32_t) * (size_t)N) : NULL;
+    ok = ok && b->path_rows;
     b->gdn_folded = (uint8_t *)calloc((size_t)s->n_layers * 4, 1);
     ok = ok && b->gdn_folded;
     if (ok) {
@@ -368,20 +371,18 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
         if (is_prefix_path(path, n)) {
             b->write_bank ^= 1; /* the bank just written is in path order already: swap roles, no copy */
         } else {
-            /* gather the path's factors into the other bank (its old pending path is folded) */
-            const int src = b->write_bank, dst = b->write_bank ^ 1;
-            for (int l = 0; l < s->n_layers; l++) {
-                const float *from = layer_block(b, src, l);
-                float *to = layer_block(b, dst, l);
-                for (int i = 0; i < n; i++) {
-                    const int64_t u = path[i];
-                    copy_rows(be, to + b->off_k + i * s->Hk * s->S, from + b->off_k + u * s->Hk * s->S, (int64_t)s->Hk * s->S);
-                    copy_rows(be, to + b->off_delta + i * s->Hv * s->S, from + b->off_delta + u * s->Hv * s->S,
-                              (int64_t)s->Hv * s->S);
-                    copy_rows(be, to + b->off_g + i * s->Hv, from + b->off_g + u * s->Hv, s->Hv);
-                    copy_rows(be, to + b->off_x + i * s->C, from + b->off_x + u * s->C, s->C);
-                }
-            }
+            /* gather the path's factors into the other bank (its old pending path is folded): one
+             * call for every layer and field; the destination rows 0..n-1 of each field are disjoint
+             * from one another and lie in the other bank, apart from every source row */
+            const row_field fields[4] = {
+                {b->off_k, b->off_k, s->Hk * s->S},
+                {b->off_delta, b->off_delta, s->Hv * s->S},
+                {b->off_g, b->off_g, s->Hv},
+                {b->off_x, b->off_x, s->C},
+            };
+            be->ops->upload(be, b->path_rows, path, sizeof(int32_t) * (size_t)n);
+            be->ops->gather_rows(be, b->bank[b->write_bank ^ 1], b->layer_floats, b->bank[b->write_bank],
+                                 b->layer_floats, s->n_layers, fields, 4, b->path_rows, n);
         }
         b->n_pending = n;
         reset_step_flags(b);
@@ -399,6 +400,15 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
         float *k = b->replay_scratch, *v = k + n * hks, *g = v + n * hvs, *beta = g + (int64_t)n * s->Hv;
         float *x = beta + (int64_t)n * s->Hv, *out = x + (int64_t)n * s->C;
         const int in_place = is_prefix_path(path, n);
+        /* a gather of one layer: its scratch rows k | v | g | beta | x, each in path order */
+        const row_field fields[5] = {
+            {k - b->replay_scratch, b->off_k, s->Hk * s->S},
+            {v - b->replay_scratch, b->off_v, s->Hv * s->S},
+            {g - b->replay_scratch, b->off_g, s->Hv},
+            {beta - b->replay_scratch, b->off_beta, s->Hv},
+            {x - b->replay_scratch, b->off_x, s->C},
+        };
+        if (!in_place) be->ops->upload(be, b->path_rows, path, sizeof(int32_t) * (size_t)n);
         for (int l = 0; l < s->n_layers; l++) {
             const float *bank = layer_block(b, b->write_bank, l);
             if (in_place) {
@@ -407,14 +417,7 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
                 be->ops->conv_fold(be, states->conv[l], bank + b->off_x, n, s->C, s->K);
                 continue;
             }
-            for (int i = 0; i < n; i++) {
-                const int64_t u = path[i];
-                copy_rows(be, k + i * hks, bank + b->off_k + u * hks, hks);
-                copy_rows(be, v + i * hvs, bank + b->off_v + u * hvs, hvs);
-                copy_rows(be, g + (int64_t)i * s->Hv, bank + b->off_g + u * s->Hv, s->Hv);
-                copy_rows(be, beta + (int64_t)i * s->Hv, bank + b->off_beta + u * s->Hv, s->Hv);
-                copy_rows(be, x + (int64_t)i * s->C, bank + b->off_x + u * s->C, s->C);
-            }
+            be->ops->gather_rows(be, b->replay_scratch, 0, bank, 0, 1, fields, 5, b->path_rows, n);
             /* outputs are discarded: q only feeds the output read, so k stands in for it */
             be->ops->gated_delta_rule(be, k, k, v, g, beta, n, s->Hk, s->Hv, s->S, states->gdn[l], out);
             be->ops->conv_fold(be, states->conv[l], x, n, s->C, s->K);

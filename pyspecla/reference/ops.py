@@ -30,6 +30,7 @@ __all__ = [
     "gated_delta_rule",
     "rope_neox",
     "attention",
+    "gather_rows",
 ]
 
 
@@ -273,3 +274,20 @@ def attention(q, k_cache, v_cache, positions, *, dtype=np.float64) -> np.ndarray
     p = np.exp(scores)
     p /= p.sum(axis=-1, keepdims=True)
     return _out(np.einsum("thn,nhd->thd", p, v_h))
+
+
+def gather_rows(src, src_block: int, dst_floats: int, dst_block: int, n_blocks: int, fields, rows) -> np.ndarray:
+    """The row gather of specla_op_gather_rows: a NaN array of dst_floats in which, for block b, field
+    (dst_offset, src_offset, width) and i, the `width` floats of source row rows[i] of the field
+    become destination row i. Moved as 32-bit words, so every value keeps its bits."""
+    words = np.ascontiguousarray(src, dtype=np.float32).reshape(-1).view(np.uint32)
+    out = np.full(dst_floats, np.nan, dtype=np.float32)
+    out_words = out.view(np.uint32)
+    for b in range(n_blocks):
+        for dst_offset, src_offset, width in fields:
+            for i, row in enumerate(rows):
+                at = b * dst_block + dst_offset + i * width
+                start = b * src_block + src_offset + int(row) * width
+                out_words[at:at + width] = words[start:start + width]
+    return out
+

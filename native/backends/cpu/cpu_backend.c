@@ -123,6 +123,10 @@ static void move_rows(const backend *be, float *buf, int64_t stride, int width, 
                       const int32_t *to, int n) {
     cpu_move_rows(buf, stride, width, from, to, n);
 }
+static void gather_rows(const backend *be, float *dst, int64_t dst_block, const float *src, int64_t src_block,
+                        int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n) {
+    cpu_gather_rows(dst, dst_block, src, src_block, n_blocks, fields, n_fields, rows, n);
+}
 static void attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                       const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
     cpu_attention(ex_of(be), q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out);
@@ -211,6 +215,7 @@ static const backend_ops cpu_ops_table = {
     .rope_neox = rope_neox,
     .scatter_rows = scatter_rows,
     .move_rows = move_rows,
+    .gather_rows = gather_rows,
     .attention = attention,
     .attention_tree = attention_tree,
     .causal_conv = causal_conv,

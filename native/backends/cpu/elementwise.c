@@ -79,6 +79,17 @@ void cpu_move_rows(float *buf, int64_t stride, int width, const int32_t *from, c
             memcpy(buf + (int64_t)to[i] * stride, buf + (int64_t)from[i] * stride, sizeof(float) * (size_t)width);
 }
 
+void cpu_gather_rows(float *dst, int64_t dst_block, const float *src, int64_t src_block, int n_blocks,
+                     const row_field *fields, int n_fields, const int32_t *rows, int n) {
+    for (int b = 0; b < n_blocks; b++)
+        for (int f = 0; f < n_fields; f++) {
+            const int64_t width = fields[f].width;
+            float *to = dst + b * dst_block + fields[f].dst_offset;
+            const float *from = src + b * src_block + fields[f].src_offset;
+            for (int i = 0; i < n; i++) memcpy(to + i * width, from + rows[i] * width, sizeof(float) * (size_t)width);
+        }
+}
+
 void cpu_argmax_rows(const float *logits, int n_rows, int V, int32_t *out) {
     for (int r = 0; r < n_rows; r++) {
         const float *row = logits + (int64_t)r * V;

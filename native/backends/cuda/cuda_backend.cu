@@ -243,6 +243,7 @@ static const backend_ops cuda_ops_table = {
     /* rope_neox */ cuda_rope_neox,
     /* scatter_rows */ cuda_scatter_rows,
     /* move_rows */ cuda_move_rows,
+    /* gather_rows */ cuda_gather_rows,
     /* attention */ cuda_attention,
     /* attention_tree */ cuda_attention_tree,
     /* causal_conv */ cuda_causal_conv,

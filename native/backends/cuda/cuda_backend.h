@@ -62,6 +62,8 @@ void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const 
                        int width);
 void cuda_move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
                     int n);
+void cuda_gather_rows(const backend *be, float *dst, int64_t dst_block, const float *src, int64_t src_block,
+                      int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n);
 
 /* attention.cu */
 void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,

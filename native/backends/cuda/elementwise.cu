@@ -17,7 +17,11 @@
  *
  * Thread mapping: element-wise ops use one thread per element (grid-stride); get_rows /
  * dequantize decode one output element per thread; move_rows gives each thread one column and
- * walks the moves in ascending i, so overlapping moves keep the CPU's sequential semantics. */
+ * walks the moves in ascending i, so overlapping moves keep the CPU's sequential semantics;
+ * gather_rows is one launch for all its rows: each block copies one chunk of GATHER_CHUNK floats of
+ * one destination row, four floats a thread (one 16-byte load and store where both addresses are
+ * 16-byte aligned), moving the bits as 32-bit words so every value, NaN payloads included, arrives
+ * unchanged. */
 #include <math.h>
 #include <stdint.h>
 
@@ -473,6 +477,39 @@ static __global__ void move_rows_kernel(float *buf, int64_t stride, int width, c
     }
 }
 
+/* The fields of a gather, by value (a kernel parameter: no upload). */
+typedef struct gather_fields {
+    row_field field[GATHER_MAX_FIELDS];
+} gather_fields;
+#define GATHER_CHUNK (4 * EW_THREADS)
+
+/* Work unit u = ((b * n_fields + f) * n + i) * chunks + chunk: block b, field f, destination row i,
+ * floats [chunk * GATHER_CHUNK, (chunk + 1) * GATHER_CHUNK) of it. Destination rows never overlap
+ * each other or a source row (backend.h), so the units run in any order. */
+static __global__ void gather_rows_kernel(uint32_t *dst, int64_t dst_block, const uint32_t *src, int64_t src_block,
+                                          gather_fields fields, int n_fields, const int32_t *rows, int n, int chunks,
+                                          int64_t units) {
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+        const int chunk = (int)(u % chunks);
+        int64_t rest = u / chunks;
+        const int i = (int)(rest % n);
+        rest /= n;
+        const row_field field = fields.field[rest % n_fields];
+        const int64_t b = rest / n_fields;
+        const int64_t width = field.width;
+        const int64_t e = (int64_t)chunk * GATHER_CHUNK + 4 * (int64_t)threadIdx.x;
+        if (e >= width) continue;
+        const uint32_t *s = src + b * src_block + field.src_offset + (int64_t)rows[i] * width + e;
+        uint32_t *d = dst + b * dst_block + field.dst_offset + (int64_t)i * width + e;
+        if (e + 4 <= width && (((uintptr_t)s | (uintptr_t)d) & 15) == 0) {
+            *(uint4 *)d = *(const uint4 *)s;
+        } else {
+            const int m = width - e < 4 ? (int)(width - e) : 4;
+            for (int j = 0; j < m; j++) d[j] = s[j];
+        }
+    }
+}
+
 #define LAUNCH_EW(kernel, n, name, ...)                                                           \
     do {                                                                                          \
         if ((n) <= 0) return;                                                                     \
@@ -517,4 +554,22 @@ extern "C" void cuda_move_rows(const backend *be, float *buf, int64_t stride, in
     move_rows_kernel<<<(width + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, cuda_stream(be)>>>(buf, stride, width,
                                                                                                from, to, n);
     cuda_note_launch(be, "move_rows");
+}
+
+extern "C" void cuda_gather_rows(const backend *be, float *dst, int64_t dst_block, const float *src, int64_t src_block,
+                                 int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n) {
+    if (n <= 0 || n_blocks <= 0 || n_fields <= 0) return;
+    gather_fields packed = {};
+    int32_t widest = 0;
+    for (int f = 0; f < n_fields && f < GATHER_MAX_FIELDS; f++) {
+        packed.field[f] = fields[f];
+        if (fields[f].width > widest) widest = fields[f].width;
+    }
+    if (n_fields > GATHER_MAX_FIELDS) n_fields = GATHER_MAX_FIELDS; /* backend.h: the caller keeps it <= */
+    const int chunks = (widest + GATHER_CHUNK - 1) / GATHER_CHUNK;
+    const int64_t units = (int64_t)n_blocks * n_fields * n * chunks;
+    const unsigned grid = units > 65535 * 4 ? 65535 * 4 : (unsigned)units; /* units past the grid: its loop */
+    gather_rows_kernel<<<grid, EW_THREADS, 0, cuda_stream(be)>>>((uint32_t *)dst, dst_block, (const uint32_t *)src,
+                                                                 src_block, packed, n_fields, rows, n, chunks, units);
+    cuda_note_launch(be, "gather_rows");
 }

@@ -147,6 +147,11 @@ static void test_elementwise() {
       std::vector<int32_t> from = {10, 11, 12, 13, 20, 5}, to = {5, 6, 10, 11, 12, 13};
       ref = buf; CPU->ops->move_rows(CPU, ref.data(), stride, width, from.data(), to.data(), 6);
       d = updev(buf); cuda_move_rows(&G.base, d, stride, width, updevi(from), updevi(to), 6); cmp("move_rows (overlapping chain)", get(d, rows * stride), ref, 0, true); }
+    { const int64_t src_block = 9000, dst_block = 7000; const row_field f[3] = {{1, 7, 2051}, {6160, 3, 4}, {6180, 11, 1}};
+      auto src = randv(2 * src_block); auto dst = randv(2 * dst_block); std::vector<int32_t> r = {2, 0, 2};
+      auto ref = dst; CPU->ops->gather_rows(CPU, ref.data(), dst_block, src.data(), src_block, 2, f, 3, r.data(), 3);
+      float *d = updev(dst); cuda_gather_rows(&G.base, d, dst_block, updev(src), src_block, 2, f, 3, updevi(r), 3);
+      cmp("gather_rows (unaligned, wider than a chunk)", get(d, dst.size()), ref, 0, true); }
     { int T = 4, nh = 5, hd = 256, nr = 64; auto x = randv(T * nh * hd); std::vector<int32_t> pos = {0, 17, 4000, 131071};
       auto r = x; CPU->ops->rope_neox(CPU, r.data(), pos.data(), T, nh, hd, nr, 1e7f);
       float *d = updev(x); cuda_rope_neox(&G.base, d, updevi(pos), T, nh, hd, nr, 1e7f); cmp("rope_neox", get(d, x.size()), r, 1e-6); }
