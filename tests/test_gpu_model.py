@@ -87,7 +87,7 @@ def test_recorded_decode_steps_equal_eager_steps(gpu_model):
 # replay its recorded inputs, checkpoint_restore copies the leaf's checkpoint
 @pytest.mark.parametrize("methods", [("hld_chains", "deferred_factors"), ("root_to_leaf", "deferred_factors"),
                                      ("hld_chains", "factors_now"), ("root_to_leaf", "replay"),
-                                     ("dense_checkpoints", "checkpoint_restore")])
+                                     ("dense_checkpoints", "checkpoint_restore")], ids=lambda m: "+".join(m))
 def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     _, model = gpu_model
     V = model.hparams.n_vocab
