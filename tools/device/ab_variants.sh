@@ -11,7 +11,7 @@
 #   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
 #     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
 # Patches are `patch -p1` diffs against this tree (git diff A B -- native > ab/NAME.patch); they
-# travel as untracked files. A single-patch variant that touches the matmul also runs
+# travel as untracked files. AB_PYTEST=0 skips the variants' pytest -m gpu runs. A single-patch variant that touches the matmul also runs
 # cuda_matmul_check (GPU bits against the CPU oracle). Check results go to stdout (run_gpu.sh's bench.log).
 set -uo pipefail
 commit=$1 rounds=$2 bench_args=$3
@@ -56,6 +56,7 @@ done
 cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "rebuilding main FAILED"
 
 for name in "${names[@]:1}"; do
+  [ "${AB_PYTEST:-1}" = 0 ] && break
   echo "variant $name: pytest -m gpu"
   SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3
 done
