@@ -101,7 +101,8 @@ fi
 export PYTHONPATH=/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 
-# (b) llama-bench in the background; it may take until 150 s before the end (then llama-bench runs)
+# (b) llama-bench in the background at the lowest priority (our benchmarks may run meanwhile; their
+# host thread must not wait for a core); it may take until 150 s before the end (then llama-bench runs)
 LLAMA_RC=$HOME/.llama-build.rc
 rm -f "$LLAMA_RC"
 llama_build_limit=$(( $(left) - 150 ))
@@ -111,7 +112,7 @@ if [ "${SKIP_LLAMA:-0}" = 1 ]; then
 elif [ "$llama_build_limit" -ge 30 ]; then
   log "START llama-bench build in the background (limit ${llama_build_limit}s)"
   ( t0=$(date +%s)
-    timeout --kill-after=5 "$llama_build_limit" bash tools/device/build_llama_bench.sh > "$OUT/llama-build.log" 2>&1
+    timeout --kill-after=5 "$llama_build_limit" nice -n 19 bash tools/device/build_llama_bench.sh > "$OUT/llama-build.log" 2>&1
     rc=$?; echo "$rc $(( $(date +%s) - t0 ))" > "$LLAMA_RC" ) &
   LLAMA_PID=$!
 else
