@@ -1,5 +1,6 @@
 // Device check (tools/device/cuda_ops_check/build.sh): the CUDA ops of elementwise.cu, attention.cu, logits.cu
 // against the CPU backend's ops table on seeded random inputs.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +158,51 @@ static void test_elementwise() {
       float *d = updev(x); cuda_rope_neox(&G.base, d, updevi(pos), T, nh, hd, nr, 1e7f); cmp("rope_neox", get(d, x.size()), r, 1e-6); }
 }
 
+// Attention in float64 (the softmax written out directly): the yardstick for both float32 backends.
+// rows_of(t) lists the cache rows query t reads, in order.
+template <class Rows>
+static std::vector<double> attention_f64(const std::vector<float> &Q, const std::vector<float> &K, const std::vector<float> &V,
+                                         int T, int nh, int nkv, int D, Rows rows_of) {
+    std::vector<double> out((size_t)T * nh * D, 0.0);
+    const int G = nh / nkv;
+    for (int t = 0; t < T; t++) {
+        const std::vector<int> rows = rows_of(t);
+        for (int h = 0; h < nh; h++) {
+            const int kvh = h / G;
+            const float *q = &Q[((size_t)t * nh + h) * D];
+            std::vector<double> sc(rows.size());
+            double m = -INFINITY, l = 0;
+            for (size_t i = 0; i < rows.size(); i++) {
+                const float *k = &K[((size_t)rows[i] * nkv + kvh) * D];
+                double d = 0; for (int j = 0; j < D; j++) d += (double)q[j] * k[j];
+                sc[i] = d / std::sqrt((double)D); m = std::max(m, sc[i]);
+            }
+            for (auto &x : sc) { x = std::exp(x - m); l += x; }
+            double *o = &out[((size_t)t * nh + h) * D];
+            for (size_t i = 0; i < rows.size(); i++) {
+                const float *v = &V[((size_t)rows[i] * nkv + kvh) * D];
+                for (int j = 0; j < D; j++) o[j] += sc[i] / l * v[j];
+            }
+        }
+    }
+    return out;
+}
+
+// Both float32 results against the float64 one: the largest error over the largest |reference|. The
+// GPU passes when its error is within 4x the CPU oracle's (or 1e-6): same arithmetic class, another order.
+static void cmp_f64(const char *name, const std::vector<float> &gpu, const std::vector<float> &cpu, const std::vector<double> &ref) {
+    double scale = 0, eg = 0, ec = 0;
+    for (size_t i = 0; i < ref.size(); i++) scale = std::max(scale, std::fabs(ref[i]));
+    for (size_t i = 0; i < ref.size(); i++) {
+        eg = std::max(eg, std::isnan(gpu[i]) ? INFINITY : std::fabs(gpu[i] - ref[i]));
+        ec = std::max(ec, std::fabs(cpu[i] - ref[i]));
+    }
+    eg /= scale, ec /= scale;
+    const bool ok = eg <= std::max(4 * ec, 1e-6);
+    printf("%-40s vs float64: gpu %.3g cpu %.3g (of max |ref| %.3g) %s\n", name, eg, ec, scale, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+
 static void test_attention(int nh, int nkv, int D, int n_past, int T) {
     const int n_kv = n_past + T + 8;
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
@@ -172,6 +218,8 @@ static void test_attention(int nh, int nkv, int D, int n_past, int T) {
     G.workspace_bytes = saved;
     auto u = get(o1, ref.size());
     snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d", nh, nkv, D, n_past, T); cmp(name, u, ref, 2e-5);
+    cmp_f64(name, u, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
+        std::vector<int> r(pos[t] + 1); for (int i = 0; i <= pos[t]; i++) r[i] = i; return r; }));
     int saved_sm = G.sm_count; G.sm_count = 100000; // force split
     cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o2);
     G.sm_count = saved_sm;
@@ -195,6 +243,10 @@ static void test_tree(int nh, int nkv, int D, int n_prefix) {
     auto tree = get(o, ref.size());
     char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d", nh, nkv, D, n_prefix);
     cmp(name, tree, ref, 2e-5);
+    cmp_f64(name, tree, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
+        std::vector<int> r; for (int i = 0; i < n_prefix; i++) r.push_back(i);
+        std::vector<int> path; for (int a = t; a >= 0; a = parents[a]) path.insert(path.begin(), n_prefix + a);
+        r.insert(r.end(), path.begin(), path.end()); return r; }));
     int saved_sm = G.sm_count; G.sm_count = 100000;
     float *o2 = dev(ref.size());
     cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o2);
