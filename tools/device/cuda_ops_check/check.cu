@@ -217,7 +217,9 @@ static void test_attention(int nh, int nkv, int D, int n_past, int T) {
     cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o1);
     G.workspace_bytes = saved;
     auto u = get(o1, ref.size());
-    snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d", nh, nkv, D, n_past, T); cmp(name, u, ref, 2e-5);
+    // against the CPU oracle through a float64 softmax: the element-wise 2e-5 check failed where the
+    // CPU's own error was the larger one (at 542b789: GPU 3.7e-7, CPU 2.3e-6 of max |ref|)
+    snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d", nh, nkv, D, n_past, T);
     cmp_f64(name, u, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
         std::vector<int> r(pos[t] + 1); for (int i = 0; i <= pos[t]; i++) r[i] = i; return r; }));
     int saved_sm = G.sm_count; G.sm_count = 100000; // force split
@@ -242,7 +244,6 @@ static void test_tree(int nh, int nkv, int D, int n_prefix) {
     cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o);
     auto tree = get(o, ref.size());
     char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d", nh, nkv, D, n_prefix);
-    cmp(name, tree, ref, 2e-5);
     cmp_f64(name, tree, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
         std::vector<int> r; for (int i = 0; i < n_prefix; i++) r.push_back(i);
         std::vector<int> path; for (int a = t; a >= 0; a = parents[a]) path.insert(path.begin(), n_prefix + a);
