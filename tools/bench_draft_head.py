@@ -46,6 +46,15 @@ def main(argv=None) -> int:
     ap.add_argument("--context-tokens", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--out", default=None, help="append JSON rows here")
+    ap.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
+    # the synthetic draft's shape (FFN 2E; the defaults are write_test_draft's small ones). A 27B
+    # target's draft at z-lab's published shape: --draft-layers 5 --draft-heads 32 --draft-kv-heads 8
+    # --draft-head-dim 128 --draft-quant f16
+    ap.add_argument("--draft-layers", type=int, default=2)
+    ap.add_argument("--draft-heads", type=int, default=4)
+    ap.add_argument("--draft-kv-heads", type=int, default=2)
+    ap.add_argument("--draft-head-dim", type=int, default=64)
+    ap.add_argument("--draft-quant", default="q8_0", help="f32, f16, q8_0 or q4_k_m")
     args = ap.parse_args(argv)
 
     from pyspecla import Model
@@ -57,9 +66,12 @@ def main(argv=None) -> int:
     target_path = Path(args.target)
     if not target_path.exists():
         write_test_model(target_path, preset="0.8b", quant="q4_k_m", seed=0)
-    draft_path = target_path.with_name(target_path.stem + "-dflash-draft.gguf")
+    shape = (args.draft_layers, args.draft_heads, args.draft_kv_heads, args.draft_head_dim, args.draft_quant)
+    suffix = "" if shape == (2, 4, 2, 64, "q8_0") else "-L{}-h{}-kv{}-d{}-{}".format(*shape)
+    draft_path = target_path.with_name(target_path.stem + "-dflash-draft" + suffix + ".gguf")
     if not draft_path.exists():
-        write_test_draft(draft_path, target_path, seed=1, quant="q8_0")
+        write_test_draft(draft_path, target_path, seed=1, quant=args.draft_quant, n_layer=args.draft_layers,
+                         n_head=args.draft_heads, n_head_kv=args.draft_kv_heads, head_dim=args.draft_head_dim)
 
     model = Model.load(str(target_path), n_threads=args.threads, device=args.device)
     draft = DFlashDraft.load(str(draft_path), model)
@@ -91,8 +103,10 @@ def main(argv=None) -> int:
 
     where = (f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)" if whole.device == "cpu"
              else whole.device)
-    base = {"commit": git_commit(), "device": where,
-            "model": target_path.name, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
+    base = {"commit": args.commit or git_commit(), "device": where,
+            "model": target_path.name, "draft": draft_path.name, "draft_layers": args.draft_layers,
+            "draft_heads": args.draft_heads, "draft_kv_heads": args.draft_kv_heads,
+            "draft_head_dim": args.draft_head_dim, "draft_quant": args.draft_quant, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
             "repeats": args.repeats}
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = [
