@@ -44,6 +44,13 @@ cd "$ROOT" || exit 1
 OUT=${OUT:-$ROOT/device-out}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
+# The build keeps 200 s for the steps after it (RESERVE_S below) and needs ~40 s itself: a smaller
+# budget would skip every step and still cost the device call.
+case "$BUDGET_S" in *[!0-9]*|'') echo "run_gpu.sh: BUDGET_S must be a number of seconds (got '$BUDGET_S')" >&2; exit 2;; esac
+if [ "$BUDGET_S" -lt 300 ]; then
+  echo "run_gpu.sh: BUDGET_S=$BUDGET_S is too small: the build alone keeps 200 s for the steps after it; use 300 or more (the device call's timeout bounds the real time)" >&2
+  exit 2
+fi
 SPEED_PRESET=${SPEED_PRESET:-27b}
 SPEED_SEED=${SPEED_SEED:-0}
 LLAMA_BENCH_REPS=${LLAMA_BENCH_REPS:-3}
