@@ -33,6 +33,8 @@ def run_stops(pieces, stops):
     ("ends with a partial ST", ["STOP"], "ends with a partial ST", None),  # held back, then shown at the end
     ("first 'b' wins over 'a b'", ["b'", "a b"], "first '", "b'"),
     ("x>ab", [">a", ">"], "x", ">"),  # one position, two stop strings: the shorter
+    (" bbab> ", ["a", "bab"], " b", "bab"),  # 'bab' starts before 'a', though 'a' ends first
+    (" bba", ["a", "bab"], " bb", "a"),  # the partial 'ba' never completes: 'a' at the end
     ("x", [], "x", None),
 ])
 def test_stop_strings(text, stops, shown, matched):

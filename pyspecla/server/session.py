@@ -78,6 +78,8 @@ class TextGeneration:
                     yield Piece("", [token])
             tail = self._stops.push(self._detok.flush()) if self._stops.matched is None else ""
             tail += self._stops.flush()
+            if self._stops.matched is not None:  # a stop string settled by the end of generation
+                self.stop_word = self._stops.matched
             if tail:
                 yield Piece(tail)
             end = self.job.end

@@ -31,28 +31,45 @@ class StopStrings:
         self._pending = ""
         self.matched: str | None = None
 
+    def _earliest(self, text: str):
+        """(position, stop) of the earliest match in text; at one position the shortest (a stream
+        sees it first); None without one."""
+        first = None
+        for stop in self.stops:
+            at = text.find(stop)
+            if at >= 0 and (first is None or (at, len(stop)) < (first[0], len(first[1]))):
+                first = (at, stop)
+        return first
+
     def push(self, piece: str) -> str:
         if self.matched is not None:
             return ""
         text = self._pending + piece
         if not self.stops:
             return text
-        first = None  # the earliest match; at one position the shortest (a stream sees it first)
-        for stop in self.stops:
-            at = text.find(stop)
-            if at >= 0 and (first is None or (at, len(stop)) < (first[0], len(first[1]))):
-                first = (at, stop)
-        if first is not None:
+        first = self._earliest(text)
+        # the tail that may still become a stop string; when it starts before a complete match,
+        # a longer stop string may yet complete there, earlier ('ba' of 'bab' before the 'a' of
+        # ' bba'): hold back from it and decide with more text, or at flush()
+        keep = _held_back(text, self.stops)
+        if first is not None and len(text) - keep >= first[0]:
             self.matched = first[1]
             self._pending = ""
             return text[: first[0]]
-        keep = _held_back(text, self.stops)
         self._pending = text[len(text) - keep:] if keep else ""
         return text[: len(text) - keep]
 
     def flush(self) -> str:
+        """The held-back tail at the end of generation: cut at a stop string it holds (one whose
+        match waited on an earlier partial one), else shown whole."""
         text, self._pending = self._pending, ""
-        return "" if self.matched is not None else text
+        if self.matched is not None:
+            return ""
+        first = self._earliest(text) if self.stops else None
+        if first is not None:
+            self.matched = first[1]
+            return text[: first[0]]
+        return text
 
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
