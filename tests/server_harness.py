@@ -17,7 +17,25 @@ pytest.importorskip("httpx")
 
 import uvicorn  # noqa: E402
 
+from pyspecla import Model  # noqa: E402
 from pyspecla.server.app import create_app  # noqa: E402
+
+
+def module_fixtures(**server_kwargs):
+    """The `model` (the tiny F32 test model) and `server` (a RunningServer over it, with
+    server_kwargs) fixtures of one server test module, each made once per module:
+        model, server = module_fixtures(n_ctx=512)"""
+
+    @pytest.fixture(scope="module")
+    def model(tiny_model_path):
+        return Model.load(tiny_model_path("f32"))
+
+    @pytest.fixture(scope="module")
+    def server(model):
+        with RunningServer(model, **server_kwargs) as running:
+            yield running
+
+    return model, server
 
 
 class RunningServer:

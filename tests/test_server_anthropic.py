@@ -9,22 +9,12 @@ import json
 import httpx
 import pytest
 
-from server_harness import RunningServer, ScriptedModel
-
-from pyspecla import Model
+from server_harness import RunningServer, ScriptedModel, module_fixtures
 
 N = 16
 
 
-@pytest.fixture(scope="module")
-def model(tiny_model_path):
-    return Model.load(tiny_model_path("f32"))
-
-
-@pytest.fixture(scope="module")
-def server(model):
-    with RunningServer(model) as running:
-        yield running
+model, server = module_fixtures()
 
 
 def post(server, payload):

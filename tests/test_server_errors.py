@@ -11,20 +11,12 @@ import time
 import httpx
 import pytest
 
-from server_harness import ContextCounter, RunningServer
+from server_harness import ContextCounter, RunningServer, module_fixtures
 
-from pyspecla import Model, UsageError
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model_path):
-    return Model.load(tiny_model_path("f32"))
+from pyspecla import UsageError
 
 
-@pytest.fixture(scope="module")
-def server(model):
-    with RunningServer(model, n_ctx=256) as running:
-        yield running
+model, server = module_fixtures(n_ctx=256)
 
 
 def post(server, path, **kwargs):

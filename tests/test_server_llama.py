@@ -8,24 +8,13 @@ import json
 
 import httpx
 import numpy as np
-import pytest
 
-from server_harness import RunningServer
-
-from pyspecla import Model
+from server_harness import RunningServer, module_fixtures
 
 N = 20
 
 
-@pytest.fixture(scope="module")
-def model(tiny_model_path):
-    return Model.load(tiny_model_path("f32"))
-
-
-@pytest.fixture(scope="module")
-def server(model):
-    with RunningServer(model, n_ctx=512) as running:
-        yield running
+model, server = module_fixtures(n_ctx=512)
 
 
 def post(server, path, payload):

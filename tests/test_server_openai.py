@@ -11,25 +11,15 @@ import time
 import numpy as np
 import pytest
 
-from server_harness import ContextCounter, RunningServer, ScriptedModel
+from server_harness import ContextCounter, RunningServer, ScriptedModel, module_fixtures
 
 openai = pytest.importorskip("openai")
-
-from pyspecla import Model  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Write a haiku about caches."}]
 N = 24
 
 
-@pytest.fixture(scope="module")
-def model(tiny_model_path):
-    return Model.load(tiny_model_path("f32"))
-
-
-@pytest.fixture(scope="module")
-def server(model):
-    with RunningServer(model) as running:
-        yield running
+model, server = module_fixtures()
 
 
 def client(server, **kwargs):

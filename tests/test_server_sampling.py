@@ -8,9 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from server_harness import RunningServer
+from server_harness import RunningServer, module_fixtures
 
-from pyspecla import Model
 from pyspecla.sampling import SamplingParams
 from pyspecla.server.prompts import DEFAULT_SAMPLING, PENALTY_LAST_N
 
@@ -23,9 +22,7 @@ KNOBS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def model(tiny_model_path):
-    return Model.load(tiny_model_path("f32"))
+model, _ = module_fixtures()
 
 
 def plain_sampling(model, prompt, knobs, seed):
