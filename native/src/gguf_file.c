@@ -62,6 +62,19 @@ static specla_status read_name(cursor *c, char **out, const char *what) {
     return SPECLA_OK;
 }
 
+/* The name of entry #index of a section (kind "key" or "tensor"), and `where`: how later messages
+ * about that entry name it ("key 'general.name'"). */
+#define GGUF_WHERE_BYTES 320
+static specla_status read_entry_name(cursor *c, const char *kind, int64_t index, char **name,
+                                     char where[GGUF_WHERE_BYTES]) {
+    char what[96];
+    snprintf(what, sizeof what, "%s #%lld", kind, (long long)index);
+    specla_status s = read_name(c, name, what);
+    if (s) return s;
+    snprintf(where, GGUF_WHERE_BYTES, "%s '%.256s'", kind, *name);
+    return SPECLA_OK;
+}
+
 const char *gguf_value_type_name(int32_t type) {
     static const char *names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
                                   "bool", "string", "array", "uint64", "int64", "float64"};
@@ -89,12 +102,9 @@ static specla_status skip_string(cursor *c, const char *what) {
 }
 
 static specla_status read_kv(cursor *c, int64_t index, gguf_kv *kv) {
-    char what[96];
-    snprintf(what, sizeof what, "key #%lld", (long long)index);
-    specla_status s = read_name(c, (char **)&kv->key, what);
+    char where[GGUF_WHERE_BYTES];
+    specla_status s = read_entry_name(c, "key", index, (char **)&kv->key, where);
     if (s) return s;
-    char where[320];
-    snprintf(where, sizeof where, "key '%.256s'", kv->key);
     uint32_t type;
     if ((s = read_u32(c, &type, where))) return s;
     kv->type = (int32_t)type;
@@ -141,12 +151,9 @@ static specla_status read_kv(cursor *c, int64_t index, gguf_kv *kv) {
 /* Name, dims, type and relative offset of one tensor; data is resolved once the data section's
  * start is known. */
 static specla_status read_tensor_info(cursor *c, int64_t index, gguf_tensor_info *t, uint64_t *offset) {
-    char what[96];
-    snprintf(what, sizeof what, "tensor #%lld", (long long)index);
-    specla_status s = read_name(c, (char **)&t->name, what);
+    char where[GGUF_WHERE_BYTES];
+    specla_status s = read_entry_name(c, "tensor", index, (char **)&t->name, where);
     if (s) return s;
-    char where[320];
-    snprintf(where, sizeof where, "tensor '%.256s'", t->name);
     uint32_t n_dims, type;
     if ((s = read_u32(c, &n_dims, where))) return s;
     if (n_dims > GGUF_MAX_DIMS)
