@@ -34,13 +34,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+def append_rows(rows: list[dict], out: str | None) -> None:
+    """Append JSON rows, one per line, to `out` when given."""
+    if out:
+        with open(out, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def emit_rows(rows: list[dict], out: str | None) -> None:
     """Print JSON rows, one per line, and append them to `out` when given."""
     for row in rows:
         print(json.dumps(row))
-    if out:
-        with open(out, "a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
+    append_rows(rows, out)
 
 
 def cpu_name() -> str:

@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpu import commit  # noqa: E402
-from bench_gpu_spec import device_label  # noqa: E402
+from bench_cpu import append_rows  # noqa: E402
+from bench_gpu_spec import device_label, exit_with  # noqa: E402
 
 MODES = {  # name: (specla, verify_method, commit_method); None = plain decoding
     "plain": None,
@@ -267,18 +268,9 @@ def main(argv=None) -> int:
               f"{str(r['same_as_plain']):>5}  {cells} {verify} {tail}  "
               f"{launches if launches is None else round(launches, 1)!s:>7} "
               f"{waits if waits is None else round(waits, 2)!s:>6}")
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    append_rows(rows, args.out)
     return 0 if all(r["same_as_plain"] for r in rows) else 1
 
 
 if __name__ == "__main__":
-    from pyspecla.errors import SpeclaError
-
-    try:
-        sys.exit(main())
-    except SpeclaError as e:  # e.g. a device this build or machine lacks: the library's message
-        print(f"bench_gpu_e2e: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_with(main, "bench_gpu_e2e")

@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu import cpu_name  # noqa: E402
+from bench_cpu import append_rows, cpu_name  # noqa: E402
 from bench_gpu import commit, device_name  # noqa: E402
 from bench_specla import DDTREE_RANK_PROBS, best_first_tree  # noqa: E402
 
@@ -273,18 +273,21 @@ def main(argv=None) -> int:
     exact_rows = [r for r in rows if r["mode"] == "verify-exactness"]
     print("# exact (SpecLA on == off, every node == prefill of its path): "
           + ", ".join(f"depth {r['depth']}: {r['exact']}" for r in exact_rows))
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    append_rows(rows, args.out)
     return 0 if all(r["exact"] for r in exact_rows) else 1
 
 
-if __name__ == "__main__":
+def exit_with(main, name: str) -> None:
+    """sys.exit(main()); a library error (e.g. a device this build or machine lacks) is its one-line
+    message and exit status 2, not a traceback."""
     from pyspecla.errors import SpeclaError
 
     try:
         sys.exit(main())
-    except SpeclaError as e:  # e.g. a device this build or machine lacks: the library's message
-        print(f"bench_gpu_spec: {e}", file=sys.stderr)
+    except SpeclaError as e:
+        print(f"{name}: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    exit_with(main, "bench_gpu_spec")
