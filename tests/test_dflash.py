@@ -553,6 +553,20 @@ def test_native_model_create_validates_against_the_target(target_path, draft_pat
         DFlashDraft.load(draft_path(), narrow)
 
 
+def proposed_over_the_whole_head(model, draft, reference, rng):
+    """A target context filled with 17 random tokens and the draft's 6-deep top-4 block over the
+    whole head from a random root: (ctx, root, the whole head's proposal and draft context, the
+    reference's block logits), the baseline the chosen-rows tests compare against."""
+    V = model.hparams.n_vocab
+    ctx = model.new_context(n_ctx=64, capture_layers=draft.target_layer_ids)
+    ctx.eval(rng.integers(0, V, 17))
+    root = int(rng.integers(V))
+    full = draft.new_context(n_ctx=64)
+    proposal = full.propose(ctx, root, 6, 4)
+    block = reference.block_logits(ctx.read_features(0, ctx.n_past), root)
+    return ctx, root, proposal, full, block
+
+
 def test_propose_over_chosen_head_rows(target_path, draft_path):
     """specla_draft_context_set_logit_rows: the block scored over chosen rows of the target's LM
     head ranks and normalises over those rows only, exactly as the reference restricted to them;
@@ -560,12 +574,7 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
     model, draft, reference = loaded(target_path(), draft_path())
     rng = np.random.default_rng(3)
     V = model.hparams.n_vocab
-    ctx = model.new_context(n_ctx=64, capture_layers=draft.target_layer_ids)
-    ctx.eval(rng.integers(0, V, 17))
-    root = int(rng.integers(V))
-    full = draft.new_context(n_ctx=64)
-    full_tokens, full_logprobs = full.propose(ctx, root, 6, 4)
-    block = reference.block_logits(ctx.read_features(0, ctx.n_past), root)
+    ctx, root, (full_tokens, full_logprobs), full, block = proposed_over_the_whole_head(model, draft, reference, rng)
     for n in (5, V // 3):
         ids = np.sort(rng.permutation(V)[:n]).astype(np.int32)
         dctx = draft.new_context(n_ctx=64)

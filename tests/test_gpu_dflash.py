@@ -19,7 +19,7 @@ from pyspecla.errors import NativeError
 from pyspecla.reference.dflash import DFlashReference, topk
 from pyspecla.testing.drafts import write_test_draft
 from pyspecla.testing.models import write_test_model
-from test_dflash import CASES, assert_matches_reference
+from test_dflash import CASES, assert_matches_reference, proposed_over_the_whole_head
 
 pytestmark = pytest.mark.gpu
 
@@ -141,12 +141,7 @@ def test_reduced_head_rows_are_gathered_on_the_device(pair_path):
     reference = DFlashReference.from_gguf(draft_file, target)
     rng = np.random.default_rng(5)
     V = model.hparams.n_vocab
-    ctx = model.new_context(n_ctx=64, capture_layers=draft.target_layer_ids)
-    ctx.eval(rng.integers(0, V, 17))
-    root = int(rng.integers(V))
-    full = draft.new_context(n_ctx=64)
-    full_tokens, full_logprobs = full.propose(ctx, root, 6, 4)
-    block = reference.block_logits(ctx.read_features(0, ctx.n_past), root)
+    ctx, root, (full_tokens, full_logprobs), _, block = proposed_over_the_whole_head(model, draft, reference, rng)
     ids = np.sort(rng.permutation(V)[: V // 3]).astype(np.int32)
     grown = draft.new_context(n_ctx=64)
     for n in (40, 41, 200, len(ids)):  # a vocabulary that grows: only the new rows are gathered
