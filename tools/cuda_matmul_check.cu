@@ -418,10 +418,12 @@ static void emulate_dispatch(const mm_launch_args &args) { /* the tile count mat
     }
 }
 
-/* y[n_batch][ne1] through the tensor-core kernel's code (emulated), partial sums added in chunk
- * order as mm_finish_unit does. */
-static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
-                               float *y) {
+/* One emulated matmul call of one matrix: its launch arguments (activations quantized on the host,
+ * partial sums in a host buffer), run(args) for the kernel's code, then the split-K sums added in
+ * chunk order as mm_finish_unit adds them. */
+template <class Run>
+static void emulate_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch, float *y,
+                           Run run) {
     const mm_plan p = mm_plan_for(type, ne0, ne1);
     const HostActs a = host_quantize(mm_act_kind(type), x, n_batch, ne0);
     const int64_t rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
@@ -435,14 +437,7 @@ static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int n
     args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
     args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
     args.act.minops = a.minops.data();
-    switch (type) {
-    case SPECLA_TYPE_Q8_0: emulate_dispatch<SPECLA_TYPE_Q8_0>(args); break;
-    case SPECLA_TYPE_Q4_0: emulate_dispatch<SPECLA_TYPE_Q4_0>(args); break;
-    case SPECLA_TYPE_Q5_0: emulate_dispatch<SPECLA_TYPE_Q5_0>(args); break;
-    case SPECLA_TYPE_Q4_K: emulate_dispatch<SPECLA_TYPE_Q4_K>(args); break;
-    case SPECLA_TYPE_Q6_K: emulate_dispatch<SPECLA_TYPE_Q6_K>(args); break;
-    default: fprintf(stderr, "cuda_matmul_check: no tensor-core kernel for %s\n", type_name(type)), exit(2);
-    }
+    run(args, p);
     if (p.n_chunks > 1)
         for (int b = 0; b < n_batch; b++)
             for (int o = 0; o < ne1; o++) {
@@ -451,6 +446,21 @@ static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int n
                 for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
                 y[(size_t)b * ne1 + o] = s;
             }
+}
+
+/* y[n_batch][ne1] through the per-warp tensor-core kernel's code (emulated). */
+static void emulate_mma_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
+                               float *y) {
+    emulate_matmul(type, prep, ne0, ne1, x, n_batch, y, [type](mm_launch_args &args, const mm_plan &) {
+        switch (type) {
+        case SPECLA_TYPE_Q8_0: emulate_dispatch<SPECLA_TYPE_Q8_0>(args); break;
+        case SPECLA_TYPE_Q4_0: emulate_dispatch<SPECLA_TYPE_Q4_0>(args); break;
+        case SPECLA_TYPE_Q5_0: emulate_dispatch<SPECLA_TYPE_Q5_0>(args); break;
+        case SPECLA_TYPE_Q4_K: emulate_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+        case SPECLA_TYPE_Q6_K: emulate_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+        default: fprintf(stderr, "cuda_matmul_check: no tensor-core kernel for %s\n", type_name(type)), exit(2);
+        }
+    });
 }
 
 /* The staged kernel's code (matmul_tile.cuh) on 32 host threads: every CTA's 4 warps one after the
@@ -483,33 +493,15 @@ static void emulate_tile_dispatch(const mm_launch_args &args) { /* the tile coun
 
 static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
                                 float *y) {
-    const mm_plan p = mm_plan_for(type, ne0, ne1);
-    const HostActs a = host_quantize(mm_act_kind(type), x, n_batch, ne0);
-    const int64_t rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
-    std::vector<float> partials((size_t)n_batch * p.n_chunks * rows_padded, NAN);
-    mm_launch_args args;
-    memset(&args, 0, sizeof args);
-    mm_mat_args &m = args.mat[0];
-    m.w = prep, m.y = y, m.partials = partials.data(), m.counters = nullptr;
-    m.ne1 = ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups, m.chunk_blocks = p.chunk_blocks;
-    m.n_chunks = p.n_chunks, m.unit_begin = 0, m.cta_begin = 0;
-    args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
-    args.n_ctas = mm_tile_ctas(p.row_groups, p.n_chunks);
-    args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
-    args.act.minops = a.minops.data();
-    switch (type) {
-    case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
-    case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
-    default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
-    }
-    if (p.n_chunks > 1)
-        for (int b = 0; b < n_batch; b++)
-            for (int o = 0; o < ne1; o++) {
-                const float *q = partials.data() + (size_t)b * p.n_chunks * rows_padded + o;
-                float s = q[0];
-                for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
-                y[(size_t)b * ne1 + o] = s;
-            }
+    emulate_matmul(type, prep, ne0, ne1, x, n_batch, y, [type](mm_launch_args &args, const mm_plan &p) {
+        args.mat[0].cta_begin = 0;
+        args.n_ctas = mm_tile_ctas(p.row_groups, p.n_chunks);
+        switch (type) {
+        case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+        case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+        default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
+        }
+    });
 }
 
 /* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
