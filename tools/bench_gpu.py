@@ -83,12 +83,15 @@ def weight_bytes_per_token(model: Model) -> int:
     return total
 
 
-def timed(fn, reps: int) -> list[float]:
+def timed(fn, reps: int, reset=None) -> list[float]:
+    """Seconds of each of reps calls of fn; reset(), when given, runs after each call, off the clock."""
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        if reset:
+            reset()
     return times
 
 
@@ -168,22 +171,13 @@ def main(argv=None) -> int:
         ctx.save_state()
         # the decode step alone: the truncate back to the depth is outside the timer, as for the
         # batches below (the rows up to 542b789 timed it inside, which flattered decode_steps ~5 %)
-        decode_times = []
-        for _ in range(args.reps):
-            decode_times += timed(lambda: ctx.eval_argmax([11]), 1)
-            ctx.truncate(depth)
-        decode_at_depth = statistics.median(decode_times)
+        back = lambda: ctx.truncate(depth)  # noqa: E731
+        decode_at_depth = statistics.median(timed(lambda: ctx.eval_argmax([11]), args.reps, reset=back))
         for n in batches:
             tokens = [(depth + i * 31) % V for i in range(n)]
             ctx.eval_argmax(tokens)  # warm-up
             ctx.truncate(depth)
-            times = []
-            for _ in range(args.reps):
-                t1 = time.perf_counter()
-                ctx.eval_argmax(tokens)
-                times.append(time.perf_counter() - t1)
-                ctx.truncate(depth)
-            batch = statistics.median(times)
+            batch = statistics.median(timed(lambda: ctx.eval_argmax(tokens), args.reps, reset=back))
             emit("batch", depth=depth, n_tokens=n, ms=round(batch * 1e3, 3),
                  decode_ms_at_depth=round(decode_at_depth * 1e3, 3),
                  decode_steps=round(batch / decode_at_depth, 3))
