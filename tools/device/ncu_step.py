@@ -1,8 +1,9 @@
-"""A short forward workload for Nsight Compute: loads a model on the CUDA backend, fills a few
-positions, then runs one decode token and one forward of --batch tokens, so that
-`ncu -k regex:NAME -c N python3 tools/device/ncu_step.py --model M` reports the kernels of both.
+"""A short forward workload for Nsight Compute: loads a model on the CUDA backend, runs one decode
+token, then one forward of --batch tokens. The decode comes first so that the first launches of a
+kernel that only one-token calls use (the dp4a matmul, ^mm_kernel) and of one that only batches use
+(the staged tensor-core matmul, ^mm_tile) are both the first layers' matrices:
 
-    ncu --clock-control none -k regex:mm_ -c 6 --section SpeedOfLight \\
+    ncu --clock-control none -k regex:^mm_tile -c 6 --section SpeedOfLight \\
         python3 tools/device/ncu_step.py --model 27b.gguf --batch 23"""
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     model = Model.load(args.model, device="cuda")
     ctx = model.new_context(n_ctx=256, max_batch=max(16, args.batch), recorded_steps=False)
-    ctx.eval([1, 2, 3, 4, 5, 6, 7, 8])
     ctx.eval_argmax([9])
     ctx.eval_argmax([300 + i for i in range(args.batch)])
     return 0
