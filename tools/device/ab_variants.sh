@@ -26,6 +26,13 @@ names=(main)
 
 revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
 
+# the checkers' CPU oracle library, built once (patches touch only the CUDA sources)
+cpu_lib=$HOME/ab-cpu-lib
+if ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$cpu_lib" -j "$(nproc)"; } > "$HOME/ab-cpu-lib.log" 2>&1; then
+  echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
+fi
+
 for spec in "$@"; do
   name=${spec%%=*}
   IFS=+ read -ra list <<< "${spec#*=}"
@@ -41,7 +48,7 @@ for spec in "$@"; do
     names+=("$name")
     echo "variant $name: built in $(( $(date +%s) - t0 ))s"
     if [ ${#list[@]} -eq 1 ] && grep -q "matmul" "${list[0]}"; then
-      if bash tools/device/build_cuda_checks.sh "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1; then
+      if CPU_LIB_BUILD=$cpu_lib bash tools/device/build_cuda_checks.sh "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1; then
         echo "variant $name: cuda_matmul_check (checks only):"
         "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
       else

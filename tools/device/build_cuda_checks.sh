@@ -18,9 +18,16 @@ case "$sm" in *[!0-9]*|'') echo "build_cuda_checks.sh: SM must be a number such 
 mkdir -p "$build"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S "$root" -B "$build/lib" "${generator[@]}" -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >"$build/cmake.log"
-cmake --build "$build/lib" -j "$(nproc)" >>"$build/cmake.log"
-lib="$build/lib/native"
+# CPU_LIB_BUILD: an existing CPU-only build directory of this tree to link against (the A/B script
+# builds one checker per variant; the oracle library does not change between them)
+if [ -n "${CPU_LIB_BUILD:-}" ]; then
+    lib="$CPU_LIB_BUILD/native"
+    [ -f "$lib/libspecla.so" ] || { echo "build_cuda_checks.sh: CPU_LIB_BUILD=$CPU_LIB_BUILD has no native/libspecla.so" >&2; exit 2; }
+else
+    cmake -S "$root" -B "$build/lib" "${generator[@]}" -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >"$build/cmake.log"
+    cmake --build "$build/lib" -j "$(nproc)" >>"$build/cmake.log"
+    lib="$build/lib/native"
+fi
 # EXTRA_NVCC_FLAGS: e.g. -DMM_TARGET_UNITS=4096 to try another matmul plan (it changes the order)
 # shellcheck disable=SC2086
 if ! nvcc -O3 -std=c++20 -arch="sm_$sm" ${EXTRA_NVCC_FLAGS:-} -Xptxas -v -Xcompiler -fopenmp,-ffp-contract=off \
