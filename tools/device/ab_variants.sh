@@ -11,8 +11,10 @@
 #   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
 #     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
 # Patches are `patch -p1` diffs against this tree (git diff A B -- native > ab/NAME.patch); they
-# travel as untracked files. AB_PYTEST=0 skips the variants' pytest -m gpu runs. A single-patch variant that touches the matmul also runs
-# cuda_matmul_check (GPU bits against the CPU oracle). Check results go to stdout (run_gpu.sh's bench.log).
+# travel as untracked files. AB_PYTEST=0 skips the variants' pytest -m gpu runs. A single-patch variant
+# that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
+# touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
+# and the bit-identity checks). Check results go to stdout (run_gpu.sh's bench.log).
 set -uo pipefail
 commit=$1 rounds=$2 bench_args=$3
 shift 3
@@ -29,7 +31,7 @@ revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s
 # the checkers' CPU oracle library, built once (patches touch only the CUDA sources)
 cpu_lib=$HOME/ab-cpu-lib
 if ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$cpu_lib" -j "$(nproc)"; } > "$HOME/ab-cpu-lib.log" 2>&1; then
+       cmake --build "$cpu_lib" -j "$(nproc)" && cmake --build "$cpu_lib" --target specla_cpu; } > "$HOME/ab-cpu-lib.log" 2>&1; then
   echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
 fi
 
@@ -53,6 +55,14 @@ for spec in "$@"; do
         "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
       else
         echo "variant $name: cuda_matmul_check did not build"; tail -20 "$HOME/ab-check-$name.log"
+      fi
+    fi
+    if [ ${#list[@]} -eq 1 ] && [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
+      if bash tools/device/cuda_ops_check/build.sh "$cpu_lib" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1; then
+        echo "variant $name: cuda_ops_check:"
+        "$HOME/ab-ops-check-$name" 2>&1 | grep -E "FAIL|FAILURES|mismatch" | tail -12
+      else
+        echo "variant $name: cuda_ops_check did not build"; tail -20 "$HOME/ab-ops-check-$name.log"
       fi
     fi
   else
