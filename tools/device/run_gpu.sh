@@ -28,7 +28,8 @@
 # Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), GGML_CUDA=OFF (a CPU-only
 # llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),
-# SKIP_PYTEST=1 (no GPU tests: a call that only measures).
+# SKIP_PYTEST=1 (no GPU tests: a call that only measures), BENCH_STEP_S (300: the most one benchmark
+# command may run; an A/B of several variants needs more).
 
 # The benchmark hook. Each entry is one shell command run from the repository root with:
 #   MODEL            the speed-only GGUF of step (c)
@@ -51,6 +52,8 @@ if [ "$BUDGET_S" -lt 300 ]; then
   echo "run_gpu.sh: BUDGET_S=$BUDGET_S is too small: the build alone keeps 200 s for the steps after it; use 300 or more (the device call's timeout bounds the real time)" >&2
   exit 2
 fi
+BENCH_STEP_S=${BENCH_STEP_S:-300}
+case "$BENCH_STEP_S" in *[!0-9]*|'') echo "run_gpu.sh: BENCH_STEP_S must be a number of seconds (got '$BENCH_STEP_S')" >&2; exit 2;; esac
 SPEED_PRESET=${SPEED_PRESET:-27b}
 SPEED_SEED=${SPEED_SEED:-0}
 LLAMA_BENCH_REPS=${LLAMA_BENCH_REPS:-3}
@@ -170,7 +173,9 @@ fi
 
 # (e) the benchmark hook
 export MODEL ROWS=$OUT/bench.jsonl
+# llama-bench's run keeps 150 s after the benchmarks (none when it is skipped)
 RESERVE_S=150
+[ "${SKIP_LLAMA:-0}" = 1 ] && RESERVE_S=10
 if [ ${#BENCH_COMMANDS[@]} -eq 0 ]; then
   log "no benchmark commands (BENCH_COMMANDS in tools/device/run_gpu.sh, or arguments)"
 fi
@@ -178,7 +183,7 @@ i=0
 for cmd in "${BENCH_COMMANDS[@]}"; do
   i=$((i + 1))
   echo "=== bench $i: $cmd" >> "$OUT/bench.log"
-  step "bench $i: $cmd" 300 "$OUT/bench.log" bash -c "$cmd"
+  step "bench $i: $cmd" "$BENCH_STEP_S" "$OUT/bench.log" bash -c "$cmd"
 done
 
 # (f) llama-bench on the same file
