@@ -164,7 +164,7 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
             }
 #pragma unroll
             for (int g = 0; g < HG; g++) {
-                if (g >= ng) break;
+                if (g >= ng) continue; /* not break: a loop with one exit unrolls fully for HIP too */
                 float dot[ATT_K_BATCH];
 #pragma unroll
                 for (int u = 0; u < ATT_K_BATCH; u++) {
@@ -393,7 +393,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
 #pragma unroll
         for (int g = 0; g < P; g++) {
-            if (g >= np) break;
+            if (g >= np) continue;
             const int tp = tq0 + g / ngh, h = head0 + g % ngh;
             const int64_t slot = ((int64_t)tp * nh + h) * n_seg_max + seg;
             if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
@@ -427,7 +427,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
             segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
 #pragma unroll
             for (int g = 0; g < P; g++) {
-                if (g >= ngh) break;
+                if (g >= ngh) continue;
                 const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
                 if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
 #pragma unroll
