@@ -37,7 +37,8 @@
  *     query by query with hb heads each, in the same block. At depth 4096 a 23-token batch reads
  *     each K/V row of the prefix 6 times (once per tile) instead of 23 times.
  * Within segment_partial: scores, group w takes the tile's rows w, w+4, ... (ATT_K_BATCH rows' K
- * loads in flight, each lane holding dims L, L+32, ... of them), every pair's q from shared memory;
+ * loads in flight, each lane holding dims L, L+32, ... of them), every pair's q from shared memory
+ * (a query tile's block reduces 4 pairs' lane sums at once, wide_scores: the same bits, fewer shuffles);
  * softmax bookkeeping, group w takes pairs w, w+4, ...; V, thread i owns dims i and i + ATT_THREADS
  * of every pair, its accumulators in registers (HG x 2 floats).
  * Shared memory and registers (sm_90, ptxas): attention_kernel<2> 2.9 KB, 127 registers;
@@ -131,6 +132,62 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
     return i < n_direct ? i : n_direct + chain[i - n_direct];
 }
 
+/* Scores of a group's ATT_K_BATCH rows i0, i0 + 4, ... for all ng pairs of a wide block (a query
+ * tile), ATT_WIDE_ITEMS = 4 pairs at a time: each (pair, row) lane sum is the same fmaf chain over
+ * d = L, L + 32, ... as in segment_partial; the 4 pairs' lane sums of one row are then reduced
+ * together by two halving steps (xor 16, 8: a lane keeps the half of the pairs its lane bit selects
+ * and adds its partner's value of those to its own) and three butterfly steps (xor 4, 2, 1). Every
+ * step adds, for each pair, the values of lanes L and L ^ m, in group_sum's step order, so each pair's
+ * sum has group_sum's bits (IEEE addition is commutative: which lane of the two adds does not matter),
+ * with 6 shuffles for 4 pairs instead of 20. Lane L ends with pair g0 + ((L >> 3) & 3). (8 pairs at a
+ * time spilled: 32 lane sums next to 32 K values and the tile's 48 accumulators.) */
+#define ATT_WIDE_ITEMS 4
+template <int HG>
+static __device__ __forceinline__ void wide_scores(att_shared<HG> &sh, const float (&kv)[ATT_K_BATCH][ATT_DIMS_PER_LANE],
+                                                   int lane, int D, int ng, float scale, int i0, int tile_n) {
+    static_assert(HG % ATT_WIDE_ITEMS == 0, "a wide block's pairs come in groups of ATT_WIDE_ITEMS");
+    static_assert(SPECLA_WARP == 32, "the halving steps are xor 16, 8");
+    const bool hi16 = lane & 16, hi8 = lane & 8;
+#pragma unroll
+    for (int g0 = 0; g0 < HG; g0 += ATT_WIDE_ITEMS) {
+        if (g0 >= ng) continue;
+        float dot[ATT_WIDE_ITEMS][ATT_K_BATCH];
+#pragma unroll
+        for (int c = 0; c < ATT_WIDE_ITEMS; c++)
+#pragma unroll
+            for (int u = 0; u < ATT_K_BATCH; u++) dot[c][u] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_WIDE_ITEMS; c++) {
+            if (g0 + c >= ng) continue; /* a pair past ng: its sum stays 0 and is not stored */
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                const int d = lane + SPECLA_WARP * j;
+                if (d < D) {
+                    const float qd = sh.q[(g0 + c) * D + d];
+#pragma unroll
+                    for (int u = 0; u < ATT_K_BATCH; u++) dot[c][u] = fmaf(qd, kv[u][j], dot[c][u]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_K_BATCH; u++) {
+            float x[2];
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float send = hi16 ? dot[c][u] : dot[c + 2][u], keep = hi16 ? dot[c + 2][u] : dot[c][u];
+                x[c] = __fadd_rn(keep, SPECLA_SHFL_XOR(send, 16));
+            }
+            const float send = hi8 ? x[0] : x[1], keep = hi8 ? x[1] : x[0];
+            float sum = __fadd_rn(keep, SPECLA_SHFL_XOR(send, 8));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 4));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 2));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 1));
+            const int pair = g0 + ((lane >> 3) & 3), row = i0 + ATT_GROUPS * u;
+            if ((lane & 7) == 0 && pair < ng && row < tile_n) sh.p[pair][row] = __fmul_rn(sum, scale);
+        }
+    }
+}
+
 /* The partial of segment `seg` for the block's heads: m, l in sh, acc in the caller's registers. */
 template <int HG>
 static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
@@ -162,6 +219,9 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
                     kv[u][j] = i < tile_n && d < D ? kr[d] : 0.0f;
                 }
             }
+            if constexpr (HG > ATT_MAX_G) { /* a query tile's many pairs: their sums reduced together */
+                wide_scores(sh, kv, lane, D, ng, scale, i0, tile_n);
+            } else {
 #pragma unroll
             for (int g = 0; g < HG; g++) {
                 if (g >= ng) continue; /* not break: a loop with one exit unrolls fully for HIP too */
@@ -182,6 +242,7 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
                     for (int u = 0; u < ATT_K_BATCH; u++)
                         if (i0 + ATT_GROUPS * u < tile_n) sh.p[g][i0 + ATT_GROUPS * u] = __fmul_rn(dot[u], scale);
                 }
+            }
             }
         }
         __syncthreads();
