@@ -34,7 +34,7 @@
  *     qt = ATT_TILE_PAIRS / hb (27B, G = 6: 4 queries x 6 heads), for every segment all the tile's
  *     queries see in full (causal: below the smallest position of the tile + 1; tree: inside the
  *     prefix); the other segments (a causal query's last one, a tree node's ancestors) are reduced
- *     query by query with hb heads each, in the same block. At depth 4096 a 23-token batch reads
+ *     query by query with hb heads each, one block per query. At depth 4096 a 23-token batch reads
  *     each K/V row of the prefix 6 times (once per tile) instead of 23 times.
  * Within segment_partial: scores, group w takes the tile's rows w, w+4, ... (ATT_K_BATCH rows' K
  * loads in flight, each lane holding dims L, L+32, ... of them), every pair's q from shared memory
@@ -390,19 +390,20 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         }
 }
 
-/* SPLIT for a batch (T > 1): block (seg, kvh * n_hgroups + hg, tile) serves segment seg of the query
- * heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 + tile * qt ..
- * (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by the tile when
- * every query of it sees all ATT_SEG of its logical positions as the same physical rows: causal, (seg +
- * 1) * ATT_SEG <= the smallest positions[t] + 1 of the tile; tree, (seg + 1) * ATT_SEG <= n_prefix
- * (the prefix rows are direct). A shared segment is reduced once for all (query, head) pairs of the
- * tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in segment_partial, so each K
- * and V row is loaded once for every pair, and each pair's operations are those of segment_partial
- * for one head (they never depend on what else the block holds). Any other segment (a causal query's
- * last one, a tree node's ancestor rows) is reduced query by query, the tile's queries one after the
- * other, each with its ngh heads, exactly as attention_kernel's SPLIT shape does. Partials go to the
- * same workspace slots as attention_kernel's, for attention_merge_kernel. Tree: dynamic shared memory
- * of 2 * T ints (parents, the current query's chain). */
+/* SPLIT for a batch (T > 1): block (seg, kvh * n_hgroups + hg, tile * qt + jq) serves segment seg of
+ * the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
+ * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
+ * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows:
+ * causal, (seg + 1) * ATT_SEG <= the smallest positions[t] + 1 of the tile; tree, (seg + 1) * ATT_SEG
+ * <= n_prefix (the prefix rows are direct). Block jq = 0 reduces a shared segment once for all (query,
+ * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
+ * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
+ * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
+ * 0 leave. Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
+ * block jq for the tile's query jq alone, with its ngh heads, exactly as attention_kernel's SPLIT
+ * shape does (short batches at small depths have only such segments: one block per query keeps them
+ * parallel). Partials go to the same workspace slots as attention_kernel's, for
+ * attention_merge_kernel. Tree: dynamic shared memory of 2 * T ints (parents, the query's chain). */
 template <int P>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
@@ -410,53 +411,58 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
                           int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                           float scale) {
     __shared__ att_shared<P> sh;
-    __shared__ int tile_min_rows, tile_max_rows; /* causal: the fewest and most rows a query of the tile sees */
-    extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
+    __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
+    extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
     const int seg = blockIdx.x, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
-    const int tq0 = blockIdx.z * qt, nq = min(qt, n_q - tq0); /* the tile's queries, in this launch's numbering */
+    /* the tile's queries and this block's query jq, in this launch's numbering */
+    const int tq0 = (blockIdx.z / qt) * qt, jq = blockIdx.z % qt, nq = min(qt, n_q - tq0);
+    if (jq >= nq) return; /* past the last query of the launch */
+    const int tp = tq0 + jq, t = t0 + tp;
     int32_t *chain = tree_shared + T;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
     } else if (tid == 0) {
-        int mn = positions[t0 + tq0] + 1, mx = mn;
-        for (int j = 1; j < nq; j++) mn = min(mn, positions[t0 + tq0 + j] + 1), mx = max(mx, positions[t0 + tq0 + j] + 1);
+        int mn = positions[t0 + tq0] + 1;
+        for (int j = 1; j < nq; j++) mn = min(mn, positions[t0 + tq0 + j] + 1);
         tile_min_rows = mn;
-        tile_max_rows = mx;
     }
     __syncthreads();
-    if (seg == 0 && blockIdx.y == 0 && tid < nq) { /* the row counts the merge kernel reads */
-        const int t = t0 + tq0 + tid;
-        int n_rows = 0;
-        if (parents) {
-            for (int a = t; a >= 0; a = tree_shared[a]) n_rows++;
-            n_rows += n_prefix;
-        } else {
-            n_rows = positions[t] + 1;
-        }
-        part_rows[tq0 + tid] = n_rows;
-    }
-    /* a causal launch spans the whole cache (n_kv is the context size): blocks past every query of the
-     * tile leave at once (a tree's launch spans n_prefix + T rows, at most one segment too many) */
-    if (!parents && seg * ATT_SEG >= tile_max_rows) return;
     const int n_shared = parents ? n_prefix : tile_min_rows;
+    const bool shared = (seg + 1) * ATT_SEG <= n_shared;
+    const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
+    if (tid == 0 && (!shared || counts)) { /* query t's rows (and chain) */
+        if (parents) {
+            int n = 0;
+            for (int a = t; a >= 0; a = tree_shared[a]) n++;
+            int i = n;
+            for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
+            sh.n_rows = n_prefix + n;
+            sh.n_direct = n_prefix;
+        } else {
+            sh.n_rows = positions[t] + 1;
+            sh.n_direct = sh.n_rows;
+        }
+        if (counts) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
+    }
+    __syncthreads();
     float acc[P][ATT_DIMS_PER_THREAD];
 
-    if ((seg + 1) * ATT_SEG <= n_shared) {
+    if (shared) {
+        if (jq != 0) return; /* block 0 of the tile serves all its queries */
         const int np = nq * ngh;
         for (int i = tid; i < np * D; i += ATT_THREADS) {
             const int pair = i / D, d = i % D;
-            const int t = t0 + tq0 + pair / ngh, h = head0 + pair % ngh;
-            sh.q[i] = q[((int64_t)t * nh + h) * D + d];
+            const int tpair = t0 + tq0 + pair / ngh, h = head0 + pair % ngh;
+            sh.q[i] = q[((int64_t)tpair * nh + h) * D + d];
         }
-        if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared;
+        if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
         __syncthreads();
         segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
 #pragma unroll
         for (int g = 0; g < P; g++) {
             if (g >= np) continue;
-            const int tp = tq0 + g / ngh, h = head0 + g % ngh;
-            const int64_t slot = ((int64_t)tp * nh + h) * n_seg_max + seg;
+            const int64_t slot = ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg;
             if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
 #pragma unroll
             for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
@@ -467,38 +473,20 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         return;
     }
 
-    for (int j = 0; j < nq; j++) {
-        const int tp = tq0 + j, t = t0 + tp;
-        if (tid == 0) {
-            if (parents) {
-                int n = 0;
-                for (int a = t; a >= 0; a = tree_shared[a]) n++;
-                int i = n;
-                for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
-                sh.n_rows = n_prefix + n;
-                sh.n_direct = n_prefix;
-            } else {
-                sh.n_rows = positions[t] + 1;
-                sh.n_direct = sh.n_rows;
-            }
-        }
-        for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
-        __syncthreads();
-        if (seg * ATT_SEG < sh.n_rows) { /* uniform over the block */
-            segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
+    if (seg * ATT_SEG >= sh.n_rows) return; /* a segment past query t's rows (uniform over the block) */
+    for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
+    __syncthreads();
+    segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
 #pragma unroll
-            for (int g = 0; g < P; g++) {
-                if (g >= ngh) continue;
-                const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
-                if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
+    for (int g = 0; g < P; g++) {
+        if (g >= ngh) continue;
+        const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
+        if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
 #pragma unroll
-                for (int jj = 0; jj < ATT_DIMS_PER_THREAD; jj++) {
-                    const int d = tid + ATT_THREADS * jj;
-                    if (d < D) part_acc[slot * D + d] = acc[g][jj];
-                }
-            }
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+            const int d = tid + ATT_THREADS * j;
+            if (d < D) part_acc[slot * D + d] = acc[g][j];
         }
-        __syncthreads(); /* q, n_rows, chain, m and l are rewritten for the next query */
     }
 }
 
@@ -581,7 +569,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (T > 1)
                 attention_tile_kernel<ATT_TILE_PAIRS>
-                    <<<dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt), ATT_THREADS, tree_bytes,
+                    <<<dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), ATT_THREADS, tree_bytes,
                        cuda_stream(be)>>>(q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
                                           tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows,
                                           scale);

@@ -205,9 +205,10 @@ static void cmp_f64(const char *name, const std::vector<float> &gpu, const std::
 
 // Causal attention of T queries at positions n_past + t, or (scattered) at positions n_past - (97 t mod
 // 400), out of order and some equal, so that the query tiles of a batch share different numbers of
-// segments and walk their other segments query by query.
-static void test_attention(int nh, int nkv, int D, int n_past, int T, bool scattered = false) {
-    const int n_kv = n_past + T + 8;
+// segments and walk their other segments query by query. n_kv = the rows past the batch's end + free rows
+// (the core passes the context size: most segments of a short batch are past every query).
+static void test_attention(int nh, int nkv, int D, int n_past, int T, bool scattered = false, int free_rows = 8) {
+    const int n_kv = n_past + T + free_rows;
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
     std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = scattered ? n_past - (97 * t) % 400 : n_past + t;
     std::vector<float> ref((size_t)T * nh * D);
@@ -355,6 +356,8 @@ int main() {
     test_attention(24, 4, 256, 4000, 23, true);
     test_attention(8, 2, 128, 700, 40, true);
     test_attention(8, 2, 128, 300, 40);
+    test_attention(24, 4, 256, 0, 23, false, 4096); // depth 0 in a 4 K context: one segment, per-query blocks
+    test_attention(24, 4, 256, 200, 23, false, 4096);
     test_tree(24, 4, 256, 4096, tree_of(23, false));
     test_tree(24, 4, 256, 4090, tree_of(23, true)); // a chain crossing the segment boundary at 4096
     test_tree(24, 4, 256, 4000, tree_of(23, false));
