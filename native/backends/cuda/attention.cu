@@ -65,7 +65,13 @@
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
 #define ATT_TILE_PAIRS 24 /* (query, head) pairs per block of a batch's shared segments: 4 queries x 6
                            * heads on the 27B shape (G = 6), so each K/V row is read once per 4 queries */
-#define ATT_TILE_MIN_BLOCKS 3 /* resident blocks per SM the tile kernel's registers leave room for */
+/* resident blocks per SM the tile kernel's registers leave room for: 3 (168 registers) where ptxas fits
+ * it without spilling (sm_90; gfx11); 2 for sm_75, whose ptxas spilled 4 bytes at 168 */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATT_TILE_MIN_BLOCKS 2
+#else
+#define ATT_TILE_MIN_BLOCKS 3
+#endif
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
