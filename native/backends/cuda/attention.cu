@@ -25,11 +25,27 @@
  * walks all segments of its query and merges as it goes). Since a partial written to memory and read
  * back is the same float, both shapes give identical bits and the choice may depend on T freely.
  *
- * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) serves one query t, one KV head and
- * up to HG of the query heads sharing it (GQA), so each K/V row is read once for all of them: HG is
- * ATT_MAX_G for a batch, ATT_DECODE_G for a decode step (more blocks for its one query).
- * Scores: group w takes the tile's rows w, w+4, ...; softmax bookkeeping: group w takes heads w,
- * w+4, ...; V: thread i owns dims i and i + ATT_THREADS for every head of the block. */
+ * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) reduces a segment for up to HG
+ * (query, head) pairs of one KV head (GQA), so each K/V row it loads serves all of them:
+ *   - a decode step (T = 1), SPLIT or UNSPLIT, and a batch's UNSPLIT: one query t and HG of its
+ *     heads (attention_kernel; HG = ATT_DECODE_G = 2 for a decode step, more blocks for its one
+ *     query; ATT_MAX_G = 8 for a batch);
+ *   - a batch's SPLIT (attention_tile_kernel): a TILE of qt queries x hb heads, hb = min(G, ATT_MAX_G),
+ *     qt = ATT_TILE_PAIRS / hb (27B, G = 6: 4 queries x 6 heads), for every segment all the tile's
+ *     queries see in full (causal: below the smallest position of the tile + 1; tree: inside the
+ *     prefix); the other segments (a causal query's last one, a tree node's ancestors) are reduced
+ *     query by query with hb heads each, one block per query. At depth 4096 a 23-token batch reads
+ *     each K/V row of the prefix 6 times (once per tile) instead of 23 times.
+ * Within segment_partial: scores, group w takes the tile's rows w, w+4, ... (ATT_K_BATCH rows' K
+ * loads in flight, each lane holding dims L, L+32, ... of them), every pair's q from shared memory
+ * (a query tile's block reduces 4 pairs' lane sums at once, wide_scores: the same bits, fewer shuffles);
+ * softmax bookkeeping, group w takes pairs w, w+4, ...; V, thread i owns dims i and i + ATT_THREADS
+ * of every pair, its accumulators in registers (HG x 2 floats).
+ * Shared memory and registers (sm_90, ptxas): attention_kernel<2> 2.9 KB, 127 registers;
+ * attention_kernel<8> 10.7 KB, 167; attention_tile_kernel<24> 31.7 KB (q of 24 pairs x 256 dims =
+ * 24 KB, scores 24 x 64 = 6 KB) + 8 T bytes for a tree, 168 registers (3 blocks per SM), no spills.
+ * K and V stay in registers (no shared staging): a row is loaded by one group (K) or by every thread
+ * for its own dims (V) and used at once for every pair, so staging would add a copy and no reuse. */
 #include <math.h>
 #include <stdint.h>
 
@@ -47,6 +63,15 @@
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
+#define ATT_TILE_PAIRS 24 /* (query, head) pairs per block of a batch's shared segments: 4 queries x 6
+                           * heads on the 27B shape (G = 6), so each K/V row is read once per 4 queries */
+/* resident blocks per SM the tile kernel's registers leave room for: 3 (168 registers) where ptxas fits
+ * it without spilling (sm_90; gfx11); 2 for sm_75, whose ptxas spilled 4 bytes at 168 */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATT_TILE_MIN_BLOCKS 2
+#else
+#define ATT_TILE_MIN_BLOCKS 3
+#endif
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
@@ -113,6 +138,62 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
     return i < n_direct ? i : n_direct + chain[i - n_direct];
 }
 
+/* Scores of a group's ATT_K_BATCH rows i0, i0 + 4, ... for all ng pairs of a wide block (a query
+ * tile), ATT_WIDE_ITEMS = 4 pairs at a time: each (pair, row) lane sum is the same fmaf chain over
+ * d = L, L + 32, ... as in segment_partial; the 4 pairs' lane sums of one row are then reduced
+ * together by two halving steps (xor 16, 8: a lane keeps the half of the pairs its lane bit selects
+ * and adds its partner's value of those to its own) and three butterfly steps (xor 4, 2, 1). Every
+ * step adds, for each pair, the values of lanes L and L ^ m, in group_sum's step order, so each pair's
+ * sum has group_sum's bits (IEEE addition is commutative: which lane of the two adds does not matter),
+ * with 6 shuffles for 4 pairs instead of 20. Lane L ends with pair g0 + ((L >> 3) & 3). (8 pairs at a
+ * time spilled: 32 lane sums next to 32 K values and the tile's 48 accumulators.) */
+#define ATT_WIDE_ITEMS 4
+template <int HG>
+static __device__ __forceinline__ void wide_scores(att_shared<HG> &sh, const float (&kv)[ATT_K_BATCH][ATT_DIMS_PER_LANE],
+                                                   int lane, int D, int ng, float scale, int i0, int tile_n) {
+    static_assert(HG % ATT_WIDE_ITEMS == 0, "a wide block's pairs come in groups of ATT_WIDE_ITEMS");
+    static_assert(SPECLA_WARP == 32, "the halving steps are xor 16, 8");
+    const bool hi16 = lane & 16, hi8 = lane & 8;
+#pragma unroll
+    for (int g0 = 0; g0 < HG; g0 += ATT_WIDE_ITEMS) {
+        if (g0 >= ng) continue;
+        float dot[ATT_WIDE_ITEMS][ATT_K_BATCH];
+#pragma unroll
+        for (int c = 0; c < ATT_WIDE_ITEMS; c++)
+#pragma unroll
+            for (int u = 0; u < ATT_K_BATCH; u++) dot[c][u] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_WIDE_ITEMS; c++) {
+            if (g0 + c >= ng) continue; /* a pair past ng: its sum stays 0 and is not stored */
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                const int d = lane + SPECLA_WARP * j;
+                if (d < D) {
+                    const float qd = sh.q[(g0 + c) * D + d];
+#pragma unroll
+                    for (int u = 0; u < ATT_K_BATCH; u++) dot[c][u] = fmaf(qd, kv[u][j], dot[c][u]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_K_BATCH; u++) {
+            float x[2];
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float send = hi16 ? dot[c][u] : dot[c + 2][u], keep = hi16 ? dot[c + 2][u] : dot[c][u];
+                x[c] = __fadd_rn(keep, SPECLA_SHFL_XOR(send, 16));
+            }
+            const float send = hi8 ? x[0] : x[1], keep = hi8 ? x[1] : x[0];
+            float sum = __fadd_rn(keep, SPECLA_SHFL_XOR(send, 8));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 4));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 2));
+            sum = __fadd_rn(sum, SPECLA_SHFL_XOR(sum, 1));
+            const int pair = g0 + ((lane >> 3) & 3), row = i0 + ATT_GROUPS * u;
+            if ((lane & 7) == 0 && pair < ng && row < tile_n) sh.p[pair][row] = __fmul_rn(sum, scale);
+        }
+    }
+}
+
 /* The partial of segment `seg` for the block's heads: m, l in sh, acc in the caller's registers. */
 template <int HG>
 static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
@@ -144,9 +225,12 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
                     kv[u][j] = i < tile_n && d < D ? kr[d] : 0.0f;
                 }
             }
+            if constexpr (HG > ATT_MAX_G) { /* a query tile's many pairs: their sums reduced together */
+                wide_scores(sh, kv, lane, D, ng, scale, i0, tile_n);
+            } else {
 #pragma unroll
             for (int g = 0; g < HG; g++) {
-                if (g >= ng) break;
+                if (g >= ng) continue; /* not break: a loop with one exit unrolls fully for HIP too */
                 float dot[ATT_K_BATCH];
 #pragma unroll
                 for (int u = 0; u < ATT_K_BATCH; u++) {
@@ -164,6 +248,7 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
                     for (int u = 0; u < ATT_K_BATCH; u++)
                         if (i0 + ATT_GROUPS * u < tile_n) sh.p[g][i0 + ATT_GROUPS * u] = __fmul_rn(dot[u], scale);
                 }
+            }
             }
         }
         __syncthreads();
@@ -195,18 +280,21 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
         if (tid < D) {
             const float *vbase = v_cache + (int64_t)kvh * D + tid;
             const bool second = tid + ATT_THREADS < D;
-            for (int i0 = 0; i0 < tile_n; i0 += ATT_V_BATCH) {
+            /* rows whose loads are in flight together: fewer when many heads keep the registers busy
+             * (how many loads are batched does not change any FMA or its order) */
+            constexpr int VB = HG > ATT_MAX_G ? ATT_V_BATCH / 2 : ATT_V_BATCH;
+            for (int i0 = 0; i0 < tile_n; i0 += VB) {
                 /* the batch's loads first (all in flight), then the FMAs in row order */
-                float v0[ATT_V_BATCH], v1[ATT_V_BATCH];
+                float v0[VB], v1[VB];
 #pragma unroll
-                for (int u = 0; u < ATT_V_BATCH; u++) {
+                for (int u = 0; u < VB; u++) {
                     const bool live = i0 + u < tile_n;
                     const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
                     v0[u] = live ? vr[0] : 0.0f;
                     v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
                 }
 #pragma unroll
-                for (int u = 0; u < ATT_V_BATCH; u++) {
+                for (int u = 0; u < VB; u++) {
                     if (i0 + u >= tile_n) break;
 #pragma unroll
                     for (int g = 0; g < HG; g++) {
@@ -308,6 +396,106 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         }
 }
 
+/* SPLIT for a batch (T > 1): block (seg, kvh * n_hgroups + hg, tile * qt + jq) serves segment seg of
+ * the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
+ * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
+ * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows:
+ * causal, (seg + 1) * ATT_SEG <= the smallest positions[t] + 1 of the tile; tree, (seg + 1) * ATT_SEG
+ * <= n_prefix (the prefix rows are direct). Block jq = 0 reduces a shared segment once for all (query,
+ * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
+ * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
+ * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
+ * 0 leave. Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
+ * block jq for the tile's query jq alone, with its ngh heads, exactly as attention_kernel's SPLIT
+ * shape does (short batches at small depths have only such segments: one block per query keeps them
+ * parallel). Partials go to the same workspace slots as attention_kernel's, for
+ * attention_merge_kernel. Tree: dynamic shared memory of 2 * T ints (parents, the query's chain). */
+template <int P>
+static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
+    attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
+                          const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, int hb,
+                          int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
+                          float scale) {
+    __shared__ att_shared<P> sh;
+    __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
+    extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
+    const int seg = blockIdx.x, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
+    const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
+    /* the tile's queries and this block's query jq, in this launch's numbering */
+    const int tq0 = (blockIdx.z / qt) * qt, jq = blockIdx.z % qt, nq = min(qt, n_q - tq0);
+    if (jq >= nq) return; /* past the last query of the launch */
+    const int tp = tq0 + jq, t = t0 + tp;
+    int32_t *chain = tree_shared + T;
+    if (parents) {
+        for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
+    } else if (tid == 0) {
+        int mn = positions[t0 + tq0] + 1;
+        for (int j = 1; j < nq; j++) mn = min(mn, positions[t0 + tq0 + j] + 1);
+        tile_min_rows = mn;
+    }
+    __syncthreads();
+    const int n_shared = parents ? n_prefix : tile_min_rows;
+    const bool shared = (seg + 1) * ATT_SEG <= n_shared;
+    const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
+    if (tid == 0 && (!shared || counts)) { /* query t's rows (and chain) */
+        if (parents) {
+            int n = 0;
+            for (int a = t; a >= 0; a = tree_shared[a]) n++;
+            int i = n;
+            for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
+            sh.n_rows = n_prefix + n;
+            sh.n_direct = n_prefix;
+        } else {
+            sh.n_rows = positions[t] + 1;
+            sh.n_direct = sh.n_rows;
+        }
+        if (counts) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
+    }
+    __syncthreads();
+    float acc[P][ATT_DIMS_PER_THREAD];
+
+    if (shared) {
+        if (jq != 0) return; /* block 0 of the tile serves all its queries */
+        const int np = nq * ngh;
+        for (int i = tid; i < np * D; i += ATT_THREADS) {
+            const int pair = i / D, d = i % D;
+            const int tpair = t0 + tq0 + pair / ngh, h = head0 + pair % ngh;
+            sh.q[i] = q[((int64_t)tpair * nh + h) * D + d];
+        }
+        if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
+        __syncthreads();
+        segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
+#pragma unroll
+        for (int g = 0; g < P; g++) {
+            if (g >= np) continue;
+            const int64_t slot = ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg;
+            if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
+#pragma unroll
+            for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+                const int d = tid + ATT_THREADS * j;
+                if (d < D) part_acc[slot * D + d] = acc[g][j];
+            }
+        }
+        return;
+    }
+
+    if (seg * ATT_SEG >= sh.n_rows) return; /* a segment past query t's rows (uniform over the block) */
+    for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
+    __syncthreads();
+    segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
+#pragma unroll
+    for (int g = 0; g < P; g++) {
+        if (g >= ngh) continue;
+        const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
+        if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+            const int d = tid + ATT_THREADS * j;
+            if (d < D) part_acc[slot * D + d] = acc[g][j];
+        }
+    }
+}
+
 /* SPLIT's second kernel: block (h, tp, dim chunk) merges query t0 + tp's segment partials of head h in
  * segment order. The (m, l) chain (merge_scales, sequential by definition) runs once per block in
  * thread 0 into shared memory; then each thread folds its dimension's partials in segment order
@@ -381,11 +569,21 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         float *part_acc = (float *)cb->workspace;
         float *part_ml = part_acc + (size_t)split_queries * nh * n_seg_max * D;
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
+        /* a batch: blocks of query tiles (attention_tile_kernel), hb heads x qt queries per block */
+        const int hb = G < ATT_MAX_G ? G : ATT_MAX_G, tile_hgroups = (G + hb - 1) / hb, qt = ATT_TILE_PAIRS / hb;
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
-            attention_kernel<HG><<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
-                q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, n_seg_max, n_seg_max,
-                t0, part_acc, part_ml, part_rows, out);
+            if (T > 1)
+                attention_tile_kernel<ATT_TILE_PAIRS>
+                    <<<dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), ATT_THREADS, tree_bytes,
+                       cuda_stream(be)>>>(q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
+                                          tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows,
+                                          scale);
+            else
+                attention_kernel<HG><<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes,
+                                       cuda_stream(be)>>>(q, k_cache, v_cache, positions, parents, n_prefix, T, nh,
+                                                          nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0,
+                                                          part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
             attention_merge_kernel<<<dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS), ATT_MERGE_THREADS,
                                      merge_shared_bytes, cuda_stream(be)>>>(part_acc, part_ml, part_rows, nh, D,

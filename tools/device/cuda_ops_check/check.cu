@@ -203,10 +203,14 @@ static void cmp_f64(const char *name, const std::vector<float> &gpu, const std::
     if (!ok) failures++;
 }
 
-static void test_attention(int nh, int nkv, int D, int n_past, int T) {
-    const int n_kv = n_past + T + 8;
+// Causal attention of T queries at positions n_past + t, or (scattered) at positions n_past - (97 t mod
+// 400), out of order and some equal, so that the query tiles of a batch share different numbers of
+// segments and walk their other segments query by query. n_kv = the rows past the batch's end + free rows
+// (the core passes the context size: most segments of a short batch are past every query).
+static void test_attention(int nh, int nkv, int D, int n_past, int T, bool scattered = false, int free_rows = 8) {
+    const int n_kv = n_past + T + free_rows;
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
-    std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = n_past + t;
+    std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = scattered ? n_past - (97 * t) % 400 : n_past + t;
     std::vector<float> ref((size_t)T * nh * D);
     CPU->ops->attention(CPU, Q.data(), K.data(), V.data(), pos.data(), T, n_kv, nh, nkv, D, ref.data());
     float *dK = updev(K), *dV = updev(V), *dQ = updev(Q); int32_t *dp = updevi(pos);
@@ -219,22 +223,34 @@ static void test_attention(int nh, int nkv, int D, int n_past, int T) {
     auto u = get(o1, ref.size());
     // against the CPU oracle through a float64 softmax: the element-wise 2e-5 check failed where the
     // CPU's own error was the larger one (at 542b789: GPU 3.7e-7, CPU 2.3e-6 of max |ref|)
-    snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d", nh, nkv, D, n_past, T);
+    snprintf(name, 128, "attention nh=%d nkv=%d D=%d past=%d T=%d%s", nh, nkv, D, n_past, T, scattered ? " scattered" : "");
     cmp_f64(name, u, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
         std::vector<int> r(pos[t] + 1); for (int i = 0; i <= pos[t]; i++) r[i] = i; return r; }));
     int saved_sm = G.sm_count; G.sm_count = 100000; // force split
     cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o2);
     G.sm_count = saved_sm;
     snprintf(name, 128, "  split == unsplit"); cmp(name, get(o2, ref.size()), u, 0, true);
-    // last query alone (T=1) == in the batch
-    cuda_attention(&G.base, dQ + (size_t)(T - 1) * nh * D, dK, dV, dp + T - 1, 1, n_kv, nh, nkv, D, o3);
-    snprintf(name, 128, "  last query alone == in batch");
-    cmp(name, get(o3, nh * D), std::vector<float>(u.end() - nh * D, u.end()), 0, true);
+    // every query alone (T=1, the decode shape) == the same query in the batch (split and unsplit)
+    std::vector<float> alone(ref.size());
+    for (int t = 0; t < T; t++) {
+        cuda_attention(&G.base, dQ + (size_t)t * nh * D, dK, dV, dp + t, 1, n_kv, nh, nkv, D, o3);
+        auto one = get(o3, nh * D);
+        std::copy(one.begin(), one.end(), alone.begin() + (size_t)t * nh * D);
+    }
+    snprintf(name, 128, "  each query alone == in batch");
+    cmp(name, alone, u, 0, true);
 }
 
 // Tree: nodes 0..T-1 with parents; K/V rows n_prefix + node. Compare node t to causal decode of its path.
-static void test_tree(int nh, int nkv, int D, int n_prefix) {
-    std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3, 6, 7, 5};
+static const std::vector<int32_t> TREE10 = {-1, 0, 0, 1, 1, 2, 3, 6, 7, 5};
+// A tree of n nodes, node i's parent drawn from 0..i-1 (a verify's DDTree shape); chain: a path.
+static std::vector<int32_t> tree_of(int n, bool chain) {
+    std::vector<int32_t> p(n, -1);
+    for (int i = 1; i < n; i++) p[i] = chain ? i - 1 : std::uniform_int_distribution<int>(0, i - 1)(rng);
+    return p;
+}
+
+static void test_tree(int nh, int nkv, int D, int n_prefix, const std::vector<int32_t> &parents = TREE10) {
     const int T = parents.size(), n_kv = n_prefix + T;
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
     std::vector<float> ref((size_t)T * nh * D);
@@ -243,26 +259,33 @@ static void test_tree(int nh, int nkv, int D, int n_prefix) {
     float *o = dev(ref.size());
     cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o);
     auto tree = get(o, ref.size());
-    char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d", nh, nkv, D, n_prefix);
+    char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d T=%d", nh, nkv, D, n_prefix, T);
     cmp_f64(name, tree, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
         std::vector<int> r; for (int i = 0; i < n_prefix; i++) r.push_back(i);
         std::vector<int> path; for (int a = t; a >= 0; a = parents[a]) path.insert(path.begin(), n_prefix + a);
         r.insert(r.end(), path.begin(), path.end()); return r; }));
-    int saved_sm = G.sm_count; G.sm_count = 100000;
+    size_t saved = G.workspace_bytes; G.workspace_bytes = 0; // no room for partials: UNSPLIT
     float *o2 = dev(ref.size());
     cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o2);
-    G.sm_count = saved_sm;
+    G.workspace_bytes = saved;
     cmp("  tree split == unsplit", get(o2, ref.size()), tree, 0, true);
-    // node 8: path 0 1 3 6 7 8 -> causal cache with those rows appended
-    int node = 8; std::vector<int> path; for (int a = node; a >= 0; a = parents[a]) path.insert(path.begin(), a);
-    const int n2 = n_prefix + path.size();
-    std::vector<float> K2((size_t)n2 * nkv * D), V2((size_t)n2 * nkv * D);
-    size_t row = (size_t)nkv * D;
-    for (int i = 0; i < n2; i++) { int src = i < n_prefix ? i : n_prefix + path[i - n_prefix]; memcpy(&K2[i * row], &K[src * row], row * 4); memcpy(&V2[i * row], &V[src * row], row * 4); }
-    std::vector<int32_t> pos = {n2 - 1};
+    // every node == the causal decode (T=1) of its path: a cache of the prefix rows, then the path's rows
+    std::vector<float> decoded(ref.size());
+    const size_t row = (size_t)nkv * D;
     float *o3 = dev(nh * D);
-    cuda_attention(&G.base, dQ + (size_t)node * nh * D, updev(K2), updev(V2), updevi(pos), 1, n2, nh, nkv, D, o3);
-    cmp("  tree node == causal decode of its path", get(o3, nh * D), std::vector<float>(tree.begin() + node * nh * D, tree.begin() + (node + 1) * nh * D), 0, true);
+    for (int node = 0; node < T; node++) {
+        std::vector<int> path; for (int a = node; a >= 0; a = parents[a]) path.insert(path.begin(), a);
+        const int n2 = n_prefix + path.size();
+        std::vector<float> K2((size_t)n2 * row), V2((size_t)n2 * row);
+        for (int i = 0; i < n2; i++) { int src = i < n_prefix ? i : n_prefix + path[i - n_prefix]; memcpy(&K2[i * row], &K[src * row], row * 4); memcpy(&V2[i * row], &V[src * row], row * 4); }
+        std::vector<int32_t> pos = {n2 - 1};
+        float *dK2 = updev(K2), *dV2 = updev(V2); int32_t *dpos = updevi(pos);
+        cuda_attention(&G.base, dQ + (size_t)node * nh * D, dK2, dV2, dpos, 1, n2, nh, nkv, D, o3);
+        auto one = get(o3, nh * D);
+        std::copy(one.begin(), one.end(), decoded.begin() + (size_t)node * nh * D);
+        cudaFree(dK2); cudaFree(dV2); cudaFree(dpos);
+    }
+    cmp("  each tree node == causal decode of its path", decoded, tree, 0, true);
 }
 
 static void test_logits(int rows, int V, int k) {
@@ -325,6 +348,21 @@ int main() {
     test_tree(8, 2, 128, 100);
     test_tree(24, 4, 256, 2500);
     test_tree(4, 1, 16, 0);
+    // batches on the 27B shape (G = 6: query tiles of 4 x 6 heads) at depth ~4096, as a 23-token verify:
+    // all shared segments but the last; the batch crossing a segment boundary (4073 + 23 > 4096);
+    // scattered positions; more queries than one split launch takes (40 > 32), G = 4
+    test_attention(24, 4, 256, 4096, 23);
+    test_attention(24, 4, 256, 4073, 23);
+    test_attention(24, 4, 256, 4000, 23, true);
+    test_attention(8, 2, 128, 700, 40, true);
+    test_attention(8, 2, 128, 300, 40);
+    test_attention(24, 4, 256, 0, 23, false, 4096); // depth 0 in a 4 K context: one segment, per-query blocks
+    test_attention(24, 4, 256, 200, 23, false, 4096);
+    test_tree(24, 4, 256, 4096, tree_of(23, false));
+    test_tree(24, 4, 256, 4090, tree_of(23, true)); // a chain crossing the segment boundary at 4096
+    test_tree(24, 4, 256, 4000, tree_of(23, false));
+    test_tree(16, 1, 64, 1000, tree_of(23, false)); // G = 16: two head groups of 8, tiles of 3 queries
+    test_tree(4, 4, 16, 600, tree_of(40, false));   // G = 1: tiles of 24 queries; 40 nodes, two launches
     test_logits(5, 248320, 8);
     test_logits(4, 1000, 64);
     test_logits(16, 248320, 64);
