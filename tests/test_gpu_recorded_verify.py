@@ -1,7 +1,7 @@
 """The recorded verify on the GPU (issue 14: the graph path == the eager path, bit for bit).
 
-A tree verify that wants only the argmax is recorded once per (node count, factor bank it writes,
-LM head) and replayed after, whatever the tree's shape, the prefix length or the pending path
+A tree verify that wants only the argmax is recorded per (node count, factor bank it writes, LM
+head) the second time that key comes, and replayed after, whatever the tree's shape, the prefix length or the pending path
 (docs/gpu-steps.md). Two contexts of one model run the same steps, one with recorded steps and one
 eager: every verify's argmax, the launch counts (a replay is one launch, so a verify that silently
 ran eagerly shows), the committed features, the durable state after finish and greedy speculative
@@ -46,10 +46,10 @@ def path_to(parents, leaf):
 
 
 def steps(n_vocab, seed, n_steps=14):
-    """(tokens, parents, accepted path) per step: mostly N_NODES nodes, two steps of 5 and 12; paths
-    alternate between the prefix path 0..n-1 of a chain (a bank swap on accept) and a side branch
-    (a gather), so both banks' recordings are made and replayed and the pending path's length
-    changes from step to step."""
+    """(tokens, parents, accepted path) per step: mostly N_NODES nodes, two steps of 5 and 12 (keys
+    seen once: eager, in the recording context); paths alternate between the prefix path 0..n-1 of
+    a chain (a bank swap on accept) and a side branch (a gather), so both banks' recordings are
+    made and replayed and the pending path's length changes from step to step."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n_steps):
@@ -74,7 +74,7 @@ def test_recorded_verify_equals_eager_bit_for_bit(model):
         assert ctx.device == "cuda"
         ctx.eval(prompt)
         contexts[recorded] = ctx
-    replays, eager_launches, seen_keys, bank = 0, [], set(), 0
+    replays, eager_launches, occurrences, bank = 0, [], {}, 0
     for i, (tokens, parents, path) in enumerate(steps(model.hparams.n_vocab, seed=3)):
         got = {}
         for recorded, ctx in contexts.items():
@@ -83,12 +83,12 @@ def test_recorded_verify_equals_eager_bit_for_bit(model):
             launches = ctx.launch_counters()[0]
             if recorded:
                 key = (len(tokens), bank)  # what the context keys its recordings by (same LM head)
-                if key in seen_keys:
+                occurrences[key] = occurrences.get(key, 0) + 1
+                if occurrences[key] > 2:  # eager the first time, recorded the second, replayed after
                     assert launches == 1, f"step {i}: a verify of a recorded key ran {launches} launches"
                     replays += 1
                 else:
-                    assert launches > 1, f"step {i}: the first verify of key {key} recorded nothing"
-                    seen_keys.add(key)
+                    assert launches > 1, f"step {i}: verify {occurrences[key]} of key {key} ran one launch"
             else:
                 eager_launches.append(launches)
             ctx.accept(path)

@@ -152,8 +152,9 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
  * how much of a pending path each layer folds are read from backend memory uploaded before. So a
  * backend that records steps records it once per recorded_verify_key (node count, the factor bank
  * the verify writes, which alternates when an accept swaps the banks, and the LM head) and replays
- * it after. A DDTree fills its node budget nearly every step, so a run needs one or two of the
- * STEP_VERIFY_SLOTS recordings. */
+ * it after. A key is recorded the second time it comes (recording costs more than an eager verify,
+ * so a node count seen once, as a drafter of varying length gives, is not worth it). A DDTree fills
+ * its node budget nearly every step, so a run needs two of the STEP_VERIFY_SLOTS recordings. */
 static int verify_step_recordable(const specla_context *ctx, const specla_tree_batch *tree) {
     return !tree->logits && tree->argmax && ctx->be->ops->replay && !ctx->params.no_recorded_steps &&
            (!ctx->tree.banks || factor_banks_verify_recordable(ctx->tree.banks));
@@ -173,9 +174,15 @@ static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, 
     int slot = -1;
     for (int i = 0; i < STEP_VERIFY_SLOTS && slot < 0; i++)
         if (same_verify_key(&ctx->recorded_verify[i], &key)) slot = i;
+    int seen = 0;
+    for (int i = 0; i < VERIFY_KEYS_SEEN && !seen; i++) seen = same_verify_key(&ctx->verify_keys_seen[i], &key);
     if (slot >= 0 && be->ops->replay(be, STEP_VERIFY + slot)) {
         /* the recording's ops ran; the host side of its layers is what recording them left */
         if (banks) factor_banks_note_replayed_verify(banks, N);
+    } else if (slot < 0 && !seen) {
+        ctx->verify_keys_seen[ctx->next_verify_key_seen] = key;
+        ctx->next_verify_key_seen = (ctx->next_verify_key_seen + 1) % VERIFY_KEYS_SEEN;
+        return run_model(ctx, bv, N, NULL, argmax_out);
     } else {
         if (slot < 0) {
             slot = ctx->next_verify_slot;
