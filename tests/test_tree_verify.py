@@ -107,6 +107,34 @@ def test_plain_decode_after_a_step_folds_the_pending_path_itself(model):
     assert np.array_equal(nxt, ar_logits(model, prompt + [int(tokens[0]), int(tokens[4]), int(tokens[5]), 7])[-1])
 
 
+def test_a_tree_verified_again_before_accept_gives_the_same_bits(model):
+    """A step whose tree is verified twice before accept: the first verify folds the pending path
+    into every layer (how much each layer folds is read from the fold counts the banks upload per
+    verify), the second finds it folded (counts 0) and must give the same logits, and the context
+    then continues like one verified once."""
+    rng = np.random.default_rng(8)
+    V = model.hparams.n_vocab
+    prompt = rng.integers(0, V, 6).tolist()
+    once, twice = (model.new_context(n_ctx=64, max_tree_nodes=8) for _ in range(2))
+    parents = [-1, 0, 1, 0, 3, 4]
+    first, second = rng.integers(0, V, 6), rng.integers(0, V, 6)
+    for ctx in (once, twice):
+        ctx.eval(prompt)
+        ctx.verify_tree(first, parents)
+        ctx.accept([0, 3, 4])  # a side path: 3 pending tokens
+        assert ctx.pending == 3
+    _, want = once.verify_tree(second, parents, want_logits=True)
+    _, got_first = twice.verify_tree(second, parents, want_logits=True)
+    _, got_again = twice.verify_tree(second, parents, want_logits=True)
+    assert np.array_equal(got_first.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(got_again.view(np.uint32), want.view(np.uint32)), "the second verify folded again"
+    for ctx in (once, twice):
+        ctx.accept([0, 1, 2])
+        ctx.finish()
+    assert np.array_equal(once.eval([7, 9], logits_all=True).view(np.uint32),
+                          twice.eval([7, 9], logits_all=True).view(np.uint32))
+
+
 def test_captured_features_follow_the_accepted_path(tiny_model_path):
     model = Model.load(tiny_model_path("f32"))
     rng = np.random.default_rng(4)

@@ -19,8 +19,9 @@ the spine; p is solved from 1 + sum_{i=1..15} p^i = target, and every row report
 Modes: `plain` (Context.eval_argmax one token at a time: the plain path; a GPU replays its
 recorded decode step), `ddtree+specla` (HLD chains + deferred factor commit) and `ddtree-dense`
 (dense per-node checkpoints + restore), each with recorded steps on and off
-(new_context(recorded_steps=...): graph replay vs eager; the CPU records nothing, the rows are
-there all the same). Every context is made with the same parameters (tree capacity, methods),
+(new_context(recorded_steps=...): graph replay vs eager, for plain decode steps and for the
+speculative steps' verifies alike, docs/gpu-steps.md; the CPU records nothing, the rows are there
+all the same). Every context is made with the same parameters (tree capacity, methods),
 once per mode, and reset before each run. Runs alternate between modes within a repetition and
 the order flips every repetition; tokens/s is the median over --reps repetitions, and
 `speedup_vs_plain` divides it by the plain median of the same recorded setting (`speedup_paired`:

@@ -23,7 +23,9 @@ Context.sync() calls; then a verify with that path pending (where SpecLA folds i
 state of a speculative step); a verify, then accept(side path), timed the same way. A decode or
 verify is timed up to the return of its argmax, the step's one read-back. Each figure is the
 median over --reps repetitions after one warm-up; `decode_steps` divides it by the median decode
-step of the same context at the same depth, measured in the same repetitions.
+step of the same context at the same depth, measured in the same repetitions. --recorded off runs
+every op eagerly (by default a GPU replays its recorded decode step and verifies that return only
+the argmax, docs/gpu-steps.md); the rows say which (`recorded_steps`).
 
 Launches and host waits (Context.launch_counters, -1 on the CPU) are counted around one decode
 step and one verify per context and depth. Exactness, checked untimed at every depth: the verify's
@@ -173,6 +175,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="depths 0,32 and 3 repetitions: a smoke run")
     parser.add_argument("--out", default=None, help="append the JSON rows here")
     parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
+    parser.add_argument("--recorded", choices=("on", "off"), default="on",
+                        help="on (default): a GPU replays recorded decode and verify steps; off: every op eagerly")
     args = parser.parse_args(argv)
     try:
         depths = [int(d) for d in (args.depths or ("0,32" if args.quick else "0,4096")).split(",") if d != ""]
@@ -191,7 +195,7 @@ def main(argv=None) -> int:
         print(f"bench_gpu_spec: {e}", file=sys.stderr)
         return 2
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
-            "model": os.path.basename(args.model), "quick": args.quick}
+            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on"}
     rows = []
 
     def emit(mode: str, **figures) -> None:
@@ -204,7 +208,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     n_ctx = max(depths) + 2 * TREE_NODES + 16
     contexts = {name: model.new_context(n_ctx=n_ctx, max_batch=64, max_tree_nodes=TREE_NODES, verify_method=v,
-                                        commit_method=c) for name, (v, c) in SETTINGS.items()}
+                                        commit_method=c, recorded_steps=args.recorded == "on")
+                for name, (v, c) in SETTINGS.items()}
     emit("tree", n_nodes=TREE_NODES, parents=parents, spine_path=spine, side_path=side,
          ctx_device=contexts["specla"].device)
     table = []

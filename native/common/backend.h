@@ -30,8 +30,9 @@ extern "C" {
 
 typedef struct backend backend;
 
-/* Keys of recorded steps. */
-enum { STEP_DECODE = 0, STEP_KINDS = 1 };
+/* Keys of recorded steps: the decode step, and verify steps of up to STEP_VERIFY_SLOTS node counts
+ * (key STEP_VERIFY + slot; the context says which node count and LM head a slot was recorded for). */
+enum { STEP_DECODE = 0, STEP_VERIFY = 1, STEP_VERIFY_SLOTS = 4, STEP_KINDS = STEP_VERIFY + STEP_VERIFY_SLOTS };
 
 /* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
 typedef struct backend_limits {
@@ -47,10 +48,12 @@ typedef struct backend_limits {
     int32_t n_vocab;       /* logit row length of argmax / top-k (0: none) */
 } backend_limits;
 
-/* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv]. */
+/* A pending accepted path's factors (SpecLA deferred commit): k [n][Hk][S], delta [n][Hv][S], g [n][Hv];
+ * its length n is backend memory (one int, 0: nothing to fold), read by the
+ * op when it runs, so a recorded verify folds whatever path the step before accepted. */
 typedef struct gdn_pending {
     const float *k, *delta, *g;
-    int n;
+    const int32_t *n;
 } gdn_pending;
 
 /* One field of a row gather (gather_rows): rows of `width` floats that start `src_offset` floats into
@@ -177,9 +180,12 @@ typedef struct backend_ops {
     void (*attention)(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                       const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
     /* tree: node t sees rows 0 .. n_prefix-1, then n_prefix + a for its ancestors a and itself;
-     * parents in backend memory (topological) */
-    void (*attention_tree)(const backend *be, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
-                           const int32_t *parents, int T, int nh, int nkv, int D, float *out);
+     * n_prefix (one int) and parents (topological) in backend memory, read when the op runs; max_rows
+     * (host) bounds n_prefix + T (a GPU sizes its grid for it: a recorded verify passes the cache's
+     * capacity, so one recording serves every prefix length) */
+    void (*attention_tree)(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                           const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh, int nkv, int D,
+                           float *out);
 
     /* --- recurrent layers (layouts in specla.h) ---------------------------------------------------- */
     void (*causal_conv)(const backend *be, const float *x, const float *weight, int T, int C, int K, float *conv_state,
@@ -201,7 +207,8 @@ typedef struct backend_ops {
                      int Hv, int S);
     void (*conv_tree)(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
                       const float *conv_state, float *y, float *window_out);
-    void (*conv_fold)(const backend *be, float *conv_state, const float *x, int P, int C, int K);
+    /* the window advanced by P raw inputs x [P][C]; P (one int, >= 0, 0: nothing) in backend memory */
+    void (*conv_fold)(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K);
     /* What the three gdn_tree ops did for value head 0 since the last call (which resets them):
      * out[0] = node steps (recurrent token updates), out[1] = whole-state copies (boundary slots,
      * per-leaf reloads, checkpoints); -1 each where the backend does not count. Lets a test see a

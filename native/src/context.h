@@ -96,6 +96,18 @@ typedef struct tree_state {
     int32_t n_verified;       /* nodes of the last verified tree, 0 when none awaits accept */
 } tree_state;
 
+/* What a recorded verify was recorded for: every pointer and launch parameter of its ops follows
+ * from these (the LM head's rows, the node count, the factor bank the verify writes). */
+typedef struct recorded_verify_key {
+    const void *head;
+    int64_t head_rows;
+    int32_t n_nodes;
+    int32_t write_bank;
+} recorded_verify_key;
+
+/* Eager verifies whose keys a context remembers, to record a key the second time it comes. */
+#define VERIFY_KEYS_SEEN 8
+
 /* How many rewrites of committed rows a context remembers the position of (context_unchanged_rows). */
 #define CONTEXT_REWRITE_LOG 16
 
@@ -129,6 +141,13 @@ struct specla_context {
      * the recording: a new head means recording again) */
     const void *recorded_head;
     int32_t recorded_head_rows;
+    /* what each recorded verify (key STEP_VERIFY + slot) was recorded for; n_nodes 0: an empty slot.
+     * Slots are taken round robin (next_verify_slot) by a key seen before among the last
+     * VERIFY_KEYS_SEEN verifies that ran eagerly (a node count that comes once is not recorded). */
+    recorded_verify_key recorded_verify[STEP_VERIFY_SLOTS];
+    int32_t next_verify_slot;
+    recorded_verify_key verify_keys_seen[VERIFY_KEYS_SEEN];
+    int32_t next_verify_key_seen;
     /* For readers that keep what they derived from committed rows (a DFlash draft context's K/V):
      * an id unique in the process, and the calls that dropped committed rows (a truncate below
      * n_past, a reset) — how many so far, and the n_past each left, rewrite_floor[r % LOG] for the

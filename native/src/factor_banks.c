@@ -6,7 +6,10 @@
  * step, in path order, `n_pending` tokens long, waiting to be folded into the durable state.
  *
  * Per layer, flags remember whether this step already folded the pending path (so a repeated
- * verify or a finish never folds twice) and whether the layer was verified (accept needs all). */
+ * verify or a finish never folds twice) and whether the layer was verified (accept needs all).
+ * The ops that fold read the count to fold from `fold_counts` in backend memory (what the flags say,
+ * uploaded once per verify by factor_banks_prepare_verify), so a verify issues the same ops whatever
+ * is pending: a GPU records it once and replays it (forward.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,10 @@ struct specla_factor_banks {
     int64_t off_v, off_beta;                 /* REPLAY only, else -1 */
     int write_bank;
     int32_t n_pending;
+    /* fold counts, backend memory [2 * n_layers + 1]: per layer what this verify's chain op folds,
+     * then what its conv fold folds, then the count of a fold outside a verify (finish, accept) */
+    int32_t *fold_counts;
+    int32_t *fold_counts_host; /* the same, host side, uploaded from here */
     int32_t n_verified;
     uint8_t *gdn_folded, *conv_folded, *gdn_verified, *conv_verified; /* [n_layers] */
     specla_tree_stats stats; /* of the verify running now / last run (counted by the backend) */
@@ -45,10 +52,12 @@ static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
 SPECLA_API void specla_factor_banks_free(specla_factor_banks *b) {
     if (!b) return;
     const backend *be = b->be;
-    void *buffers[] = {b->bank[0], b->bank[1], b->checkpoints, b->conv_windows, b->replay_scratch, b->path_rows};
+    void *buffers[] = {b->bank[0], b->bank[1], b->checkpoints, b->conv_windows, b->replay_scratch, b->path_rows,
+                       b->fold_counts};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
         if (buffers[i]) be->ops->free(be, buffers[i]);
     free(b->gdn_folded);
+    free(b->fold_counts_host);
     if (b->own_backend) b->own_backend->ops->destroy(b->own_backend);
     free(b);
 }
@@ -125,6 +134,10 @@ specla_status factor_banks_create(const specla_recurrent_shape *shape, const bac
     }
     b->path_rows = ok ? (int32_t *)be->ops->alloc(be, sizeof(int32_t) * (size_t)N) : NULL;
     ok = ok && b->path_rows;
+    const size_t count_bytes = sizeof(int32_t) * (size_t)(2 * s->n_layers + 1);
+    b->fold_counts = ok ? (int32_t *)be->ops->alloc(be, count_bytes) : NULL;
+    b->fold_counts_host = (int32_t *)calloc(1, count_bytes);
+    ok = ok && b->fold_counts && b->fold_counts_host;
     b->gdn_folded = (uint8_t *)calloc((size_t)s->n_layers * 4, 1);
     ok = ok && b->gdn_folded;
     if (ok) {
@@ -208,9 +221,61 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     backend *be;
     const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &be);
     if (st != SPECLA_OK) return st;
+    factor_banks_prepare_verify(b);
     factor_banks_verify_gdn(b, be, a->schedule, a);
     be->ops->destroy(be);
     return SPECLA_OK;
+}
+
+/* Whether the chain op folds the pending path of layer l (the baselines fold it in a pass of their
+ * own, with the count known on the host). */
+static int chain_folds_pending(const specla_factor_banks *b, int l) {
+    return b->n_pending > 0 && !b->gdn_folded[l] && b->shape.verify_method == SPECLA_VERIFY_HLD_CHAINS;
+}
+
+void factor_banks_prepare_verify(specla_factor_banks *b) {
+    const int L = b->shape.n_layers;
+    for (int l = 0; l < L; l++) {
+        b->fold_counts_host[l] = chain_folds_pending(b, l) ? b->n_pending : 0;
+        b->fold_counts_host[L + l] = b->n_pending > 0 && !b->conv_folded[l] ? b->n_pending : 0;
+    }
+    b->be->ops->upload(b->be, b->fold_counts, b->fold_counts_host, sizeof(int32_t) * (size_t)(2 * L));
+}
+
+int factor_banks_verify_recordable(const specla_factor_banks *b) {
+    /* a baseline verify folds a pending path in a pass the host decides on; only deferred commit
+     * leaves a path pending */
+    return b->shape.verify_method == SPECLA_VERIFY_HLD_CHAINS || b->shape.commit_method != SPECLA_COMMIT_DEFERRED_FACTORS;
+}
+
+int factor_banks_write_bank(const specla_factor_banks *b) { return b->write_bank; }
+
+/* The host side of a layer's GDN verify: a verify starts when no layer is verified yet, or when
+ * this layer already was (the tree is verified again before any accept): its statistics and
+ * "verified" marks start afresh. counts: the backend's tree counters for this layer (-1: none). */
+static void mark_gdn_verified(specla_factor_banks *b, int l, int N, const int64_t counts[2]) {
+    const specla_recurrent_shape *s = &b->shape;
+    if (b->n_pending > 0) b->gdn_folded[l] = 1;
+    int new_verify = b->gdn_verified[l];
+    if (!new_verify) {
+        new_verify = 1;
+        for (int i = 0; i < s->n_layers; i++) new_verify &= !b->gdn_verified[i];
+    }
+    if (new_verify) {
+        memset(b->gdn_verified, 0, (size_t)s->n_layers);
+        b->stats = (specla_tree_stats){N, 0, 0, 0};
+    }
+    b->stats.n_layers++;
+    b->stats.node_steps = counts[0] < 0 || b->stats.node_steps < 0 ? -1 : b->stats.node_steps + counts[0];
+    b->stats.state_copies = counts[1] < 0 || b->stats.state_copies < 0 ? -1 : b->stats.state_copies + counts[1];
+    b->gdn_verified[l] = 1;
+    b->n_verified = N;
+}
+
+static void mark_conv_verified(specla_factor_banks *b, int l, int N) {
+    if (b->n_pending > 0) b->conv_folded[l] = 1;
+    b->conv_verified[l] = 1;
+    b->n_verified = N;
 }
 
 void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const int32_t *host_schedule,
@@ -219,18 +284,14 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const in
     const specla_recurrent_shape *s = &b->shape;
     const int N = hld_n_nodes(host_schedule), l = a->layer;
 
-    /* deferred commit: the previous step's accepted path enters the durable state here, once;
-     * the chain kernel fuses it into its per-head loop, the baselines fold in a separate pass */
-    gdn_pending pending = {NULL, NULL, NULL, 0};
-    if (b->n_pending > 0 && !b->gdn_folded[l]) {
-        const float *bank = layer_block(b, b->write_bank ^ 1, l);
-        pending = (gdn_pending){bank + b->off_k, bank + b->off_delta, bank + b->off_g, b->n_pending};
-        if (s->verify_method != SPECLA_VERIFY_HLD_CHAINS) {
-            ops->gdn_fold(be, a->state, pending.k, pending.delta, pending.g, pending.n, s->Hk, s->Hv, s->S);
-            pending.n = 0;
-        }
-        b->gdn_folded[l] = 1;
-    }
+    /* deferred commit: the previous step's accepted path enters the durable state here, once; the
+     * chain kernel fuses it into its per-head loop, reading how many tokens to fold (0: none) from
+     * fold_counts; the baselines fold in a separate pass */
+    const float *pending_bank = layer_block(b, b->write_bank ^ 1, l);
+    const gdn_pending pending = {pending_bank + b->off_k, pending_bank + b->off_delta, pending_bank + b->off_g,
+                                 b->fold_counts + l};
+    if (b->n_pending > 0 && !b->gdn_folded[l] && s->verify_method != SPECLA_VERIFY_HLD_CHAINS)
+        ops->gdn_fold(be, a->state, pending.k, pending.delta, pending.g, b->n_pending, s->Hk, s->Hv, s->S);
     float *bank = layer_block(b, b->write_bank, l);
     float *delta = bank + b->off_delta;
     switch (s->verify_method) {
@@ -255,24 +316,9 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const in
         copy_rows(be, bank + b->off_v, a->v, (int64_t)N * s->Hv * s->S);
         copy_rows(be, bank + b->off_beta, a->beta, (int64_t)N * s->Hv);
     }
-    /* A verify starts when no layer is verified yet, or when this layer already was (the tree is
-     * verified again before any accept): its statistics and "verified" marks start afresh. */
-    int new_verify = b->gdn_verified[l];
-    if (!new_verify) {
-        new_verify = 1;
-        for (int i = 0; i < s->n_layers; i++) new_verify &= !b->gdn_verified[i];
-    }
-    if (new_verify) {
-        memset(b->gdn_verified, 0, (size_t)s->n_layers);
-        b->stats = (specla_tree_stats){N, 0, 0, 0};
-    }
     int64_t counts[2];
     ops->tree_counters(be, counts);
-    b->stats.n_layers++;
-    b->stats.node_steps = counts[0] < 0 || b->stats.node_steps < 0 ? -1 : b->stats.node_steps + counts[0];
-    b->stats.state_copies = counts[1] < 0 || b->stats.state_copies < 0 ? -1 : b->stats.state_copies + counts[1];
-    b->gdn_verified[l] = 1;
-    b->n_verified = N;
+    mark_gdn_verified(b, l, N, counts);
 }
 
 SPECLA_API specla_status specla_factor_banks_stats(const specla_factor_banks *b, specla_tree_stats *out) {
@@ -289,6 +335,7 @@ SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specl
     backend *be;
     const specla_status st = check_layer_op(b, opt, a->schedule, a->layer, op, &be);
     if (st != SPECLA_OK) return st;
+    factor_banks_prepare_verify(b);
     factor_banks_conv_tree(b, be, a->schedule, a);
     be->ops->destroy(be);
     return SPECLA_OK;
@@ -299,15 +346,29 @@ void factor_banks_conv_tree(specla_factor_banks *b, const backend *be, const int
     const specla_recurrent_shape *s = &b->shape;
     const int N = hld_n_nodes(host_schedule), l = a->layer;
 
-    if (b->n_pending > 0 && !b->conv_folded[l]) {
-        be->ops->conv_fold(be, a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x, b->n_pending, s->C, s->K);
-        b->conv_folded[l] = 1;
-    }
+    /* the pending path's raw inputs enter the window first (fold_counts says how many: 0 once folded) */
+    be->ops->conv_fold(be, a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x,
+                       b->fold_counts + s->n_layers + l, s->C, s->K);
     float *windows = b->conv_windows ? b->conv_windows + (int64_t)l * s->max_nodes * (s->K - 1) * s->C : NULL;
     be->ops->conv_tree(be, a->schedule, a->x, a->weight, s->C, s->K, a->conv_state, a->y, windows);
     copy_rows(be, layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
-    b->conv_verified[l] = 1;
-    b->n_verified = N;
+    mark_conv_verified(b, l, N);
+}
+
+void factor_banks_note_replayed_verify(specla_factor_banks *b, int n_nodes) {
+    const int64_t not_counted[2] = {-1, -1};
+    for (int l = 0; l < b->shape.n_layers; l++) {
+        mark_conv_verified(b, l, n_nodes);
+        mark_gdn_verified(b, l, n_nodes, not_counted);
+    }
+}
+
+/* The count of a fold outside a verify (finish, accept), in backend memory for conv_fold. */
+static const int32_t *outside_fold_count(specla_factor_banks *b, int32_t n) {
+    const int L = b->shape.n_layers;
+    b->fold_counts_host[2 * L] = n;
+    b->be->ops->upload(b->be, b->fold_counts + 2 * L, b->fold_counts_host + 2 * L, sizeof(int32_t));
+    return b->fold_counts + 2 * L;
 }
 
 static int is_prefix_path(const int32_t *path, int32_t n) {
@@ -316,14 +377,16 @@ static int is_prefix_path(const int32_t *path, int32_t n) {
     return 1;
 }
 
-/* Fold the pending path of layer l into its durable states (the parts not folded yet). */
-static void fold_layer(const backend *be, specla_factor_banks *b, int l, const specla_recurrent_states *states) {
+/* Fold the pending path of layer l into its durable states (the parts not folded yet); count is
+ * n_pending in backend memory (outside_fold_count). */
+static void fold_layer(const backend *be, specla_factor_banks *b, int l, const specla_recurrent_states *states,
+                       const int32_t *count) {
     const specla_recurrent_shape *s = &b->shape;
     const float *pending = layer_block(b, b->write_bank ^ 1, l);
     if (!b->gdn_folded[l])
         be->ops->gdn_fold(be, states->gdn[l], pending + b->off_k, pending + b->off_delta, pending + b->off_g, b->n_pending,
                      s->Hk, s->Hv, s->S);
-    if (!b->conv_folded[l]) be->ops->conv_fold(be, states->conv[l], pending + b->off_x, b->n_pending, s->C, s->K);
+    if (!b->conv_folded[l]) be->ops->conv_fold(be, states->conv[l], pending + b->off_x, count, s->C, s->K);
 }
 
 static void reset_step_flags(specla_factor_banks *b) { memset(b->gdn_folded, 0, (size_t)b->shape.n_layers * 4); }
@@ -387,7 +450,8 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
         b->n_pending = n;
         reset_step_flags(b);
         if (s->commit_method == SPECLA_COMMIT_FACTORS_NOW) {
-            for (int l = 0; l < s->n_layers; l++) fold_layer(be, b, l, states);
+            const int32_t *count = outside_fold_count(b, n);
+            for (int l = 0; l < s->n_layers; l++) fold_layer(be, b, l, states, count);
             b->n_pending = 0;
         }
         break;
@@ -409,18 +473,19 @@ specla_status factor_banks_accept(specla_factor_banks *b, const backend *be, con
             {x - b->replay_scratch, b->off_x, s->C},
         };
         if (!in_place) be->ops->upload(be, b->path_rows, path, sizeof(int32_t) * (size_t)n);
+        const int32_t *count = outside_fold_count(b, n);
         for (int l = 0; l < s->n_layers; l++) {
             const float *bank = layer_block(b, b->write_bank, l);
             if (in_place) {
                 be->ops->gated_delta_rule(be, bank + b->off_k, bank + b->off_k, bank + b->off_v, bank + b->off_g,
                                           bank + b->off_beta, n, s->Hk, s->Hv, s->S, states->gdn[l], out);
-                be->ops->conv_fold(be, states->conv[l], bank + b->off_x, n, s->C, s->K);
+                be->ops->conv_fold(be, states->conv[l], bank + b->off_x, count, s->C, s->K);
                 continue;
             }
             be->ops->gather_rows(be, b->replay_scratch, 0, bank, 0, 1, fields, 5, b->path_rows, n);
             /* outputs are discarded: q only feeds the output read, so k stands in for it */
             be->ops->gated_delta_rule(be, k, k, v, g, beta, n, s->Hk, s->Hv, s->S, states->gdn[l], out);
-            be->ops->conv_fold(be, states->conv[l], x, n, s->C, s->K);
+            be->ops->conv_fold(be, states->conv[l], x, count, s->C, s->K);
         }
         reset_step_flags(b);
         break;
@@ -457,7 +522,8 @@ SPECLA_API specla_status specla_finish_speculative_state(const specla_op_options
 
 void factor_banks_finish(specla_factor_banks *b, const backend *be, const specla_recurrent_states *states) {
     if (b->n_pending > 0) {
-        for (int l = 0; l < b->shape.n_layers; l++) fold_layer(be, b, l, states);
+        const int32_t *count = outside_fold_count(b, b->n_pending);
+        for (int l = 0; l < b->shape.n_layers; l++) fold_layer(be, b, l, states, count);
         b->n_pending = 0;
     }
     /* an unaccepted verify (a cancelled step) is dropped: its factors are never used */

@@ -18,6 +18,18 @@ void factor_banks_conv_tree(specla_factor_banks *banks, const backend *be, const
                             const specla_conv_tree_args *args);
 void factor_banks_verify_gdn(specla_factor_banks *banks, const backend *be, const int32_t *host_schedule,
                              const specla_gdn_tree_args *args);
+/* Before a verify's per-layer ops (conv_tree, verify_gdn): the counts its folds read, uploaded to
+ * backend memory from what is pending and what this step already folded. */
+void factor_banks_prepare_verify(specla_factor_banks *banks);
+/* 1 when a verify's ops do not depend on what is pending (the same ops every step, so a GPU may
+ * record them): the HLD chain verify, or a commit method that leaves nothing pending. */
+int factor_banks_verify_recordable(const specla_factor_banks *banks);
+/* The bank a verify writes now (its pointers are part of a recorded verify). */
+int factor_banks_write_bank(const specla_factor_banks *banks);
+/* The host side of a whole verify of n_nodes nodes whose ops ran as a replayed recording: the
+ * fold, verified and statistics marks conv_tree and verify_gdn leave for every layer (statistics
+ * not counted). */
+void factor_banks_note_replayed_verify(specla_factor_banks *banks, int n_nodes);
 specla_status factor_banks_accept(specla_factor_banks *banks, const backend *be, const int32_t *path, int32_t n,
                                   const specla_recurrent_states *states);
 /* Fold whatever is pending into the durable states (as specla_finish_speculative_state). */

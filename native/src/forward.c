@@ -147,6 +147,62 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
 }
 
+/* A verify that wants only the argmax is the same sequence of ops for every tree of N nodes: tokens,
+ * positions, KV rows, the HLD schedule (the topology), the prefix length (node 0's position) and
+ * how much of a pending path each layer folds are read from backend memory uploaded before. So a
+ * backend that records steps records it once per recorded_verify_key (node count, the factor bank
+ * the verify writes, which alternates when an accept swaps the banks, and the LM head) and replays
+ * it after. A key is recorded the second time it comes (recording costs more than an eager verify,
+ * so a node count seen once, as a drafter of varying length gives, is not worth it). A DDTree fills
+ * its node budget nearly every step, so a run needs two of the STEP_VERIFY_SLOTS recordings. */
+static int verify_step_recordable(const specla_context *ctx, const specla_tree_batch *tree) {
+    return !tree->logits && tree->argmax && ctx->be->ops->replay && !ctx->params.no_recorded_steps &&
+           (!ctx->tree.banks || factor_banks_verify_recordable(ctx->tree.banks));
+}
+
+static int same_verify_key(const recorded_verify_key *a, const recorded_verify_key *b) {
+    return a->head == b->head && a->head_rows == b->head_rows && a->n_nodes == b->n_nodes &&
+           a->write_bank == b->write_bank;
+}
+
+static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
+    const backend *be = ctx->be;
+    const int N = bv->T;
+    specla_factor_banks *banks = ctx->tree.banks;
+    const recorded_verify_key key = {ctx->logit_head.data, ctx->logit_head.ne1, N,
+                                     banks ? factor_banks_write_bank(banks) : 0};
+    int slot = -1;
+    for (int i = 0; i < STEP_VERIFY_SLOTS && slot < 0; i++)
+        if (same_verify_key(&ctx->recorded_verify[i], &key)) slot = i;
+    int seen = 0;
+    for (int i = 0; i < VERIFY_KEYS_SEEN && !seen; i++) seen = same_verify_key(&ctx->verify_keys_seen[i], &key);
+    if (slot >= 0 && be->ops->replay(be, STEP_VERIFY + slot)) {
+        /* the recording's ops ran; the host side of its layers is what recording them left */
+        if (banks) factor_banks_note_replayed_verify(banks, N);
+    } else if (slot < 0 && !seen) {
+        ctx->verify_keys_seen[ctx->next_verify_key_seen] = key;
+        ctx->next_verify_key_seen = (ctx->next_verify_key_seen + 1) % VERIFY_KEYS_SEEN;
+        return run_model(ctx, bv, N, NULL, argmax_out);
+    } else {
+        if (slot < 0) {
+            slot = ctx->next_verify_slot;
+            ctx->next_verify_slot = (slot + 1) % STEP_VERIFY_SLOTS;
+        }
+        ctx->recorded_verify[slot] = key;
+        be->ops->capture_begin(be);
+        enqueue_model(ctx, bv, N, NULL, 1); /* recorded, not run; the host side of the layers is done */
+        if (be->ops->capture_end(be, STEP_VERIFY + slot) != SPECLA_OK || !be->ops->replay(be, STEP_VERIFY + slot)) {
+            /* nothing ran: the same ops eagerly (their fold counts are on the backend already), and
+             * every later step too */
+            ctx->recorded_verify[slot].n_nodes = 0;
+            ctx->params.no_recorded_steps = 1;
+            return run_model(ctx, bv, N, NULL, argmax_out);
+        }
+    }
+    be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)N);
+    return be->ops->sync(be);
+}
+
 specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *tree) {
     const tree_state *tr = &ctx->tree;
     forward_scratch *s = &ctx->scratch;
@@ -159,7 +215,9 @@ specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *t
     be->ops->upload(be, s->positions, tr->positions, bytes);
     be->ops->upload(be, s->rows, tr->rows, bytes);
     be->ops->upload(be, tr->schedule_on_backend, tr->schedule, sizeof(int32_t) * (size_t)tr->schedule_ints);
+    if (tr->banks) factor_banks_prepare_verify(tr->banks);
     const batch_view bv = {N, s->positions, s->rows, tr->schedule_on_backend,
                            tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS]};
+    if (verify_step_recordable(ctx, tree)) return run_verify_step(ctx, &bv, tree->argmax);
     return run_model(ctx, &bv, N, tree->logits, tree->argmax);
 }

@@ -46,7 +46,10 @@ void attention_layer(specla_context *ctx, int il, const float *x, const batch_vi
     ops->scatter_rows(be, k_cache, kv_row, bv->rows, s->k, T, kv_row);
     ops->scatter_rows(be, v_cache, kv_row, bv->rows, s->v, T, kv_row);
     if (bv->parents)
-        ops->attention_tree(be, s->q, k_cache, v_cache, ctx->n_past, bv->parents, T, nh, nkv, D, s->mix);
+        /* node 0 is the root, at position n_past: positions[0] is the prefix length, read on the
+         * backend; the grid is sized for the whole cache, so a recorded verify serves every n_past */
+        ops->attention_tree(be, s->q, k_cache, v_cache, bv->positions, ctx->params.n_ctx, bv->parents, T, nh, nkv, D,
+                            s->mix);
     else
         ops->attention(be, s->q, k_cache, v_cache, bv->positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
     if (variant.gated) ops->sigmoid_mul(be, s->mix, s->gate, (int64_t)T * nh * D);

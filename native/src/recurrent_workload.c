@@ -151,6 +151,7 @@ SPECLA_API specla_status specla_recurrent_workload_verify(specla_recurrent_workl
         return FAIL(SPECLA_ERR_STATE, "%s: no tree yet (specla_recurrent_workload_set_tree)", op);
     const specla_recurrent_shape *s = &w->shape;
     const int64_t N = s->max_nodes;
+    factor_banks_prepare_verify(w->banks); /* the counts of the pending path's folds, per layer */
     for (int64_t l = 0; l < s->n_layers; l++) {
         const specla_conv_tree_args conv = {w->schedule, (int32_t)l, w->x + l * N * s->C,
                                             w->conv_weight + l * s->C * s->K, w->conv_layers[l], w->y + l * N * s->C};

@@ -131,9 +131,11 @@ static void attention(const backend *be, const float *q, const float *k_cache, c
                       const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
     cpu_attention(ex_of(be), q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out);
 }
+/* n_prefix and P are host memory here (the backend's memory): read as the op runs */
 static void attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                           int n_prefix, const int32_t *parents, int T, int nh, int nkv, int D, float *out) {
-    cpu_attention_tree(ex_of(be), q, k_cache, v_cache, n_prefix, parents, T, nh, nkv, D, out);
+                           const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh, int nkv, int D,
+                           float *out) {
+    cpu_attention_tree(ex_of(be), q, k_cache, v_cache, *n_prefix, parents, T, nh, nkv, D, out);
 }
 static void causal_conv(const backend *be, const float *x, const float *weight, int T, int C, int K,
                         float *conv_state, float *y) {
@@ -166,8 +168,8 @@ static void conv_tree(const backend *be, const int32_t *schedule, const float *x
                       const float *conv_state, float *y, float *window_out) {
     cpu_conv_tree(ex_of(be), schedule, x, weight, C, K, conv_state, y, window_out);
 }
-static void conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K) {
-    cpu_conv_fold(conv_state, x, P, C, K);
+static void conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K) {
+    if (*P > 0) cpu_conv_fold(conv_state, x, *P, C, K);
 }
 static void tree_counters(const backend *be, int64_t out[2]) {
     cpu_backend *cb = (cpu_backend *)be;

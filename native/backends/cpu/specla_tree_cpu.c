@@ -47,6 +47,7 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
     const int32_t *chain_parent_boundary = hld_chain_parent_boundary(schedule);
     const int32_t *node_boundary = hld_node_boundary(schedule);
     const int64_t head_size = (int64_t)S * S;
+    const int n_pending = pending ? *pending->n : 0; /* host memory on this backend */
 #pragma omp parallel num_threads(ex->n_threads)
     {
         /* per thread: the live state of the chain being walked ("registers") and the boundary
@@ -55,11 +56,11 @@ void cpu_gdn_tree_chains(const cpu_exec *ex, const int32_t *schedule, const floa
         float *boundaries = live + head_size;
 #pragma omp for schedule(static)
         for (int h = 0; h < Hv; h++) {
-            if (pending && pending->n > 0) {
+            if (n_pending > 0) {
                 /* deferred fused commit: the previous step's accepted path enters this head's
                  * durable state here, written once, while the state is hot for the root chain */
                 float *M = state + h * head_size;
-                for (int p = 0; p < pending->n; p++)
+                for (int p = 0; p < n_pending; p++)
                     kern.fold(M, S, NODE_HEAD(pending->k, p, Hk, h % Hk, S), NODE_HEAD(pending->delta, p, Hv, h, S),
                               expf(pending->g[(int64_t)p * Hv + h]));
             }

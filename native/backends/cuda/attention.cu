@@ -6,7 +6,8 @@
  *
  * Attention. Query t of head h sees a LOGICAL sequence of cache rows: causal, rows 0..positions[t];
  * tree, rows 0..n_prefix-1 then n_prefix + a for node t's ancestors a root first and t itself (the
- * parent chain is walked on the device). One device function reduces that sequence, indexed by
+ * parent chain is walked on the device; n_prefix is read from device memory, and the grid is sized
+ * for max_rows, so one recorded verify serves every prefix length: blocks past n_prefix + T exit). One device function reduces that sequence, indexed by
  * logical position only, so a tree node gives the same bits as the same token decoded causally,
  * and no result depends on T, on the tree shape or on how many blocks a launch has:
  *   - the sequence is cut at fixed logical positions into segments of ATT_SEG rows, each segment
@@ -318,8 +319,8 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
 template <int HG>
 static __global__ void __launch_bounds__(ATT_THREADS, 1)
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
-                     const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, float scale,
-                     int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
+                     const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
+                     float scale, int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                      float *out) {
     __shared__ att_shared<HG> sh;
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
@@ -327,6 +328,10 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
     const int t = blockIdx.z + t0, tp = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * HG, ng = min(HG, G - hg * HG);
     int32_t *chain = tree_shared + T;
+    const int n_prefix = parents ? *n_prefix_at : 0;
+    /* a segment past every node's rows (a tree has at most n_prefix + T): the whole block leaves
+     * before any shared-memory work (the grid is sized for the cache's capacity) */
+    if (parents && seg_blocks > 0 && (int64_t)blockIdx.x * ATT_SEG >= (int64_t)n_prefix + T) return;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
         __syncthreads();
@@ -413,9 +418,9 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
 template <int P>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
-                          const int32_t *parents, int n_prefix, int T, int nh, int nkv, int D, int n_hgroups, int hb,
-                          int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
-                          float scale) {
+                          const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
+                          int n_hgroups, int hb, int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml,
+                          int32_t *part_rows, float scale) {
     __shared__ att_shared<P> sh;
     __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
@@ -426,6 +431,10 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     if (jq >= nq) return; /* past the last query of the launch */
     const int tp = tq0 + jq, t = t0 + tp;
     int32_t *chain = tree_shared + T;
+    const int n_prefix = parents ? *n_prefix_at : 0;
+    /* a segment past every node's rows (a tree has at most n_prefix + T; the grid is sized for the
+     * cache's capacity, as attention_kernel's): the whole block leaves before any shared-memory work */
+    if (parents && (int64_t)seg * ATT_SEG >= (int64_t)n_prefix + T) return;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
     } else if (tid == 0) {
@@ -554,7 +563,7 @@ extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
 template <int HG>
 static void launch_attention_heads(const backend *be, const char *name, const float *q, const float *k_cache,
                                    const float *v_cache, const int32_t *positions, const int32_t *parents,
-                                   int n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
+                                   const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
                                    float *out) {
     const cuda_backend *cb = cuda_of(be);
     const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
@@ -599,8 +608,8 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
 }
 
 static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
-                             const float *v_cache, const int32_t *positions, const int32_t *parents, int n_prefix,
-                             int max_rows, int T, int nh, int nkv, int D, float *out) {
+                             const float *v_cache, const int32_t *positions, const int32_t *parents,
+                             const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float *out) {
     if (T <= 0 || nh <= 0) return;
     if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
         /* shapes the core never passes (it checks them); a NaN output rather than a silent wrong one */
@@ -622,11 +631,11 @@ static void launch_attention(const backend *be, const char *name, const float *q
 
 extern "C" void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                                const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
-    launch_attention(be, "attention", q, k_cache, v_cache, positions, NULL, 0, n_kv, T, nh, nkv, D, out);
+    launch_attention(be, "attention", q, k_cache, v_cache, positions, NULL, NULL, n_kv, T, nh, nkv, D, out);
 }
 
 extern "C" void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                                    int n_prefix, const int32_t *parents, int T, int nh, int nkv, int D, float *out) {
-    launch_attention(be, "attention_tree", q, k_cache, v_cache, NULL, parents, n_prefix, n_prefix + T, T, nh, nkv, D,
-                     out);
+                                    const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh,
+                                    int nkv, int D, float *out) {
+    launch_attention(be, "attention_tree", q, k_cache, v_cache, NULL, parents, n_prefix, max_rows, T, nh, nkv, D, out);
 }

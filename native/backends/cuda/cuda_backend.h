@@ -70,8 +70,9 @@ void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T
                     float freq_base);
 void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                     const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
-void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache, int n_prefix,
-                         const int32_t *parents, int T, int nh, int nkv, int D, float *out);
+void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
+                         const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh, int nkv, int D,
+                         float *out);
 
 /* recurrent.cu */
 void cuda_causal_conv(const backend *be, const float *x, const float *weight, int T, int C, int K, float *conv_state,
@@ -91,7 +92,7 @@ void cuda_gdn_fold(const backend *be, float *state, const float *k, const float 
                    int Hv, int S);
 void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
                     const float *conv_state, float *y, float *window_out);
-void cuda_conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K);
+void cuda_conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K);
 
 /* logits.cu */
 void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out);

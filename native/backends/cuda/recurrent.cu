@@ -453,7 +453,7 @@ template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_chains_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
                            const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
-                           const float *pending_delta, const float *pending_g, int pending_n, float *out,
+                           const float *pending_delta, const float *pending_g, const int32_t *pending_n, float *out,
                            float *delta_out, float *slots, int slots_per_head, int smem_slots, int head0,
                            int max_nodes) {
     __shared__ gdn_chunk<KPL> chunks[2];
@@ -485,8 +485,11 @@ __global__ void __launch_bounds__(GDN_THREADS)
     }
     __syncthreads();
 
-    if (pending_n > 0) {
-        gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, pending_n);
+    /* the pending path's length is read here, when the kernel runs (a recorded verify folds what the
+     * step before accepted); the same value for every thread, so the branch is uniform */
+    const int n_pending = pending_n ? *pending_n : 0;
+    if (n_pending > 0) {
+        gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, n_pending);
         gdn_store_state<KPL>(M, durable, L);
     }
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
@@ -637,11 +640,15 @@ __global__ void __launch_bounds__(CONV_THREADS)
 }
 
 /* the new conv state after P more raw inputs: rows P .. P + K - 2 of [conv_state ; x], read into
- * registers before any is written (causal conv with several chunks, and the accepted-path fold) */
+ * registers before any is written (causal conv with several chunks, and the accepted-path fold).
+ * P_at != NULL: P is read from device memory when the kernel runs (the fold's count, which changes
+ * from step to step under one recorded verify); P <= 0 leaves the state as it is. */
 template <int KMAX>
-__global__ void __launch_bounds__(CONV_THREADS) conv_shift_kernel(float *conv_state, const float *x, int P, int C, int K) {
+__global__ void __launch_bounds__(CONV_THREADS)
+    conv_shift_kernel(float *conv_state, const float *x, int P, const int32_t *P_at, int C, int K) {
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (c >= C) return;
+    if (P_at) P = *P_at;
+    if (c >= C || P <= 0) return;
     const int hist = K - 1;
     float window[KMAX];
 #pragma unroll
@@ -771,7 +778,7 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
     const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
     const float *pg = pending ? pending->g : NULL;
-    const int pn = pending ? pending->n : 0;
+    const int32_t *pn = pending ? pending->n : NULL;
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
@@ -858,7 +865,8 @@ extern "C" void cuda_causal_conv(const backend *be, const float *x, const float 
 #undef LAUNCH
     cuda_note_launch(be, "causal_conv");
     if (chunks > 1) {
-#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, T, C, K)
+#define LAUNCH(KMAX)                                                                                                   \
+    conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, T, NULL, C, K)
         CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
         cuda_note_launch(be, "causal_conv (state)");
@@ -879,10 +887,11 @@ extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const
     cuda_note_launch(be, "conv_tree");
 }
 
-extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float *x, int P, int C, int K) {
+extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K) {
     if (K < 2 || K > CONV_MAX_K) return refuse(be, "conv_fold: kernel size K must be 2 .. 64");
-    if (P <= 0 || C <= 0) return;
-#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, P, C, K)
+    if (C <= 0) return;
+    /* launched whatever the count: a recorded verify replays it with the count of its step */
+#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, 0, P, C, K)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_fold");

@@ -254,10 +254,12 @@ static void test_tree(int nh, int nkv, int D, int n_prefix, const std::vector<in
     const int T = parents.size(), n_kv = n_prefix + T;
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
     std::vector<float> ref((size_t)T * nh * D);
-    CPU->ops->attention_tree(CPU, Q.data(), K.data(), V.data(), n_prefix, parents.data(), T, nh, nkv, D, ref.data());
+    CPU->ops->attention_tree(CPU, Q.data(), K.data(), V.data(), &n_prefix, n_kv, parents.data(), T, nh, nkv, D,
+                             ref.data());
     float *dK = updev(K), *dV = updev(V), *dQ = updev(Q);
+    int32_t *dprefix = updevi(std::vector<int32_t>{n_prefix});
     float *o = dev(ref.size());
-    cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o);
+    cuda_attention_tree(&G.base, dQ, dK, dV, dprefix, n_kv, updevi(parents), T, nh, nkv, D, o);
     auto tree = get(o, ref.size());
     char name[128]; snprintf(name, 128, "attention_tree nh=%d nkv=%d D=%d prefix=%d T=%d", nh, nkv, D, n_prefix, T);
     cmp_f64(name, tree, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
@@ -266,9 +268,13 @@ static void test_tree(int nh, int nkv, int D, int n_prefix, const std::vector<in
         r.insert(r.end(), path.begin(), path.end()); return r; }));
     size_t saved = G.workspace_bytes; G.workspace_bytes = 0; // no room for partials: UNSPLIT
     float *o2 = dev(ref.size());
-    cuda_attention_tree(&G.base, dQ, dK, dV, n_prefix, updevi(parents), T, nh, nkv, D, o2);
+    cuda_attention_tree(&G.base, dQ, dK, dV, dprefix, n_kv, updevi(parents), T, nh, nkv, D, o2);
     G.workspace_bytes = saved;
     cmp("  tree split == unsplit", get(o2, ref.size()), tree, 0, true);
+    // a recorded verify's grid: sized for a whole cache (8192 rows), n_prefix read on the device
+    float *o4 = dev(ref.size());
+    cuda_attention_tree(&G.base, dQ, dK, dV, dprefix, 8192, updevi(parents), T, nh, nkv, D, o4);
+    cmp("  tree grid for 8192 rows == grid for n_prefix + T", get(o4, ref.size()), tree, 0, true);
     // every node == the causal decode (T=1) of its path: a cache of the prefix rows, then the path's rows
     std::vector<float> decoded(ref.size());
     const size_t row = (size_t)nkv * D;

@@ -1,0 +1,155 @@
+"""The recorded verify on the GPU (issue 14: the graph path == the eager path, bit for bit).
+
+A tree verify that wants only the argmax is recorded per (node count, factor bank it writes, LM
+head) the second time that key comes, and replayed after, whatever the tree's shape, the prefix length or the pending path
+(docs/gpu-steps.md). Two contexts of one model run the same steps, one with recorded steps and one
+eager: every verify's argmax, the launch counts (a replay is one launch, so a verify that silently
+ran eagerly shows), the committed features, the durable state after finish and greedy speculative
+output must agree bit for bit. Marked gpu: skipped with a reason where no device is visible (the
+CPU backend records nothing; the CPU suite checks the same verify ops eagerly)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyspecla import Model
+from pyspecla.speculative.drafters import NgramDrafter, OracleDrafter
+from pyspecla.speculative.loop import SpecConfig, generate
+from pyspecla.testing.models import write_test_model
+
+pytestmark = pytest.mark.gpu
+
+N_NODES = 9  # most steps: a recording per factor bank is reused; a few steps use other counts
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = write_test_model(tmp_path_factory.mktemp("gpu-recorded-verify") / "tiny8-qwen35-q4_k_m.gguf", "tiny8",
+                            "q4_k_m", seed=7, arch="qwen35")
+    m = Model.load(str(path), device="cuda")
+    yield m
+    m.close()
+
+
+def random_tree(rng, n):
+    """Parents of an n-node tree, node 0 the root, every parent before its child."""
+    return [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+
+
+def path_to(parents, leaf):
+    path = []
+    while leaf >= 0:
+        path.insert(0, leaf)
+        leaf = parents[leaf]
+    return path
+
+
+def steps(n_vocab, seed, n_steps=14):
+    """(tokens, parents, accepted path) per step: mostly N_NODES nodes, two steps of 5 and 12 (keys
+    seen once: eager, in the recording context); paths alternate between the prefix path 0..n-1 of
+    a chain (a bank swap on accept) and a side branch (a gather), so both banks' recordings are
+    made and replayed and the pending path's length changes from step to step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_steps):
+        n = 5 if i == 6 else 12 if i == 9 else N_NODES
+        if i % 3 == 0:
+            parents = list(range(-1, n - 1))  # a chain: its prefix paths are 0..d
+            path = list(range(int(rng.integers(1, n + 1))))
+        else:
+            parents = random_tree(rng, n)
+            path = path_to(parents, int(rng.integers(1, n)))
+        out.append((rng.integers(0, n_vocab, n).tolist(), parents, path))
+    return out
+
+
+def test_recorded_verify_equals_eager_bit_for_bit(model):
+    layers = model.hparams.n_layer
+    prompt = np.random.default_rng(11).integers(0, model.hparams.n_vocab, 13).tolist()
+    contexts = {}
+    for recorded in (True, False):
+        ctx = model.new_context(n_ctx=512, max_tree_nodes=16, capture_layers=[0, layers - 1],
+                                recorded_steps=recorded)
+        assert ctx.device == "cuda"
+        ctx.eval(prompt)
+        contexts[recorded] = ctx
+    replays, eager_launches, occurrences, bank = 0, [], {}, 0
+    for i, (tokens, parents, path) in enumerate(steps(model.hparams.n_vocab, seed=3)):
+        got = {}
+        for recorded, ctx in contexts.items():
+            ctx.launch_counters()  # reset
+            got[recorded] = ctx.verify_tree(tokens, parents)
+            launches = ctx.launch_counters()[0]
+            if recorded:
+                key = (len(tokens), bank)  # what the context keys its recordings by (same LM head)
+                occurrences[key] = occurrences.get(key, 0) + 1
+                if occurrences[key] > 2:  # eager the first time, recorded the second, replayed after
+                    assert launches == 1, f"step {i}: a verify of a recorded key ran {launches} launches"
+                    replays += 1
+                else:
+                    assert launches > 1, f"step {i}: verify {occurrences[key]} of key {key} ran one launch"
+            else:
+                eager_launches.append(launches)
+            ctx.accept(path)
+        assert np.array_equal(got[True], got[False]), f"step {i}: argmax of the recorded verify differs"
+        if path == list(range(len(path))):
+            bank ^= 1  # a prefix path swaps the factor banks: the other bank's recording next time
+    assert replays >= 8, f"only {replays} verifies replayed a recording"
+    assert min(eager_launches) > layers, f"the eager verifies ran {eager_launches} launches"
+    n = contexts[True].n_past
+    assert n == contexts[False].n_past
+    assert np.array_equal(contexts[True].read_features(0, n), contexts[False].read_features(0, n)), \
+        "committed features differ"
+    probe = [3, 5, 7]
+    logits = []
+    for ctx in contexts.values():
+        ctx.finish()
+        logits.append(ctx.eval(probe, logits_all=True))
+        ctx.close()
+    assert np.array_equal(logits[0].view(np.uint32), logits[1].view(np.uint32)), "durable state after finish differs"
+
+
+def test_recorded_verify_argmax_is_the_argmax_of_the_eager_verify_logits(model):
+    """A recording returns only the argmax; the same trees verified eagerly with logits, in a
+    context with the same history: the recorded argmax is their argmax at every node (lowest id on
+    ties, as argmax_rows breaks them)."""
+    prompt = np.random.default_rng(12).integers(0, model.hparams.n_vocab, 9).tolist()
+    recorded = model.new_context(n_ctx=256, max_tree_nodes=16)
+    eager = model.new_context(n_ctx=256, max_tree_nodes=16, recorded_steps=False)
+    for ctx in (recorded, eager):
+        ctx.eval(prompt)
+    for i, (tokens, parents, path) in enumerate(steps(model.hparams.n_vocab, seed=4, n_steps=8)):
+        argmax = recorded.verify_tree(tokens, parents)
+        eager_argmax, logits = eager.verify_tree(tokens, parents, want_logits=True)
+        assert np.array_equal(argmax, eager_argmax), f"step {i}"
+        assert np.array_equal(argmax, np.argmax(logits, axis=1)), f"step {i}: logits and argmax disagree"
+        recorded.accept(path)
+        eager.accept(path)
+    recorded.close()
+    eager.close()
+
+
+@pytest.mark.parametrize("specla", [True, False], ids=["specla", "dense"])
+def test_greedy_speculative_output_same_with_recorded_steps_on_and_off(model, specla):
+    V, layers = model.hparams.n_vocab, model.hparams.n_layer
+    rng = np.random.default_rng(2027)
+    for i in range(6):
+        prompt = rng.integers(0, V, int(rng.integers(1, 20))).tolist()
+        plain = model.generate(prompt, 96 + 24)
+        config = SpecConfig(mode="ddtree", specla=specla, tau=6.0 if specla else None, top_k=4 if specla else 8)
+        outputs = []
+        for recorded in (True, False):
+            drafter = OracleDrafter(0.85, plain, V, seed=i, true_ranks=(0, 1, 2, 3), capture_layers=[0, layers - 1])
+            verify_method, commit_method = config.methods
+            ctx = model.new_context(n_ctx=len(prompt) + 96 + config.max_tree_nodes + 1,
+                                    max_tree_nodes=config.max_tree_nodes, verify_method=verify_method,
+                                    commit_method=commit_method, capture_layers=[0, layers - 1],
+                                    recorded_steps=recorded)
+            stats, ctx = generate(model, prompt, 96, config, drafter=drafter, context=ctx)
+            outputs.append(stats.tokens)
+            ctx.close()
+        assert outputs[0] == outputs[1] == plain[:96], f"prompt {i}, specla={specla}"
+        stats, ctx = generate(model, prompt, 96, SpecConfig(mode="ddtree", specla=specla), drafter=NgramDrafter())
+        assert stats.tokens == plain[:96], f"prompt {i}: n-gram drafter, specla={specla}"
+        ctx.close()
