@@ -18,6 +18,13 @@
  *   (5) every output is bit-identical to the host model of the kernels (below), which computes the
  *       order matmul.cu documents with the same per-block code: a difference says the device
  *       arithmetic departs from its specification (and where).
+ *       F16/BF16 on the tensor-core path (every mode but 0, every n_batch): the host model of its
+ *       order (host_ftc_model, the MMA as 16 sequential fp32 fmas) meets the GPU within the bound of
+ *       (3), not in bits: the hardware's MMA accumulation is its own. The fma path of these types
+ *       runs as well (mode 0) and is checked in bits; (2) stays a bit check for both.
+ * Also (host model and GPU alike): the F16/BF16 tensor-core order and the fma order against the
+ * float64 sum, activation rows scaled by 2^-100 .. 2^60 (check_ftc_error_vs_float64: the figures,
+ * and a failure over the bound of (3)).
  * --host-model runs, instead of the GPU, a host model of the kernels built from the same per-block
  * code (matmul_blocks.h) and the same layout, chunking and summation order: it exercises this
  * program's generation and comparison logic (and the arithmetic) on a machine without a GPU; the
@@ -25,7 +32,9 @@
  * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
  * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
  * MMA (check_mma_emulation) and compares it bit for bit with the host model; the same for the staged
- * kernel (matmul_tile.cuh, Q4_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own).
+ * kernel (matmul_tile.cuh, Q4_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own),
+ * and the F16/BF16 tensor-core kernel (matmul_float_tc.cuh, f16/bf16 m16n8k16 emulated) against
+ * host_ftc_model, bit for bit (check_ftc_emulation).
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
@@ -50,6 +59,7 @@
 #include "matmul_launch.h"
 #include "matmul_mma.cuh"
 #include "matmul_tile.cuh"
+#include "matmul_float_tc.cuh"
 #include "specla.h"
 
 #define CK(call)                                                                                                    \
@@ -323,6 +333,88 @@ static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, cons
     }
 }
 
+/* ---- the host model of the F16/BF16 tensor-core order (matmul_float_tc.cuh) ------------------------ */
+struct HostSplit {
+    std::vector<uint16_t> split; /* [term][n_batch][n] */
+    std::vector<float> inv_scale;
+};
+
+/* The activation terms as mm_split_kernel makes them (the same per-element code, mm_split_element). */
+static HostSplit host_split(int32_t type, const float *x, int n_batch, int n) {
+    HostSplit h;
+    h.split.assign((size_t)MM_FTC_MAX_TERMS * n_batch * n, 0);
+    h.inv_scale.resize(n_batch);
+    const int terms = type == SPECLA_TYPE_BF16 ? 3 : 2;
+    for (int b = 0; b < n_batch; b++) {
+        const float *xb = x + (size_t)b * n;
+        float amax = 0.0f;
+        int finite = 1;
+        for (int i = 0; i < n; i++) finite &= mm_isfinite(xb[i]), amax = fmaxf(amax, fabsf(xb[i]));
+        const int e = type == SPECLA_TYPE_F16 && finite ? mm_split_exponent(amax) : 0;
+        h.inv_scale[b] = mm_pow2(-e);
+        for (int i = 0; i < n; i++) {
+            uint16_t t[MM_FTC_MAX_TERMS];
+            if (type == SPECLA_TYPE_F16) mm_split_element<SPECLA_TYPE_F16>(xb[i], mm_pow2(e), finite, t);
+            else mm_split_element<SPECLA_TYPE_BF16>(xb[i], mm_pow2(e), finite, t);
+            for (int j = 0; j < terms; j++) h.split[((size_t)j * n_batch + b) * n + i] = t[j];
+        }
+    }
+    return h;
+}
+
+/* Element of a 32-element block that k-slot `slot` (0..15) of half h holds (the header's mapping). */
+static int ftc_element(int h, int slot) {
+    const int t = (slot & 7) / 2, j = slot & 1;
+    return 8 * t + 4 * h + (slot >= 8 ? 2 : 0) + j;
+}
+
+/* y[n_batch][ne1] in the order matmul_float_tc.cuh documents, written directly (no warp): per chunk
+ * and (row, token) one accumulator; per block, half h, term lo, (mid,) hi: the MMA emulated as 16
+ * sequential fp32 fmas in k-slot order; F16 partials times 2^-e; chunks added in chunk order. */
+static void host_ftc_model(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch, float *y) {
+    const mm_plan p = mm_plan_for(type, ne0, ne1);
+    const HostSplit hs = host_split(type, x, n_batch, ne0);
+    const int terms = type == SPECLA_TYPE_BF16 ? 3 : 2, bf16 = type == SPECLA_TYPE_BF16;
+#pragma omp parallel for schedule(dynamic)
+    for (int o = 0; o < ne1; o++) {
+        const int rg = o / MM_GROUP_ROWS, lane = o % MM_GROUP_ROWS;
+        std::vector<float> wrow(ne0);
+        for (int k = 0; k < p.n_blocks; k++) {
+            const uint8_t *slot = prep + mm_slot_offset(type, p.n_blocks, rg, k);
+            for (int i = 0; i < 32; i++) {
+                uint16_t v;
+                memcpy(&v, slot + ((size_t)(i / 8) * MM_GROUP_ROWS + lane) * 16 + 2 * (i % 8), 2);
+                wrow[32 * k + i] = bf16 ? mm_bits_f32((uint32_t)v << 16) : half_to_float(v);
+            }
+        }
+        for (int b = 0; b < n_batch; b++) {
+            float s = 0.0f;
+            for (int c = 0; c < p.n_chunks; c++) {
+                float acc = 0.0f;
+                const int k_end = std::min(p.n_blocks, (c + 1) * p.chunk_blocks);
+                for (int k = c * p.chunk_blocks; k < k_end; k++)
+                    for (int h = 0; h < 2; h++)
+                        for (int j = terms - 1; j >= 0; j--) {
+                            const uint16_t *tb = hs.split.data() + ((size_t)j * n_batch + b) * ne0 + 32 * k;
+                            for (int slot = 0; slot < 16; slot++) {
+                                const int e = ftc_element(h, slot);
+                                const float xv = bf16 ? mm_bits_f32((uint32_t)tb[e] << 16) : half_to_float(tb[e]);
+                                acc = mm_fma(wrow[32 * k + e], xv, acc);
+                            }
+                        }
+                if (type == SPECLA_TYPE_F16) acc = mm_mul(acc, hs.inv_scale[b]);
+                s = c == 0 ? acc : mm_add(s, acc);
+            }
+            y[(size_t)b * ne1 + o] = s;
+        }
+    }
+}
+
+/* Whether the GPU runs `type` on the F16/BF16 tensor-core path in kernel choice `mode`. */
+static bool float_tc_path(int32_t type, int mode) {
+    return (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) && mode != CUDA_MATMUL_TC_OFF;
+}
+
 /* ---- checks ------------------------------------------------------------------------------------- */
 static int g_failures = 0;
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -394,6 +486,31 @@ void mm_mma_k32_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t a2, ui
     g_mma.barrier->arrive_and_wait();
 }
 void mm_cta_sync_emulated(void) { g_mma.barrier->arrive_and_wait(); }
+
+/* m16n8k16 with f16/bf16 operands and fp32 C, the PTX layout (A: a0 row g k 2t..2t+1, a1 row g+8 the
+ * same k, a2 row g k 2t+8.., a3 row g+8 k 2t+8..; B: b0 k 2t..2t+1, b1 k 2t+8.. of column g; C as the
+ * s8 one), each C element the 16 products added one by one in k order with fp32 fmas. The hardware
+ * adds them in its own way: this defines the host model's order, not the device's bits. */
+static uint32_t g_ftc_in[32][6];
+void mm_ftc_mma_emulated(float c[4], const uint32_t a[4], const uint32_t b[2], int bf16, int lane) {
+    const uint32_t in[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    memcpy(g_ftc_in[lane], in, sizeof in);
+    g_mma.barrier->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = (i >> 1) ? g + 8 : g, col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) {
+            int ar = 2 * (k / 8) + row / 8; /* a0 / a1 for k < 8, a2 / a3 above */
+            if (g_mma_fault == 3) ar ^= 1;  /* --self-test: rows g and g + 8 swapped */
+            const uint32_t av = g_ftc_in[4 * (row % 8) + (k % 8) / 2][ar];
+            const uint32_t bv = g_ftc_in[4 * col + (k % 8) / 2][4 + k / 8];
+            acc = mm_fma(mm_ftc_value(av, k & 1, bf16), mm_ftc_value(bv, k & 1, bf16), acc);
+        }
+        c[i] = acc;
+    }
+    g_mma.barrier->arrive_and_wait();
+}
 
 template <int TYPE, int NTILES>
 static void emulate_units(const mm_launch_args &args) {
@@ -552,6 +669,137 @@ static void check_mma_emulation(bool one_type = false) {
     }
 }
 
+/* The F16/BF16 tensor-core kernel's per-lane code (matmul_float_tc.cuh) on 32 host threads with the
+ * emulated f16/bf16 MMA, its activation terms made by host_split, the split-K sums in chunk order. */
+template <int TYPE, int NT>
+static void emulate_ftc_units(const mm_launch_args &args) {
+    std::barrier<> barrier(32);
+    g_mma.barrier = &barrier;
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 32; lane++)
+        lanes.emplace_back([&args, lane] {
+            for (int u = 0; u < args.n_units; u++) mm_ftc_unit<TYPE, NT>(args, u, lane);
+        });
+    for (auto &th : lanes) th.join();
+    g_mma.barrier = nullptr;
+}
+
+template <int TYPE>
+static void emulate_ftc_dispatch(const mm_launch_args &args) { /* the tile count matmul.cu picks */
+    switch (mm_ftc_tiles(args.n_batch)) {
+    case 1: emulate_ftc_units<TYPE, 1>(args); break;
+    case 2: emulate_ftc_units<TYPE, 2>(args); break;
+    case 3: emulate_ftc_units<TYPE, 3>(args); break;
+    default: emulate_ftc_units<TYPE, 4>(args); break;
+    }
+}
+
+static void emulate_ftc_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
+                               float *y) {
+    const HostSplit hs = host_split(type, x, n_batch, ne0);
+    emulate_matmul(type, prep, ne0, ne1, x, n_batch, y, [type, &hs](mm_launch_args &args, const mm_plan &) {
+        args.act.split = hs.split.data(), args.act.inv_scale = hs.inv_scale.data();
+        if (type == SPECLA_TYPE_F16) emulate_ftc_dispatch<SPECLA_TYPE_F16>(args);
+        else emulate_ftc_dispatch<SPECLA_TYPE_BF16>(args);
+    });
+}
+
+/* The emulated F16/BF16 tensor-core code against host_ftc_model, bit for bit (both define the same
+ * order with the MMA as sequential fmas: this checks the kernel's fragments, k-slot mapping, token
+ * padding, scales and stores). */
+static void check_ftc_emulation(bool one_type = false) {
+    printf("F16/BF16 tensor-core kernel code, emulated on the host, against its host model:\n");
+    uint64_t seed = 7000;
+    for (int32_t type : {SPECLA_TYPE_F16, SPECLA_TYPE_BF16}) {
+        if (one_type && type == SPECLA_TYPE_BF16) continue;
+        /* the last shape: chunks of 2 blocks over 31 row groups (prefetch across load groups) */
+        const int shapes[][2] = {{32, 7}, {128, 33}, {64, 100}, {160, 70}, {68 * 32, 990}};
+        for (const auto &sh : shapes) {
+            const int ne0 = sh[0], ne1 = sh[1];
+            if (one_type && ne1 == 990) continue;
+            const std::vector<int> batches = ne1 == 990 ? std::vector<int>{1, 23} : std::vector<int>{1, 2, 5, 8, 17, 25, 33, 64};
+            Rng r(seed++);
+            const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
+            std::vector<float> x = make_activations(ne0, r);
+            for (int i = 0; i < ne0; i++) x[(size_t)4 * ne0 + i] *= 1e6f, x[(size_t)5 * ne0 + i] *= 1e-30f; /* the F16 scale */
+            const specla_tensor hw = host_tensor(w, type, ne0, ne1);
+            std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(type, ne0, ne1));
+            if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(type));
+            std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
+            host_ftc_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
+            const int before = g_failures;
+            for (int n_batch : batches) {
+                std::fill(y.begin(), y.end(), NAN);
+                emulate_ftc_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
+                for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
+                    if (memcmp(&y[i], &model[i], 4) != 0) {
+                        fail("%s %dx%d n_batch %d: emulated tensor-core y[%zu][%zu] = %.9g, its host model %.9g",
+                             type_name(type), ne0, ne1, n_batch, i / ne1, i % ne1, y[i], model[i]);
+                        break;
+                    }
+            }
+            const mm_plan p = mm_plan_for(type, ne0, ne1);
+            printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s: %s\n", type_name(type), ne0, ne1,
+                   p.n_chunks, p.chunk_blocks, ne1 == 990 ? "{1,23}" : "{1,2,5,8,17,25,33,64}",
+                   g_failures == before ? "bits equal" : "FAILED");
+            fflush(stdout);
+        }
+    }
+}
+
+/* Error of the F16/BF16 tensor-core order (host_ftc_model) and of the fma order (host_model) against
+ * the float64 sum, in units of sum_i |w_i x_i|, over activation rows scaled by 2^-100 .. 2^60 (the
+ * F16 split's per-token power of two). Prints the figures; fails when the tensor-core order is over
+ * the check's bound (error_bound). */
+static double error_bound(int32_t type, int ne0);
+static void check_ftc_error_vs_float64() {
+    printf("F16/BF16 tensor-core order vs float64 (max |y - exact| / sum|w x|; fma order alongside):\n");
+    uint64_t seed = 8000;
+    for (int32_t type : {SPECLA_TYPE_F16, SPECLA_TYPE_BF16})
+        for (int ne0 : {512, 5120, 17408}) {
+            if (g_opt.quick && ne0 == 17408) continue;
+            const int ne1 = 65, n_batch = 16;
+            Rng r(seed++);
+            const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
+            std::vector<float> x = make_activations(ne0, r);
+            x.resize((size_t)n_batch * ne0);
+            const int exps[] = {-100, -20, 0, 20, 60};
+            for (int b = 5; b < n_batch; b++)
+                for (int i = 0; i < ne0; i++) x[(size_t)b * ne0 + i] = ldexpf(x[(size_t)b * ne0 + i], exps[b % 5]);
+            const specla_tensor hw = host_tensor(w, type, ne0, ne1);
+            std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(type, ne0, ne1));
+            if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(type));
+            std::vector<float> tc((size_t)n_batch * ne1), fm((size_t)n_batch * ne1), wf(ne0);
+            host_ftc_model(type, prep.data(), ne0, ne1, x.data(), n_batch, tc.data());
+            host_model(type, prep.data(), ne0, ne1, x.data(), n_batch, fm.data());
+            double max_tc = 0, max_fma = 0, sum_tc = 0;
+            specla_op_options opt = {1, SPECLA_CPU_SCALAR, SPECLA_BACKEND_CPU, 0};
+            for (int o = 0; o < ne1; o++) {
+                const uint8_t *row = w.data() + (size_t)o * type_row_bytes(type, ne0);
+                if (specla_op_dequantize(&opt, type, row, ne0, wf.data()) != SPECLA_OK) fail("dequantize %s", type_name(type));
+                for (int b = 0; b < n_batch; b++) {
+                    double exact = 0, mag = 0;
+                    for (int i = 0; i < ne0; i++) {
+                        const double p = (double)wf[i] * (double)x[(size_t)b * ne0 + i];
+                        exact += p, mag += fabs(p);
+                    }
+                    if (mag == 0) continue;
+                    const size_t i = (size_t)b * ne1 + o;
+                    const double e_tc = fabs(tc[i] - exact) / mag, e_fma = fabs(fm[i] - exact) / mag;
+                    max_tc = std::max(max_tc, e_tc), max_fma = std::max(max_fma, e_fma), sum_tc += e_tc;
+                }
+            }
+            const double bound = error_bound(type, ne0);
+            const bool ok = max_tc <= bound;
+            if (!ok) fail("%s ne0 %d: tensor-core order error %.3g of sum|w x| > bound %.3g", type_name(type), ne0, max_tc, bound);
+            printf("  %-5s ne0 %5d ne1 %d n_batch %d (x scaled 2^-100..2^60): tensor-core max %.3g (%.2f u) mean %.3g, "
+                   "fma max %.3g (%.2f u); bound %.3g: %s\n",
+                   type_name(type), ne0, ne1, n_batch, max_tc, max_tc / ldexp(1.0, -24), sum_tc / (n_batch * ne1), max_fma,
+                   max_fma / ldexp(1.0, -24), bound, ok ? "ok" : "FAILED");
+            fflush(stdout);
+        }
+}
+
 /* ---- one matrix under test, on the GPU or in the host model -------------------------------------- */
 struct Subject {
     int32_t type;
@@ -563,6 +811,8 @@ struct Subject {
     float *x_dev = nullptr, *y_dev = nullptr;
     cuda_matmul_workspace ws = {nullptr, 0};
     std::vector<float> host_rows;
+    /* F16/BF16: host_ftc_model's y (the tensor-core path's order; the GPU is within a tolerance of it) */
+    std::vector<float> tc_rows;
 
     Subject(int32_t t, int n0, int n1, const std::vector<uint8_t> &gguf, const std::vector<float> &x,
             bool with_host_model = true)
@@ -576,6 +826,10 @@ struct Subject {
         if (with_host_model || g_opt.host_model) {
             host_rows.resize((size_t)MAX_BATCH * n1);
             host_model(t, prep_host.data(), n0, n1, x.data(), MAX_BATCH, host_rows.data());
+            if (t == SPECLA_TYPE_F16 || t == SPECLA_TYPE_BF16) {
+                tc_rows.resize((size_t)MAX_BATCH * n1);
+                host_ftc_model(t, prep_host.data(), n0, n1, x.data(), MAX_BATCH, tc_rows.data());
+            }
         }
         if (g_opt.host_model) return;
         CK(cudaMalloc(&prep_dev, prep_host.size()));
@@ -596,12 +850,14 @@ struct Subject {
         t.nbytes = type_row_bytes(type, ne0) * ne1;
         return t;
     }
-    /* y[n_batch][ne1] for input rows first_row .. first_row + n_batch - 1, y poisoned first */
-    void run(int first_row, int n_batch, float *y) {
+    /* y[n_batch][ne1] for input rows first_row .. first_row + n_batch - 1, y poisoned first; the host
+     * model stands for the GPU's kernel choice `mode` (the F16/BF16 tensor-core order or not) */
+    void run(int first_row, int n_batch, float *y, int mode = CUDA_MATMUL_TC_STAGED) {
         const size_t count = (size_t)n_batch * ne1;
         if (g_opt.host_model) {
             for (size_t i = 0; i < count; i++) y[i] = NAN;
-            memcpy(y, host_rows.data() + (size_t)first_row * ne1, count * sizeof(float));
+            const std::vector<float> &rows = float_tc_path(type, mode) ? tc_rows : host_rows;
+            memcpy(y, rows.data() + (size_t)first_row * ne1, count * sizeof(float));
             return;
         }
         CK(cudaMemset(y_dev, 0xff, count * sizeof(float))); /* all-ones words are NaNs */
@@ -630,6 +886,7 @@ enum { INJECT_UNWRITTEN = 1, INJECT_VARIANCE = 2, INJECT_ERROR = 3 };
 
 struct CaseResult {
     double max_err = 0, bound = 0;
+    double max_tc_diff = -1; /* F16/BF16: max |gpu - host_ftc_model| / sum|terms| (-1: not run) */
     int n_checked = 0;
 };
 
@@ -656,12 +913,18 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
          * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only */
         const int n_batch = kBatches[pass / 3];
         const int mode = kModes[pass % 3];
-        if (mode != CUDA_MATMUL_TC_STAGED && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
+        /* F16/BF16 also with the tensor cores off (the fma path: another order), every n_batch */
+        const bool ftc_type = type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16;
+        const bool fma_pass = ftc_type && mode == CUDA_MATMUL_TC_OFF;
+        if (mode != CUDA_MATMUL_TC_STAGED && !fma_pass && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
         if (mode == CUDA_MATMUL_TC_PER_WARP && !has_staged) continue; /* the default already is */
         if (!g_opt.host_model) cuda_matmul_set_tensor_cores(mode);
-        s.run(0, n_batch, y.data());
+        s.run(0, n_batch, y.data(), mode);
         if (!g_opt.host_model) cuda_matmul_set_tensor_cores(CUDA_MATMUL_TC_STAGED);
-        const char *path = mode == CUDA_MATMUL_TC_OFF ? " (dp4a only)" : mode == CUDA_MATMUL_TC_PER_WARP ? " (per-warp MMA)" : "";
+        const char *path = fma_pass ? " (fma path)" : mode == CUDA_MATMUL_TC_OFF ? " (dp4a only)" : mode == CUDA_MATMUL_TC_PER_WARP ? " (per-warp MMA)" : "";
+        /* the F16/BF16 tensor-core path: the host model's order with the MMA as sequential fmas, the
+         * hardware's accumulation its own, so a tolerance (the oracle's bound) instead of bits */
+        const bool tc = float_tc_path(type, mode);
         if (g_inject == INJECT_UNWRITTEN && n_batch == 23) y[(size_t)22 * ne1 + ne1 - 1] = NAN;
         if (g_inject == INJECT_VARIANCE && n_batch == 23) {
             uint32_t bits;
@@ -677,10 +940,19 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
                              ne1, n_batch, path, b, o, y[i]);
                     continue;
                 }
-                if (memcmp(&y[i], &s.host_rows[i], 4) != 0 && bad_model++ == 0)
+                if (tc) {
+                    const double d = fabs((double)y[i] - (double)s.tc_rows[i]) / (scale[i] > 0 ? scale[i] : 1.0);
+                    res.max_tc_diff = std::max(res.max_tc_diff, d);
+                    if (d > bound && bad_model++ == 0)
+                        fail("%s %dx%d n_batch %d: y[%d][%d] = %.9g but the tensor-core host model gives %.9g: "
+                             "%.3g of sum|terms| = %.6g > %.3g",
+                             type_name(type), ne0, ne1, n_batch, b, o, y[i], s.tc_rows[i], d, scale[i], bound);
+                } else if (memcmp(&y[i], &s.host_rows[i], 4) != 0 && bad_model++ == 0)
                     fail("%s %dx%d n_batch %d%s: y[%d][%d] = %.9g but the host model of the kernels gives %.9g",
                          type_name(type), ne0, ne1, n_batch, path, b, o, y[i], s.host_rows[i]);
-                if (memcmp(&y[i], &ref1[i], 4) != 0 && bad_bits++ == 0)
+                /* ref1 is the default kernel choice's n_batch = 1 run; the fma pass is checked against
+                 * the host model's bits above (which do not depend on n_batch) */
+                if (!fma_pass && memcmp(&y[i], &ref1[i], 4) != 0 && bad_bits++ == 0)
                     fail("%s %dx%d n_batch %d%s: y[%d][%d] = %.9g but the n_batch = 1 run gave %.9g", type_name(type),
                          ne0, ne1, n_batch, path, b, o, y[i], ref1[i]);
                 double got = y[i];
@@ -831,8 +1103,10 @@ static void run_checks() {
                 const int before = g_failures;
                 const CaseResult r = check_case(type, ne0, ne1, seed++);
                 const mm_plan p = mm_plan_for(type, ne0, ne1);
-                printf("  %-5s ne0 %6d ne1 %5d  chunks %3d x %3d blocks  max err %.3g (bound %.3g)  %s\n", type_name(type), ne0,
-                       ne1, p.n_chunks, p.chunk_blocks, r.max_err, r.bound, g_failures == before ? "ok" : "FAILED");
+                char tc_note[64] = "";
+                if (r.max_tc_diff >= 0) snprintf(tc_note, sizeof tc_note, "  vs tensor-core model %.3g", r.max_tc_diff);
+                printf("  %-5s ne0 %6d ne1 %5d  chunks %3d x %3d blocks  max err %.3g (bound %.3g)%s  %s\n", type_name(type),
+                       ne0, ne1, p.n_chunks, p.chunk_blocks, r.max_err, r.bound, tc_note, g_failures == before ? "ok" : "FAILED");
                 fflush(stdout);
             }
         if (!g_opt.host_model) check_group(type, g_opt.quick ? 1024 : 5120, seed++);
@@ -860,6 +1134,10 @@ static const BenchShape kBench[] = {
     {"attn_v", SPECLA_TYPE_Q6_K, 5120, 1024},    {"attn_output", SPECLA_TYPE_Q4_K, 6144, 5120},
     {"ffn_up", SPECLA_TYPE_Q4_K, 5120, 17408},   {"ffn_down", SPECLA_TYPE_Q4_K, 17408, 5120},
     {"ffn_down", SPECLA_TYPE_Q6_K, 17408, 5120}, {"output", SPECLA_TYPE_Q6_K, 5120, 248320},
+    /* the 27B target's DFlash draft (F16; 32 x 128 query heads, 8 KV heads, FFN 10240) */
+    {"draft_q", SPECLA_TYPE_F16, 5120, 4096},    {"draft_kv", SPECLA_TYPE_F16, 5120, 1024},
+    {"draft_o", SPECLA_TYPE_F16, 4096, 5120},    {"draft_up", SPECLA_TYPE_F16, 5120, 10240},
+    {"draft_down", SPECLA_TYPE_F16, 10240, 5120},
 };
 static const int kBenchBatches[] = {1, 2, 4, 8, 16, 23, 32, 64};
 
@@ -1033,7 +1311,8 @@ static void run_bench() {
                              g_opt.tc_mode != CUDA_MATMUL_TC_OFF;
             const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
                                 (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q6_K);
-            const char *kernel = !mma ? "dp4a" : staged ? "int8-mma-staged" : "int8-mma";
+            const bool float_mma = float_tc_path(bs.type, g_opt.tc_mode) && prop.major >= 8;
+            const char *kernel = float_mma ? "float-mma" : !mma ? "dp4a" : staged ? "int8-mma-staged" : "int8-mma";
             if (js)
                 fprintf(js,
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
@@ -1128,15 +1407,25 @@ int main(int argc, char **argv) {
             caught += hit;
             g_mma_fault = 0;
         }
+        g_mma_fault = 3;
+        {
+            const int before = g_failures;
+            check_ftc_emulation(true);
+            const bool hit = g_failures > before;
+            printf("self-test: fault 6 (emulated f16 m16n8k16 rows swapped) %s\n", hit ? "caught" : "NOT CAUGHT");
+            caught += hit;
+        }
+        g_mma_fault = 0;
         g_failures = 0;
-        if (caught != 5) {
+        if (caught != 6) {
             printf("self-test FAILED\n");
             return 1;
         }
     }
     if (g_opt.check) {
         run_checks();
-        if (g_opt.host_model) check_mma_emulation();
+        check_ftc_error_vs_float64();
+        if (g_opt.host_model) check_mma_emulation(), check_ftc_emulation();
     }
     if (g_opt.bench && !g_opt.host_model) run_bench();
     printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);

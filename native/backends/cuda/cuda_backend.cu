@@ -277,6 +277,18 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     if (cudaSetDevice(device) != cudaSuccess)
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot use device %d: %s", device,
                            cudaGetErrorString(cudaGetLastError()));
+    /* SPECLA_CUDA_TENSOR_CORES=0|1|2 sets cuda_matmul_set_tensor_cores for the process (default 1), for
+     * comparisons: the 8-bit types' bits are the same in every mode, F16/BF16 weights run the fma
+     * path with 0 and the f16/bf16 tensor-core kernel otherwise (another order: other bits). */
+    const char *tc = getenv("SPECLA_CUDA_TENSOR_CORES");
+    if (tc && *tc) {
+        if ((tc[0] != '0' && tc[0] != '1' && tc[0] != '2') || tc[1] != '\0')
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                               "backend cuda: SPECLA_CUDA_TENSOR_CORES must be 0 (off), 1 (staged) or 2 (per-warp), "
+                               "got '%s'",
+                               tc);
+        cuda_matmul_set_tensor_cores(tc[0] - '0');
+    }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
     ci->pub.base.ops = &cuda_ops_table;

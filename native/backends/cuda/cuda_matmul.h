@@ -79,7 +79,11 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
  * either way): CUDA_MATMUL_TC_STAGED (the default; any value but the two others) the int8 tensor-core
  * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K and Q6_K, the
  * per-warp one for Q8_0/Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
- * (matmul_mma.cuh) for every 8-bit type, kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel. */
+ * (matmul_mma.cuh) for every 8-bit type, kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel.
+ * F16/BF16 weights (CUDA, sm_80+): any mode but CUDA_MATMUL_TC_OFF runs them on the f16/bf16
+ * tensor-core kernel (matmul_float_tc.cuh) for every n_batch; CUDA_MATMUL_TC_OFF on the fma path.
+ * For these two types the choice CHANGES the bits (two summation orders): set it before a run, never
+ * between calls whose results must agree. */
 #define CUDA_MATMUL_TC_OFF 0
 #define CUDA_MATMUL_TC_STAGED 1
 #define CUDA_MATMUL_TC_PER_WARP 2

@@ -16,28 +16,37 @@
  *      Q6_K:           s = sum_g sc_g (sum_{i in group g} q_i a_i - 32 bsum_g) over the 16 groups of 16
  *                      acc = fma(d_a * d, s, acc)
  *    (products d * d rounded once, (float)s rounded to nearest, fma single-rounding), and the float
- *    types run acc = fma(w_i, x_i, acc) for the block's 32 elements in order.
+ *    types run acc = fma(w_i, x_i, acc) for the block's 32 elements in order -- except F16 and BF16
+ *    on sm_80+ with the tensor cores on (cuda_matmul_set_tensor_cores), which for EVERY n_batch take
+ *    matmul_float_tc.cuh's order: the activations split into f16 (hi, lo; per-token power-of-two
+ *    scale) or bf16 (hi, mid, lo) terms, per block f16/bf16 MMAs accumulating in fp32 (its header
+ *    states the order and the error model). Its MMA accumulation is the hardware's, so the host
+ *    model (tools/cuda_matmul_check.cu) meets the GPU within a tolerance there, in bits elsewhere.
  * 3. Chunks. The plan (mm_plan_for: a function of type, ne0 and ne1 ONLY) cuts every row into
  *    n_chunks chunks of chunk_blocks consecutive blocks (the last one shorter). A chunk's partial sum
  *    starts at +0.0f and takes its blocks in increasing order, as in 2.
  * 4. Rows. y = p_0 when n_chunks = 1, else ((p_0 + p_1) + p_2) + ... + p_{C-1}: chunk order, one
  *    rounded add each.
- * Nothing in 1-4 depends on n_batch, on how many tokens a warp carries at once, on which warp or
- * block computes a chunk, on the other matrices of a group launch or on the device: every row of y
- * is the same bits for any n_batch, and a group launch gives the bits of separate calls. Against the
- * CPU oracle only the float summation order differs (the CPU sums 8 lanes per block, then the
- * lanes); the integers and the activation codes are the same.
+ * Nothing in 1-4 (nor in the F16/BF16 tensor-core order) depends on n_batch, on how many tokens a
+ * warp carries at once, on which warp or block computes a chunk, on the other matrices of a group
+ * launch or on the device (the F16/BF16 MMA's accumulation aside, which is the hardware's): every
+ * row of y is the same bits for any n_batch, and a group launch gives the bits of separate calls.
+ * Against the CPU oracle only the float summation order differs (the CPU sums 8 lanes per block,
+ * then the lanes; for F16/BF16 on tensor cores also the activation split); the integers and the
+ * activation codes are the same.
  *
  * Work layout: a warp owns one (row group of 32 rows, chunk) unit. The dp4a kernel here (one token,
- * the float types, and every type before sm_80) gives each lane a row; the prepared layout
- * (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp access, and the
- * warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
+ * F32, F16/BF16 with their tensor-core path off, every type before sm_80) gives each lane a row;
+ * the prepared layout (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp
+ * access, and the warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
  * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K and Q6_K run matmul_tile.cuh's
  * staged int8 tensor-core kernel (a CTA per two row groups and one chunk, the activations staged in
  * shared memory; the same units' sums), the other 8-bit types matmul_mma.cuh's per-warp one
- * (cuda_matmul_set_tensor_cores chooses). With more than one chunk, partial sums go to the
- * workspace and the last warp to finish a row group (an atomic arrival counter) adds them in chunk
- * order; the counters are zeroed by the quantize kernel that starts every call.
+ * (cuda_matmul_set_tensor_cores chooses); F16/BF16, for every n_batch, matmul_float_tc.cuh's per-warp
+ * f16/bf16 tensor-core kernel, after mm_split_kernel wrote the activation terms to the workspace.
+ * With more than one chunk, partial sums go to the workspace and the last warp to finish a row
+ * group (an atomic arrival counter) adds them in chunk order; the counters are zeroed by the
+ * quantize (or split) kernel that starts every call.
  *
  * Launch overlap (sm_90+, cuda_matmul_set_overlap): the quantize and matmul kernels are launched
  * with programmatic stream serialization; each waits (griddepcontrol.wait) for the previous kernel
@@ -54,9 +63,13 @@
 
 /* ---- workspace layout ------------------------------------------------------------------------- */
 /* Activation blocks of both kinds (the Q8_K ones with the min operands of mm_min_operands), the
- * split-K arrival counters and the partial sums of up to CUDA_MATMUL_GROUP_LAUNCH matrices. */
+ * split-K arrival counters, the partial sums of up to CUDA_MATMUL_GROUP_LAUNCH matrices, and the
+ * F16/BF16 tensor-core path's activation terms (MM_FTC_MAX_TERMS x 2 bytes per input) and token
+ * scales. */
 typedef struct mm_workspace_layout {
-    size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, minops_q8_k, counters, partials, total;
+    size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, minops_q8_k, counters, partials;
+    size_t split, inv_scale; /* the F16/BF16 tensor-core path's activation terms and F16 token scales */
+    size_t total;
 } mm_workspace_layout;
 
 static size_t mm_align(size_t v) { return (v + 255) & ~(size_t)255; }
@@ -73,6 +86,8 @@ static mm_workspace_layout mm_workspace_for(int n_batch, int n) {
     l.minops_q8_k = off, off = mm_align(off + nb * (nn / 256) * 16);
     l.counters = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned));
     l.partials = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * nb * MM_MAX_PARTIALS_PER_TOKEN * sizeof(float));
+    l.split = off, off = mm_align(off + (size_t)MM_FTC_MAX_TERMS * nb * nn * sizeof(uint16_t));
+    l.inv_scale = off, off = mm_align(off + nb * sizeof(float));
     l.total = off;
     return l;
 }
@@ -307,6 +322,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
 #define MM_KERNELS
 #include "matmul_mma.cuh"
 #include "matmul_tile.cuh"
+#include "matmul_float_tc.cuh"
 
 /* ---- host side ----------------------------------------------------------------------------------- */
 static int mm_supported(int32_t type) { return mm_unit_elements(type) != 0; }
@@ -438,6 +454,18 @@ static int mm_device_major(void) {
 /* int8 mma.sync needs sm_80 */
 static int mm_device_has_int8_mma(void) { return mm_device_major() >= 8; }
 
+/* Whether F16/BF16 weights take the tensor-core kernel (matmul_float_tc.cuh) for every n_batch: its
+ * f16/bf16 mma.sync needs sm_80, HIP keeps the fma path, CUDA_MATMUL_TC_OFF selects the fma path for
+ * an A/B. Unlike the 8-bit types' choice this one changes the bits of F16/BF16 rows (another
+ * summation order), so a run must not change the mode between the calls it compares. */
+static int mm_float_tensor_cores(void) {
+#if defined(SPECLA_USE_HIP)
+    return 0;
+#else
+    return g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_major() >= 8;
+#endif
+}
+
 /* On by default: on the H200 the 27B-shape decode step took 8.13 ms with it and 9.16 ms without
  * (graph replay, same run; docs/perf.md). SPECLA_CUDA_PDL=0 turns it off (cuda_backend.cu). */
 static int g_use_overlap = 1;
@@ -472,6 +500,16 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
+    if constexpr (mm_ftc_traits<TYPE>::supported) {
+        if (mm_float_tensor_cores()) { /* every n_batch: one order for prefill and decode */
+            switch (mm_ftc_tiles(args.n_batch)) {
+            case 1: return mm_start(mm_ftc_kernel<TYPE, 1>, grid, stream, args);
+            case 2: return mm_start(mm_ftc_kernel<TYPE, 2>, grid, stream, args);
+            case 3: return mm_start(mm_ftc_kernel<TYPE, 3>, grid, stream, args);
+            default: return mm_start(mm_ftc_kernel<TYPE, 4>, grid, stream, args);
+            }
+        }
+    }
     if constexpr (mm_traits<TYPE>::int8) {
         if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
@@ -535,6 +573,21 @@ static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n
                     (int16_t *)(ws + l.bsums_q8_k), minops, (unsigned *)(ws + l.counters), n_counters);
 }
 
+/* The F16/BF16 tensor-core path's activation terms of x for weight `type` (a CTA per token), and,
+ * when it is the call's first kernel, the zeroing of the arrival counters. */
+static cudaError_t mm_split(cudaStream_t stream, int32_t type, const float *x, int n, int n_batch, uint8_t *ws,
+                            const mm_workspace_layout &l, int zero_counters) {
+    const int n_counters = zero_counters ? CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS : 0;
+    uint16_t *split = (uint16_t *)(ws + l.split);
+    float *inv_scale = (float *)(ws + l.inv_scale);
+    unsigned *counters = (unsigned *)(ws + l.counters);
+    if (type == SPECLA_TYPE_F16)
+        return mm_start(mm_split_kernel<SPECLA_TYPE_F16>, (unsigned)n_batch, stream, x, (int64_t)n, n_batch, split,
+                        inv_scale, counters, n_counters);
+    return mm_start(mm_split_kernel<SPECLA_TYPE_BF16>, (unsigned)n_batch, stream, x, (int64_t)n, n_batch, split,
+                    inv_scale, counters, n_counters);
+}
+
 extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x,
                                                         int n_batch, int n, int8_t *codes, float *scales,
                                                         int16_t *bsums) {
@@ -553,21 +606,30 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
                                          int n_batch, float *const *y, cuda_matmul_workspace ws) {
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
     const int n = w[0] ? w[0]->ne0 : 0;
-    int need_q8_0 = 0, need_q8_k = 0;
+    int need_q8_0 = 0, need_q8_k = 0, need_split = 0;
+    const int float_tc = mm_float_tensor_cores();
     for (int i = 0; i < n_mats; i++) {
         if (!w[i] || !w[i]->data || !y[i]) return cudaErrorInvalidValue;
         if (!mm_supported(w[i]->type)) return cudaErrorNotSupported;
         if (w[i]->ne0 != n || n <= 0 || w[i]->ne1 < 1 || n % mm_unit_elements(w[i]->type) != 0) return cudaErrorInvalidValue;
         need_q8_0 |= mm_act_kind(w[i]->type) == MM_ACT_Q8_0;
         need_q8_k |= mm_act_kind(w[i]->type) == MM_ACT_Q8_K;
+        need_split |= float_tc && (w[i]->type == SPECLA_TYPE_F16 || w[i]->type == SPECLA_TYPE_BF16);
     }
     const mm_workspace_layout l = mm_workspace_for(n_batch, n);
     if (ws.bytes < l.total) return cudaErrorInvalidValue;
     uint8_t *base = (uint8_t *)ws.data;
 
-    /* the first launch also zeroes the arrival counters */
-    cudaError_t err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT,
-                                  base, l, 1);
+    /* the first launch also zeroes the arrival counters: the quantize kernel, or the split kernel of
+     * the F16/BF16 tensor-core path when there is nothing to quantize (then the split of the first of
+     * those types runs first; a split runs just before its type's launches, the two types sharing
+     * the workspace's terms in stream order) */
+    cudaError_t err = cudaSuccess;
+    int counters_zeroed = 0;
+    if (need_q8_k || need_q8_0 || !need_split) {
+        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1);
+        counters_zeroed = 1;
+    }
     if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
     if (err != cudaSuccess) return err;
 
@@ -575,6 +637,7 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
     act.x = x;
     act.codes = nullptr, act.scales = nullptr, act.bsums = (const int16_t *)(base + l.bsums_q8_k);
     act.minops = base + l.minops_q8_k;
+    act.split = (const uint16_t *)(base + l.split), act.inv_scale = (const float *)(base + l.inv_scale);
     static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
                                          SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
     for (int32_t type : type_order) {
@@ -583,9 +646,15 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
         act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
         mm_launch_args args;
         memset(&args, 0, sizeof args);
+        int split_done = 0; /* this type's terms are in the workspace */
         for (int i = 0; i <= n_mats; i++) {
             const int flush = i == n_mats || (args.n_mats == CUDA_MATMUL_GROUP_LAUNCH && w[i]->type == type);
             if (flush && args.n_mats > 0) {
+                if (float_tc && (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) && !split_done) {
+                    err = mm_split(stream, type, x, n, n_batch, base, l, !counters_zeroed);
+                    if (err != cudaSuccess) return err;
+                    counters_zeroed = 1, split_done = 1;
+                }
                 args.n_batch = n_batch, args.n = n, args.act = act;
                 err = mm_launch(stream, type, args);
                 if (err != cudaSuccess) return err;

@@ -487,6 +487,9 @@ typedef struct mm_acts {
     const int16_t *bsums; /* Q8_K: [n_batch][n / 16] */
     const uint8_t *minops; /* Q8_K: [n_batch][n / 256][16], mm_min_operands of each block (the staged
                               tensor-core kernel's min-term operands; NULL where no kernel reads them) */
+    const uint16_t *split;   /* F16/BF16 tensor-core path (matmul_float_tc.cuh): term j of token b at
+                                split + (j * n_batch + b) * n, 16-bit f16/bf16 patterns */
+    const float *inv_scale;  /* its F16 tokens' 2^-e, [n_batch] */
 } mm_acts;
 
 /* The min-term operands of one Q8_K activation block, for the staged tensor-core kernel

@@ -9,6 +9,8 @@
 #include "matmul_blocks.h"
 
 #define MM_FULL_MASK 0xffffffffu
+/* activation terms of the F16/BF16 tensor-core path (matmul_float_tc.cuh): 2 for F16, 3 for BF16 */
+#define MM_FTC_MAX_TERMS 3
 
 typedef struct mm_mat_args {
     const uint8_t *w; /* prepared weight */
