@@ -14,7 +14,9 @@
 # travel as untracked files. AB_PYTEST=0 skips the variants' pytest -m gpu runs. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
 # touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
-# and the bit-identity checks). Check results go to stdout (run_gpu.sh's bench.log).
+# and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
+# occupancy, whose operations are those of a checked build). Check results go to stdout (run_gpu.sh's
+# bench.log).
 set -uo pipefail
 commit=$1 rounds=$2 bench_args=$3
 shift 3
@@ -49,7 +51,7 @@ for spec in "$@"; do
     cp "$SPECLA_LIBRARY" "$libs/$name.so"
     names+=("$name")
     echo "variant $name: built in $(( $(date +%s) - t0 ))s"
-    if [ ${#list[@]} -eq 1 ] && grep -q "matmul" "${list[0]}"; then
+    if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ] && grep -q "matmul" "${list[0]}"; then
       if CPU_LIB_BUILD=$cpu_lib bash tools/device/build_cuda_checks.sh "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1; then
         echo "variant $name: cuda_matmul_check (checks only):"
         "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
@@ -57,7 +59,7 @@ for spec in "$@"; do
         echo "variant $name: cuda_matmul_check did not build"; tail -20 "$HOME/ab-check-$name.log"
       fi
     fi
-    if [ ${#list[@]} -eq 1 ] && [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
+    if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ] && [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
       if bash tools/device/cuda_ops_check/build.sh "$cpu_lib" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1; then
         echo "variant $name: cuda_ops_check:"
         "$HOME/ab-ops-check-$name" 2>&1 | grep -E "FAIL|FAILURES|mismatch" | tail -12
