@@ -312,6 +312,26 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
     }
 }
 
+/* A segment's partials of the block's first `count` heads (or query-head pairs) to the SPLIT
+ * workspace: (m, l) from sh, acc from the caller's registers; entry g goes to slot slot_of(g) (a slot
+ * is one (query, head, segment)). */
+template <int HG, class SlotOf>
+static __device__ __forceinline__ void store_partials(const att_shared<HG> &sh, const float (&acc)[HG][ATT_DIMS_PER_THREAD],
+                                                      int count, int D, SlotOf slot_of, float *part_acc, float *part_ml) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int g = 0; g < HG; g++) {
+        if (g >= count) continue;
+        const int64_t slot = slot_of(g);
+        if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+            const int d = tid + ATT_THREADS * j;
+            if (d < D) part_acc[slot * D + d] = acc[g][j];
+        }
+    }
+}
+
 /* Block (x, kvh * n_hgroups + hg, t). seg_blocks > 0: SPLIT, block x computes segments x, x +
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
@@ -359,17 +379,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
             segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
-#pragma unroll
-            for (int g = 0; g < HG; g++) {
-                if (g >= ng) break;
-                const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
-                if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
-#pragma unroll
-                for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
-                    const int d = tid + ATT_THREADS * j;
-                    if (d < D) part_acc[slot * D + d] = acc[g][j];
-                }
-            }
+            store_partials(sh, acc, ng, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
+                           part_acc, part_ml);
             __syncthreads(); /* m, l are reset by the next segment */
         }
         return;
@@ -474,17 +485,9 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
         __syncthreads();
         segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
-#pragma unroll
-        for (int g = 0; g < P; g++) {
-            if (g >= np) continue;
-            const int64_t slot = ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg;
-            if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
-#pragma unroll
-            for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
-                const int d = tid + ATT_THREADS * j;
-                if (d < D) part_acc[slot * D + d] = acc[g][j];
-            }
-        }
+        store_partials(sh, acc, np, D,
+                       [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; },
+                       part_acc, part_ml);
         return;
     }
 
@@ -492,17 +495,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
     __syncthreads();
     segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
-#pragma unroll
-    for (int g = 0; g < P; g++) {
-        if (g >= ngh) continue;
-        const int64_t slot = ((int64_t)tp * nh + head0 + g) * n_seg_max + seg;
-        if (tid == 0) part_ml[2 * slot] = sh.m[g], part_ml[2 * slot + 1] = sh.l[g];
-#pragma unroll
-        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
-            const int d = tid + ATT_THREADS * j;
-            if (d < D) part_acc[slot * D + d] = acc[g][j];
-        }
-    }
+    store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; }, part_acc,
+                   part_ml);
 }
 
 /* SPLIT's second kernel: block (h, tp, dim chunk) merges query t0 + tp's segment partials of head h in
