@@ -118,22 +118,34 @@ static int decode_step_recordable(const specla_context *ctx, const specla_batch 
            !ctx->params.no_recorded_steps;
 }
 
+/* Records the ops of a batch that wants only the argmax of its n rows under `key`, then replays
+ * them: 1 when they ran so; 0 when the backend could not record (nothing ran; the context runs its
+ * steps eagerly from now on). */
+static int record_and_replay(specla_context *ctx, int key, const batch_view *bv, int n_rows) {
+    const backend *be = ctx->be;
+    be->ops->capture_begin(be);
+    enqueue_model(ctx, bv, n_rows, NULL, 1); /* recorded, not run; the host side of the layers is done */
+    if (be->ops->capture_end(be, key) == SPECLA_OK && be->ops->replay(be, key)) return 1;
+    ctx->params.no_recorded_steps = 1;
+    return 0;
+}
+
+/* The one read-back of a replayed step: the argmax of its n rows. */
+static specla_status read_argmax(specla_context *ctx, int32_t *argmax_out, int n_rows) {
+    const backend *be = ctx->be;
+    be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_rows);
+    return be->ops->sync(be);
+}
+
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
     const int same_head = ctx->recorded_head == ctx->logit_head.data && ctx->recorded_head_rows == ctx->logit_head.ne1;
     if (!same_head || !be->ops->replay(be, STEP_DECODE)) {
         ctx->recorded_head = ctx->logit_head.data;
         ctx->recorded_head_rows = ctx->logit_head.ne1;
-        be->ops->capture_begin(be);
-        enqueue_model(ctx, bv, 1, NULL, 1);
-        if (be->ops->capture_end(be, STEP_DECODE) != SPECLA_OK || !be->ops->replay(be, STEP_DECODE)) {
-            /* a backend that could not record runs this context's steps eagerly from now on */
-            ctx->params.no_recorded_steps = 1;
-            return run_model(ctx, bv, 1, NULL, argmax_out);
-        }
+        if (!record_and_replay(ctx, STEP_DECODE, bv, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
     }
-    be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t));
-    return be->ops->sync(be);
+    return read_argmax(ctx, argmax_out, 1);
 }
 
 specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
@@ -189,18 +201,13 @@ static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, 
             ctx->next_verify_slot = (slot + 1) % STEP_VERIFY_SLOTS;
         }
         ctx->recorded_verify[slot] = key;
-        be->ops->capture_begin(be);
-        enqueue_model(ctx, bv, N, NULL, 1); /* recorded, not run; the host side of the layers is done */
-        if (be->ops->capture_end(be, STEP_VERIFY + slot) != SPECLA_OK || !be->ops->replay(be, STEP_VERIFY + slot)) {
-            /* nothing ran: the same ops eagerly (their fold counts are on the backend already), and
-             * every later step too */
+        if (!record_and_replay(ctx, STEP_VERIFY + slot, bv, N)) {
+            /* nothing ran: the same ops eagerly (their fold counts are on the backend already) */
             ctx->recorded_verify[slot].n_nodes = 0;
-            ctx->params.no_recorded_steps = 1;
             return run_model(ctx, bv, N, NULL, argmax_out);
         }
     }
-    be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)N);
-    return be->ops->sync(be);
+    return read_argmax(ctx, argmax_out, N);
 }
 
 specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *tree) {
