@@ -312,6 +312,25 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
     }
 }
 
+/* Query t's logical sequence, set by one thread of the block: a tree node (parents = the block's
+ * shared copy) sees rows 0..n_prefix-1 then its ancestors and itself, written to `chain` root first;
+ * a causal query (parents NULL) rows 0..positions[t]. */
+template <int HG>
+static __device__ __forceinline__ void query_rows(att_shared<HG> &sh, const int32_t *parents, int32_t *chain, int t,
+                                                  int n_prefix, const int32_t *positions) {
+    if (parents) {
+        int n = 0;
+        for (int a = t; a >= 0; a = parents[a]) n++;
+        int i = n;
+        for (int a = t; a >= 0; a = parents[a]) chain[--i] = a;
+        sh.n_rows = n_prefix + n;
+        sh.n_direct = n_prefix;
+    } else {
+        sh.n_rows = positions[t] + 1;
+        sh.n_direct = sh.n_rows;
+    }
+}
+
 /* A segment's partials of the block's first `count` heads (or query-head pairs) to the SPLIT
  * workspace: (m, l) from sh, acc from the caller's registers; entry g goes to slot slot_of(g) (a slot
  * is one (query, head, segment)). */
@@ -355,18 +374,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
         __syncthreads();
-        if (tid == 0) {
-            int n = 0;
-            for (int a = t; a >= 0; a = tree_shared[a]) n++;
-            int i = n;
-            for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
-            sh.n_rows = n_prefix + n;
-            sh.n_direct = n_prefix;
-        }
-    } else if (tid == 0) {
-        sh.n_rows = positions[t] + 1;
-        sh.n_direct = sh.n_rows;
     }
+    if (tid == 0) query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
     __syncthreads();
     const int n_seg = (sh.n_rows + ATT_SEG - 1) / ATT_SEG;
     if (seg_blocks > 0 && (int)blockIdx.x >= n_seg) return; /* a segment past this query's rows */
@@ -458,17 +467,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     const bool shared = (seg + 1) * ATT_SEG <= n_shared;
     const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
     if (tid == 0 && (!shared || counts)) { /* query t's rows (and chain) */
-        if (parents) {
-            int n = 0;
-            for (int a = t; a >= 0; a = tree_shared[a]) n++;
-            int i = n;
-            for (int a = t; a >= 0; a = tree_shared[a]) chain[--i] = a;
-            sh.n_rows = n_prefix + n;
-            sh.n_direct = n_prefix;
-        } else {
-            sh.n_rows = positions[t] + 1;
-            sh.n_direct = sh.n_rows;
-        }
+        query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
         if (counts) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
     }
     __syncthreads();
