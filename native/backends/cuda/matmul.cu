@@ -274,13 +274,11 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     if (u >= args.n_units) return; /* whole warps */
-    const mm_mat_args M = mm_select_mat(args, u);
-    const int local = u - M.unit_begin;
-    const int rg = local / M.n_chunks, c = local % M.n_chunks;
-    const int k_begin = c * M.chunk_blocks;
-    const int k_end = min(M.n_blocks, k_begin + M.chunk_blocks);
+    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
+    const mm_mat_args &M = P.M;
+    const int rg = P.rg, c = P.c, k_begin = P.k_begin, k_end = P.k_end;
     const int row = rg * MM_GROUP_ROWS + lane;
-    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
+    const uint8_t *group_base = P.group_base;
 
     for (int t0 = 0; t0 < args.n_batch; t0 += NT) {
         float acc[NT];

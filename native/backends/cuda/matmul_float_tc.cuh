@@ -68,8 +68,8 @@ template <int TYPE> struct mm_ftc_traits {
 
 /* The token tiles per pass the kernel (and the host emulation) runs for n_batch tokens. */
 MM_HD int mm_ftc_tiles(int n_batch) {
-    const int need = (n_batch + 7) / 8;
-    return need < 4 ? need : 4;
+    const int need = (n_batch + 7) / 8, most = mm_ftc_traits<SPECLA_TYPE_F16>::max_tiles;
+    return need < most ? need : most;
 }
 
 /* ---- the activation split (host and device) ------------------------------------------------------ */
@@ -196,12 +196,10 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
     typedef mm_ftc_traits<TYPE> tr;
     constexpr int G = tr::load_group, TERMS = tr::terms;
     const int g = lane >> 2, t = lane & 3;
-    const mm_mat_args M = mm_select_mat(args, u);
-    const int local = u - M.unit_begin;
-    const int rg = local / M.n_chunks, c = local % M.n_chunks;
-    const int k_begin = c * M.chunk_blocks;
-    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
-    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
+    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
+    const mm_mat_args &M = P.M;
+    const int rg = P.rg, c = P.c, k_begin = P.k_begin, k_end = P.k_end;
+    const uint8_t *group_base = P.group_base;
     constexpr int64_t slot_bytes = (int64_t)MM_GROUP_ROWS * 64; /* F16/BF16: 64 bytes per block */
     const int n_batch = args.n_batch;
 

@@ -117,6 +117,25 @@ MM_HD mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
     return M;
 }
 
+/* Where warp unit u of a launch works (the per-warp kernels: mm_kernel, mm_mma_kernel, mm_ftc_kernel):
+ * its matrix, row group rg, chunk c, the chunk's blocks [k_begin, k_end) and the row group's first
+ * weight slot. */
+typedef struct mm_unit_place {
+    mm_mat_args M;
+    int rg, c, k_begin, k_end;
+    const uint8_t *group_base;
+} mm_unit_place;
+template <int TYPE> MM_HD mm_unit_place mm_unit_of(const mm_launch_args &args, int u) {
+    mm_unit_place p;
+    p.M = mm_select_mat(args, u);
+    const int local = u - p.M.unit_begin;
+    p.rg = local / p.M.n_chunks, p.c = local % p.M.n_chunks;
+    p.k_begin = p.c * p.M.chunk_blocks;
+    p.k_end = p.M.n_blocks < p.k_begin + p.M.chunk_blocks ? p.M.n_blocks : p.k_begin + p.M.chunk_blocks;
+    p.group_base = p.M.w + mm_slot_offset(TYPE, p.M.n_blocks, p.rg, 0);
+    return p;
+}
+
 /* The staged tensor-core kernel (matmul_tile.cuh) runs a CTA per (pair of row groups, chunk): CTA
  * `local` of a matrix takes row groups 2 (local / n_chunks) and 2 (local / n_chunks) + 1, chunk
  * local % n_chunks. */

@@ -348,12 +348,10 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
 template <int TYPE, int NTILES>
 MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
     const int g = lane >> 2, t = lane & 3;
-    const mm_mat_args M = mm_select_mat(args, u);
-    const int local = u - M.unit_begin;
-    const int rg = local / M.n_chunks, c = local % M.n_chunks;
-    const int k_begin = c * M.chunk_blocks;
-    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
-    const uint8_t *group_base = M.w + mm_slot_offset(TYPE, M.n_blocks, rg, 0);
+    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
+    const mm_mat_args &M = P.M;
+    const int rg = P.rg, c = P.c, k_begin = P.k_begin, k_end = P.k_end;
+    const uint8_t *group_base = P.group_base;
 
     for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) {
         float acc[2][NTILES][4];
