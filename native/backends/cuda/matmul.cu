@@ -284,14 +284,11 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-        mm_frag<TYPE> cur;
+        mm_frag<TYPE> cur, nxt;
         mm_load(cur, group_base, k_begin, k_end, lane);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         for (int k = k_begin; k < k_end; k += G) {
-#if MM_DECODE_PREFETCH
-            mm_frag<TYPE> nxt;
             if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
-#endif
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 if (k + g < k_end) {
@@ -301,11 +298,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
                             acc[t] = mm_block_step<TYPE>(cur.w[g], cur.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
                 }
             }
-#if MM_DECODE_PREFETCH
             cur = nxt;
-#else
-            if (k + G < k_end) mm_load(cur, group_base, k + G, k_end, lane);
-#endif
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {

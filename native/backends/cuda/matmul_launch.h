@@ -29,20 +29,6 @@ typedef struct mm_launch_args {
     mm_acts act;
 } mm_launch_args;
 
-#ifndef MM_DECODE_CTAS_Q4_K
-#define MM_DECODE_CTAS_Q4_K 3
-#endif
-#ifndef MM_DECODE_CTAS_Q6_K
-#define MM_DECODE_CTAS_Q6_K 1
-#endif
-/* 1: the dp4a kernel loads a warp's next load group of blocks while it computes the current one
- * (two groups in registers); 0: one group in registers, loaded after the current one is done (fewer
- * registers, more warps per SM hide the latency instead). Either way the same operations in the
- * same order. */
-#ifndef MM_DECODE_PREFETCH
-#define MM_DECODE_PREFETCH 1
-#endif
-
 /* Compile-time facts of a type: 16-byte pieces per block, bytes per block, blocks per load group
  * (enough 16-byte loads per lane in flight for the small block types). */
 template <int TYPE> struct mm_traits {
@@ -66,11 +52,8 @@ template <int TYPE> struct mm_traits {
     /* CTAs of 4 warps per SM the dp4a kernel's register budget is sized for: 3 (168 registers)
      * keeps 12 warps per SM for one token without spills; Q6_K's 13-piece blocks need the full 255
      * (2 CTAs, 8 warps), and so do several tokens per pass (the fallback of the tensor-core path).
-     * A build may ask for more one-token CTAs (MM_DECODE_CTAS_Q4_K / _Q6_K, with MM_DECODE_PREFETCH=0
-     * so that they fit without spills): an experiment, the order of operations does not change. */
-    static constexpr int min_blocks(int nt) {
-        return nt > 1 ? 1 : TYPE == SPECLA_TYPE_Q6_K ? MM_DECODE_CTAS_Q6_K : TYPE == SPECLA_TYPE_Q4_K ? MM_DECODE_CTAS_Q4_K : 3;
-    }
+     * (More CTAs without the prefetch, branch decode-occupancy, measured within noise: perf.md.) */
+    static constexpr int min_blocks(int nt) { return TYPE == SPECLA_TYPE_Q6_K || nt > 1 ? 1 : 3; }
     static constexpr bool int8 = TYPE != SPECLA_TYPE_F32 && TYPE != SPECLA_TYPE_F16 && TYPE != SPECLA_TYPE_BF16;
     static constexpr int has_d = TYPE == SPECLA_TYPE_Q8_0 || TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ||
                                  TYPE == SPECLA_TYPE_Q6_K;
