@@ -227,16 +227,15 @@ SPECLA_API specla_status specla_op_gdn_tree_verify(const specla_op_options *opt,
     return SPECLA_OK;
 }
 
-/* Whether the chain op folds the pending path of layer l (the baselines fold it in a pass of their
- * own, with the count known on the host). */
-static int chain_folds_pending(const specla_factor_banks *b, int l) {
-    return b->n_pending > 0 && !b->gdn_folded[l] && b->shape.verify_method == SPECLA_VERIFY_HLD_CHAINS;
-}
+/* Whether layer l's GDN state has the pending path still to fold in this step. The chain op folds it
+ * itself (its count in fold_counts); the baselines fold it in a pass of their own. */
+static int gdn_fold_due(const specla_factor_banks *b, int l) { return b->n_pending > 0 && !b->gdn_folded[l]; }
 
 void factor_banks_prepare_verify(specla_factor_banks *b) {
     const int L = b->shape.n_layers;
+    const int chains = b->shape.verify_method == SPECLA_VERIFY_HLD_CHAINS;
     for (int l = 0; l < L; l++) {
-        b->fold_counts_host[l] = chain_folds_pending(b, l) ? b->n_pending : 0;
+        b->fold_counts_host[l] = chains && gdn_fold_due(b, l) ? b->n_pending : 0;
         b->fold_counts_host[L + l] = b->n_pending > 0 && !b->conv_folded[l] ? b->n_pending : 0;
     }
     b->be->ops->upload(b->be, b->fold_counts, b->fold_counts_host, sizeof(int32_t) * (size_t)(2 * L));
@@ -290,7 +289,7 @@ void factor_banks_verify_gdn(specla_factor_banks *b, const backend *be, const in
     const float *pending_bank = layer_block(b, b->write_bank ^ 1, l);
     const gdn_pending pending = {pending_bank + b->off_k, pending_bank + b->off_delta, pending_bank + b->off_g,
                                  b->fold_counts + l};
-    if (b->n_pending > 0 && !b->gdn_folded[l] && s->verify_method != SPECLA_VERIFY_HLD_CHAINS)
+    if (gdn_fold_due(b, l) && s->verify_method != SPECLA_VERIFY_HLD_CHAINS)
         ops->gdn_fold(be, a->state, pending.k, pending.delta, pending.g, b->n_pending, s->Hk, s->Hv, s->S);
     float *bank = layer_block(b, b->write_bank, l);
     float *delta = bank + b->off_delta;
