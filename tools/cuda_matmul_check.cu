@@ -512,17 +512,23 @@ void mm_ftc_mma_emulated(float c[4], const uint32_t a[4], const uint32_t b[2], i
     g_mma.barrier->arrive_and_wait();
 }
 
-template <int TYPE, int NTILES>
-static void emulate_units(const mm_launch_args &args) {
+/* One warp on 32 host threads that meet at the emulated MMAs' barrier: lane `lane` runs unit(u, lane)
+ * for every unit u of the launch, in order (a per-warp kernel's units, one warp after another). */
+template <class Unit> static void emulate_warp(const mm_launch_args &args, Unit unit) {
     std::barrier<> barrier(32);
     g_mma.barrier = &barrier;
     std::vector<std::thread> lanes;
     for (int lane = 0; lane < 32; lane++)
-        lanes.emplace_back([&args, lane] {
-            for (int u = 0; u < args.n_units; u++) mm_mma_unit<TYPE, NTILES>(args, u, lane);
+        lanes.emplace_back([&args, &unit, lane] {
+            for (int u = 0; u < args.n_units; u++) unit(u, lane);
         });
     for (auto &th : lanes) th.join();
     g_mma.barrier = nullptr;
+}
+
+template <int TYPE, int NTILES>
+static void emulate_units(const mm_launch_args &args) {
+    emulate_warp(args, [&args](int u, int lane) { mm_mma_unit<TYPE, NTILES>(args, u, lane); });
 }
 
 template <int TYPE>
@@ -673,15 +679,7 @@ static void check_mma_emulation(bool one_type = false) {
  * emulated f16/bf16 MMA, its activation terms made by host_split, the split-K sums in chunk order. */
 template <int TYPE, int NT>
 static void emulate_ftc_units(const mm_launch_args &args) {
-    std::barrier<> barrier(32);
-    g_mma.barrier = &barrier;
-    std::vector<std::thread> lanes;
-    for (int lane = 0; lane < 32; lane++)
-        lanes.emplace_back([&args, lane] {
-            for (int u = 0; u < args.n_units; u++) mm_ftc_unit<TYPE, NT>(args, u, lane);
-        });
-    for (auto &th : lanes) th.join();
-    g_mma.barrier = nullptr;
+    emulate_warp(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NT>(args, u, lane); });
 }
 
 template <int TYPE>
