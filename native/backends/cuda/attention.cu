@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "launch.h"
 
 #define SPECLA_WARP 32
 #define ATT_THREADS 128
@@ -84,6 +85,7 @@
  * instead of one block walking the heads after a serial trig latency per pair. */
 static __global__ void rope_neox_kernel(float *x, const int32_t *positions, int n_heads, int head_dim, int n_rot,
                                         float freq_base) {
+    grid_begin();
     const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
     float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -99,7 +101,7 @@ extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *posit
                                int head_dim, int n_rot, float freq_base) {
     if (T <= 0 || n_rot < 2) return;
     if (n_heads <= 0) return;
-    rope_neox_kernel<<<dim3(T, n_heads), 64, 0, cuda_stream(be)>>>(x, positions, n_heads, head_dim, n_rot, freq_base);
+    cuda_launch(rope_neox_kernel, dim3(T, n_heads), dim3(64), 0, cuda_stream(be), x, positions, n_heads, head_dim, n_rot, freq_base);
     cuda_note_launch(be, "rope_neox");
 }
 
@@ -361,6 +363,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
                      const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
                      float scale, int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                      float *out) {
+    grid_begin();
     __shared__ att_shared<HG> sh;
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
     /* query t of the whole call; tp indexes the partials of this launch's queries t0 .. */
@@ -441,6 +444,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
                           const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
                           int n_hgroups, int hb, int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml,
                           int32_t *part_rows, float scale) {
+    grid_begin();
     __shared__ att_shared<P> sh;
     __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
@@ -507,6 +511,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
 static __global__ void __launch_bounds__(ATT_MERGE_THREADS)
     attention_merge_kernel(const float *part_acc, const float *part_ml, const int32_t *part_rows, int nh, int D,
                            int n_seg_max, int t0, float *out) {
+    grid_begin();
     extern __shared__ float merge_shared[]; /* a [n_seg_max], b [n_seg_max] */
     __shared__ float L_final;
     const int h = blockIdx.x, tp = blockIdx.y, d = blockIdx.z * ATT_MERGE_THREADS + threadIdx.x;
@@ -534,6 +539,7 @@ static __global__ void __launch_bounds__(ATT_MERGE_THREADS)
 }
 
 static __global__ void fill_nan_kernel(float *out, int64_t n) {
+    grid_begin();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __int_as_float(0x7fc00000);
 }
@@ -576,26 +582,21 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (T > 1)
-                attention_tile_kernel<ATT_TILE_PAIRS>
-                    <<<dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), ATT_THREADS, tree_bytes,
-                       cuda_stream(be)>>>(q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
+                cuda_launch(attention_tile_kernel<ATT_TILE_PAIRS>, dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
                                           tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows,
                                           scale);
             else
-                attention_kernel<HG><<<dim3(n_seg_max, nkv * n_hgroups, n_q), ATT_THREADS, tree_bytes,
-                                       cuda_stream(be)>>>(q, k_cache, v_cache, positions, parents, n_prefix, T, nh,
+                cuda_launch(attention_kernel<HG>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh,
                                                           nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0,
                                                           part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
-            attention_merge_kernel<<<dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS), ATT_MERGE_THREADS,
-                                     merge_shared_bytes, cuda_stream(be)>>>(part_acc, part_ml, part_rows, nh, D,
+            cuda_launch(attention_merge_kernel, dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS), dim3(ATT_MERGE_THREADS), merge_shared_bytes, cuda_stream(be), part_acc, part_ml, part_rows, nh, D,
                                                                             n_seg_max, t0, out);
             cuda_note_launch(be, name);
         }
         return;
     }
-    attention_kernel<HG><<<dim3(1, nkv * n_hgroups, T), ATT_THREADS, tree_bytes, cuda_stream(be)>>>(
-        q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL, NULL,
+    cuda_launch(attention_kernel<HG>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL, NULL,
         out);
     cuda_note_launch(be, name);
 }
@@ -606,7 +607,7 @@ static void launch_attention(const backend *be, const char *name, const float *q
     if (T <= 0 || nh <= 0) return;
     if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
         /* shapes the core never passes (it checks them); a NaN output rather than a silent wrong one */
-        fill_nan_kernel<<<64, 256, 0, cuda_stream(be)>>>(out, (int64_t)T * nh * (D > 0 ? D : 1));
+        cuda_launch(fill_nan_kernel, dim3(64), dim3(256), 0, cuda_stream(be), out, (int64_t)T * nh * (D > 0 ? D : 1));
         cuda_note_launch(be, name);
         return;
     }

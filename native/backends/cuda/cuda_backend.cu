@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "launch.h"
 #include "cuda_matmul.h"
 #include "error.h"
 
@@ -94,13 +95,14 @@ static void copy(const backend *be, void *dst, const void *src, size_t bytes) {
 }
 
 __global__ void fill_kernel(float *dst, float value, int64_t n) {
+    grid_begin();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = value;
 }
 static void fill(const backend *be, float *dst, float value, int64_t n) {
     if (n <= 0) return;
     const int64_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
-    fill_kernel<<<(unsigned)blocks, 256, 0, cuda_stream(be)>>>(dst, value, n);
+    cuda_launch(fill_kernel, dim3((unsigned)blocks), dim3(256), 0, cuda_stream(be), dst, value, n);
     cuda_note_launch(be, "fill");
 }
 

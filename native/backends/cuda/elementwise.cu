@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "launch.h"
 #include "element_types.h"
 
 #define NORM_THREADS 256
@@ -124,6 +125,7 @@ static __device__ float decode_element(int32_t type, const uint8_t *src, int64_t
 
 static __global__ void get_rows_kernel(int32_t type, const uint8_t *data, int64_t row_bytes, int ne0,
                                        const int32_t *ids, float *out) {
+    grid_begin();
     const int r = blockIdx.y;
     const uint8_t *row = data + (int64_t)ids[r] * row_bytes;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < ne0; e += gridDim.x * blockDim.x)
@@ -131,6 +133,7 @@ static __global__ void get_rows_kernel(int32_t type, const uint8_t *data, int64_
 }
 
 static __global__ void dequantize_kernel(int32_t type, const uint8_t *src, int64_t n, float *dst) {
+    grid_begin();
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
         dst[e] = decode_element(type, src, e);
 }
@@ -146,14 +149,13 @@ extern "C" void cuda_get_rows(const backend *be, const specla_tensor *w, const i
     const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
     unsigned bx = grid_for(w->ne0, EW_THREADS);
     if (bx > 1024) bx = 1024;
-    get_rows_kernel<<<dim3(bx, (unsigned)n), EW_THREADS, 0, cuda_stream(be)>>>(
-        w->type, (const uint8_t *)w->data, row_bytes, w->ne0, ids, out);
+    cuda_launch(get_rows_kernel, dim3(bx, (unsigned)n), dim3(EW_THREADS), 0, cuda_stream(be), w->type, (const uint8_t *)w->data, row_bytes, w->ne0, ids, out);
     cuda_note_launch(be, "get_rows");
 }
 
 extern "C" void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst) {
     if (n <= 0) return;
-    dequantize_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>(type, (const uint8_t *)src, n,
+    cuda_launch(dequantize_kernel, dim3(grid_for(n, EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), type, (const uint8_t *)src, n,
                                                                                     dst);
     cuda_note_launch(be, "dequantize");
 }
@@ -190,6 +192,7 @@ static __device__ void l2_row(const float *x, int n, float eps, float *y, float 
 }
 
 static __global__ void __launch_bounds__(NORM_THREADS) l2_norm_kernel(const float *x, int n, float eps, float *y) {
+    grid_begin();
     __shared__ float partials[NORM_THREADS / SPECLA_WARP];
     const int64_t off = (int64_t)blockIdx.x * n;
     l2_row(x + off, n, eps, y + off, partials);
@@ -293,6 +296,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
                                                                       const float *weight, const float *gate,
                                                                       int n_rows, int n, float eps, float *y,
                                                                       bool vec) {
+    grid_begin();
     constexpr int CACHED = GROUP == SPECLA_WARP || GATED ? RMS_WARP_CACHED_QUADS : RMS_BLOCK_CACHED_QUADS;
     __shared__ float partials[RMS_WARPS];
     const int rows_per_block = RMS_THREADS / GROUP;
@@ -365,11 +369,9 @@ static void launch_rms_rows(const backend *be, const char *op, float *x, const f
                      aligned16(y);
     if (n <= RMS_WARP_MAX_WIDTH) {
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
-        rms_rows_kernel<SPECLA_WARP, ADD, GATED><<<(n_rows + rows_per_block - 1) / rows_per_block, RMS_THREADS, 0,
-                                                   cuda_stream(be)>>>(x, delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED>, dim3((n_rows + rows_per_block - 1) / rows_per_block), dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
     } else {
-        rms_rows_kernel<RMS_THREADS, ADD, GATED>
-            <<<n_rows, RMS_THREADS, 0, cuda_stream(be)>>>(x, delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
     }
     cuda_note_launch(be, op);
 }
@@ -392,7 +394,7 @@ extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *we
 
 extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y) {
     if (n_rows <= 0 || n <= 0) return;
-    l2_norm_kernel<<<n_rows, NORM_THREADS, 0, cuda_stream(be)>>>(x, n, eps, y);
+    cuda_launch(l2_norm_kernel, dim3(n_rows), dim3(NORM_THREADS), 0, cuda_stream(be), x, n, eps, y);
     cuda_note_launch(be, "l2_norm");
 }
 
@@ -402,6 +404,7 @@ extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int 
 static __global__ void __launch_bounds__(NORM_THREADS) gdn_split_qkv_kernel(const float *conv_out, int Hk, int Hv,
                                                                             int S, float eps, float *q, float *k,
                                                                             float *v) {
+    grid_begin();
     __shared__ float partials[NORM_THREADS / SPECLA_WARP];
     const int part = blockIdx.x, t = blockIdx.y;
     const int64_t qk_width = (int64_t)Hk * S, v_width = (int64_t)Hv * S;
@@ -420,7 +423,7 @@ extern "C" void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int
                                    float *q, float *k, float *v) {
     if (T <= 0) return;
     const int v_parts = (int)(((int64_t)Hv * S + NORM_THREADS - 1) / NORM_THREADS);
-    gdn_split_qkv_kernel<<<dim3(2 * Hk + v_parts, T), NORM_THREADS, 0, cuda_stream(be)>>>(conv_out, Hk, Hv, S, eps, q,
+    cuda_launch(gdn_split_qkv_kernel, dim3(2 * Hk + v_parts, T), dim3(NORM_THREADS), 0, cuda_stream(be), conv_out, Hk, Hv, S, eps, q,
                                                                                            k, v);
     cuda_note_launch(be, "gdn_split_qkv");
 }
@@ -431,19 +434,24 @@ extern "C" void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 static __global__ void add_kernel(float *dst, const float *src, int64_t n) {
+    grid_begin();
     GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], src[i]);
 }
 static __global__ void add_bias_rows_kernel(float *x, const float *bias, int64_t total, int n) {
+    grid_begin();
     GRID_STRIDE(i, total) x[i] = __fadd_rn(x[i], bias[i % n]);
 }
 static __global__ void silu_mul_kernel(float *a, const float *b, int64_t n) {
+    grid_begin();
     GRID_STRIDE(i, n) a[i] = __fmul_rn(silu_dev(a[i]), b[i]);
 }
 static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
+    grid_begin();
     GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], sigmoid_dev(gate[i]));
 }
 static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, int64_t total,
                                         int Hv) {
+    grid_begin();
     GRID_STRIDE(i, total) {
         const int h = (int)(i % Hv);
         beta[i] = sigmoid_dev(beta[i]);
@@ -452,6 +460,7 @@ static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_b
 }
 /* qg[t][h] = [D query | D gate] -> q[t][h], gate[t][h] */
 static __global__ void split_q_gate_kernel(const float *qg, int64_t total, int D, float *q, float *gate) {
+    grid_begin();
     GRID_STRIDE(i, total) {
         const int64_t head = i / D, d = i % D;
         q[i] = qg[head * 2 * D + d];
@@ -460,6 +469,7 @@ static __global__ void split_q_gate_kernel(const float *qg, int64_t total, int D
 }
 static __global__ void scatter_rows_kernel(float *dst, int64_t dst_stride, const int32_t *rows, const float *src,
                                            int width) {
+    grid_begin();
     const int t = blockIdx.y;
     float *d = dst + (int64_t)rows[t] * dst_stride;
     const float *s = src + (int64_t)t * width;
@@ -469,6 +479,7 @@ static __global__ void scatter_rows_kernel(float *dst, int64_t dst_stride, const
  * only, so the moves happen exactly as the CPU's sequential memcpy loop does them. */
 static __global__ void move_rows_kernel(float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to,
                                         int n) {
+    grid_begin();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= width) return;
     for (int i = 0; i < n; i++) {
@@ -489,6 +500,7 @@ typedef struct gather_fields {
 static __global__ void gather_rows_kernel(uint32_t *dst, int64_t dst_block, const uint32_t *src, int64_t src_block,
                                           gather_fields fields, int n_fields, const int32_t *rows, int n, int chunks,
                                           int64_t units) {
+    grid_begin();
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
         const int chunk = (int)(u % chunks);
         int64_t rest = u / chunks;
@@ -513,7 +525,7 @@ static __global__ void gather_rows_kernel(uint32_t *dst, int64_t dst_block, cons
 #define LAUNCH_EW(kernel, n, name, ...)                                                           \
     do {                                                                                          \
         if ((n) <= 0) return;                                                                     \
-        kernel<<<grid_for((n), EW_THREADS), EW_THREADS, 0, cuda_stream(be)>>>(__VA_ARGS__);       \
+        cuda_launch(kernel, dim3(grid_for((n), EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), __VA_ARGS__);       \
         cuda_note_launch(be, name);                                                               \
     } while (0)
 
@@ -543,7 +555,7 @@ extern "C" void cuda_split_q_gate(const backend *be, const float *qg, int T, int
 extern "C" void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows,
                                   const float *src, int T, int width) {
     if (T <= 0 || width <= 0) return;
-    scatter_rows_kernel<<<dim3(grid_for(width, EW_THREADS), T), EW_THREADS, 0, cuda_stream(be)>>>(dst, dst_stride,
+    cuda_launch(scatter_rows_kernel, dim3(grid_for(width, EW_THREADS), T), dim3(EW_THREADS), 0, cuda_stream(be), dst, dst_stride,
                                                                                                  rows, src, width);
     cuda_note_launch(be, "scatter_rows");
 }
@@ -551,7 +563,7 @@ extern "C" void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_str
 extern "C" void cuda_move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from,
                                const int32_t *to, int n) {
     if (n <= 0 || width <= 0) return;
-    move_rows_kernel<<<(width + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, cuda_stream(be)>>>(buf, stride, width,
+    cuda_launch(move_rows_kernel, dim3((width + EW_THREADS - 1) / EW_THREADS), dim3(EW_THREADS), 0, cuda_stream(be), buf, stride, width,
                                                                                                from, to, n);
     cuda_note_launch(be, "move_rows");
 }
@@ -569,7 +581,7 @@ extern "C" void cuda_gather_rows(const backend *be, float *dst, int64_t dst_bloc
     const int chunks = (widest + GATHER_CHUNK - 1) / GATHER_CHUNK;
     const int64_t units = (int64_t)n_blocks * n_fields * n * chunks;
     const unsigned grid = units > 65535 * 4 ? 65535 * 4 : (unsigned)units; /* units past the grid: its loop */
-    gather_rows_kernel<<<grid, EW_THREADS, 0, cuda_stream(be)>>>((uint32_t *)dst, dst_block, (const uint32_t *)src,
+    cuda_launch(gather_rows_kernel, dim3(grid), dim3(EW_THREADS), 0, cuda_stream(be), (uint32_t *)dst, dst_block, (const uint32_t *)src,
                                                                  src_block, packed, n_fields, rows, n, chunks, units);
     cuda_note_launch(be, "gather_rows");
 }

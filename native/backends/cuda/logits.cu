@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "launch.h"
 
 #define SPECLA_WARP 32
 #define LOGIT_THREADS 256
@@ -82,6 +83,7 @@ static __device__ __forceinline__ int32_t argmax_answer(const float *row, ranked
 /* Block (c, r): best entry of chunk c of row r -> partial[r][c], or with one chunk the answer itself. */
 static __global__ void __launch_bounds__(LOGIT_THREADS)
     argmax_chunks_kernel(const float *logits, int V, int chunk, int n_chunks, ranked *partial, int32_t *out) {
+    grid_begin();
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
     const float *row = logits + (int64_t)r * V;
@@ -110,6 +112,7 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
 /* One 32-lane group per row: the best of the row's chunk partials. */
 static __global__ void argmax_combine_kernel(const float *logits, int V, int n_chunks, const ranked *partial,
                                              int32_t *out) {
+    grid_begin();
     const int r = blockIdx.x, lane = threadIdx.x;
     ranked e = make_entry(__int_as_float(0x7fc00000), NO_ID);
     for (int c = lane; c < n_chunks; c += SPECLA_WARP) e = better(e, partial[(int64_t)r * n_chunks + c]);
@@ -130,11 +133,11 @@ extern "C" void cuda_argmax_rows(const backend *be, const float *logits, int n_r
     if (!cb->workspace || need > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks == 1) chunk = V;
     ranked *partial = (ranked *)cb->workspace;
-    argmax_chunks_kernel<<<dim3(n_chunks, n_rows), LOGIT_THREADS, 0, cuda_stream(be)>>>(logits, V, chunk, n_chunks,
+    cuda_launch(argmax_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk, n_chunks,
                                                                                       partial, out);
     cuda_note_launch(be, "argmax_rows");
     if (n_chunks > 1) {
-        argmax_combine_kernel<<<n_rows, SPECLA_WARP, 0, cuda_stream(be)>>>(logits, V, n_chunks, partial, out);
+        cuda_launch(argmax_combine_kernel, dim3(n_rows), dim3(SPECLA_WARP), 0, cuda_stream(be), logits, V, n_chunks, partial, out);
         cuda_note_launch(be, "argmax_rows");
     }
 }
@@ -251,6 +254,7 @@ static topk_partials topk_layout(void *ws, int n_rows, int n_chunks, int k) {
 static __global__ void __launch_bounds__(LOGIT_THREADS)
     topk_chunks_kernel(const float *logits, int V, int chunk, int n_chunks, int k, topk_partials part,
                        int32_t *tokens, float *logprobs) {
+    grid_begin();
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     __shared__ double shared_doubles[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
@@ -272,6 +276,7 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
 /* Block r: the row's k best among its chunks' candidates and its log-sum-exp from the chunk partials. */
 static __global__ void __launch_bounds__(LOGIT_THREADS)
     topk_combine_kernel(int n_chunks, int k, topk_partials part, int32_t *tokens, float *logprobs) {
+    grid_begin();
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     __shared__ double lse;
     const int r = blockIdx.x;
@@ -301,11 +306,11 @@ extern "C" void cuda_topk_log_softmax(const backend *be, const float *logits, in
     if (!cb->workspace || topk_workspace_bytes(n_rows, n_chunks, k) > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks <= 1) n_chunks = 1, chunk = V;
     const topk_partials part = topk_layout(cb->workspace, n_rows, n_chunks, k);
-    topk_chunks_kernel<<<dim3(n_chunks, n_rows), LOGIT_THREADS, 0, cuda_stream(be)>>>(logits, V, chunk, n_chunks, k,
+    cuda_launch(topk_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk, n_chunks, k,
                                                                                     part, tokens, logprobs);
     cuda_note_launch(be, "topk_log_softmax");
     if (n_chunks > 1) {
-        topk_combine_kernel<<<n_rows, LOGIT_THREADS, 0, cuda_stream(be)>>>(n_chunks, k, part, tokens, logprobs);
+        cuda_launch(topk_combine_kernel, dim3(n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), n_chunks, k, part, tokens, logprobs);
         cuda_note_launch(be, "topk_log_softmax");
     }
 }

@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
                                                                   int16_t *bsums, uint8_t *minops, unsigned *counters,
                                                                   int n_counters) {
     const int64_t tid = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x;
-    mm_wait_prior_grid();  /* x is the previous kernel's output; the counters its matmul's */
-    mm_allow_dependents(); /* the matmul may start loading weights (it waits for this grid's end) */
+    grid_begin(); /* x is the previous kernel's output, the counters its matmul's; the matmul after this
+                   * may launch now and load weights (it waits for this grid's end) */
     if (tid < n_counters) counters[tid] = 0;
     if (kind == MM_ACT_FLOAT) return;
     const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
@@ -273,6 +273,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
     constexpr int G = mm_traits<TYPE>::load_group;
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
     const mm_unit_place P = mm_unit_of<TYPE>(args, u);
     const mm_mat_args &M = P.M;
@@ -385,6 +386,7 @@ extern "C" cudaError_t cuda_matmul_prepare_weight(const specla_tensor *host_w, v
  * blockIdx.y = i, threads over (block k, piece q) with q = pieces meaning the side fields. */
 __global__ void mm_gather_rows_kernel(int32_t type, int n_blocks, const uint8_t *src, const int32_t *ids,
                                       uint8_t *dst, int first) {
+    grid_begin();
     const int i = blockIdx.y;
     const int64_t o = ids[i], d = (int64_t)first + i;
     const int pieces = mm_pieces(type);
@@ -417,7 +419,7 @@ extern "C" cudaError_t cuda_matmul_gather_rows(cudaStream_t stream, const specla
     const int n_blocks = w->ne0 / mm_unit_elements(w->type);
     const int64_t work = (int64_t)n_blocks * (mm_pieces(w->type) + 1);
     const unsigned bx = (unsigned)((work + 255) / 256 < 64 ? (work + 255) / 256 : 64);
-    mm_gather_rows_kernel<<<dim3(bx, (unsigned)n), 256, 0, stream>>>(w->type, n_blocks, (const uint8_t *)w->data, ids,
+    cuda_launch(mm_gather_rows_kernel, dim3(bx, (unsigned)n), dim3(256), 0, stream, w->type, n_blocks, (const uint8_t *)w->data, ids,
                                                                      (uint8_t *)dst, first);
     return cudaGetLastError();
 }
@@ -457,35 +459,16 @@ static int mm_float_tensor_cores(void) {
 #endif
 }
 
-/* On by default: on the H200 the 27B-shape decode step took 8.13 ms with it and 9.16 ms without
- * (graph replay, same run; docs/perf.md). SPECLA_CUDA_PDL=0 turns it off (cuda_backend.cu). */
-static int g_use_overlap = 1;
+/* Programmatic dependent launches (launch.h) are on by default: on the H200 the 27B-shape decode
+ * step took 8.13 ms with them on the quantize and matmul kernels and 9.16 ms without (graph replay,
+ * same run; docs/perf.md). SPECLA_CUDA_PDL=0 turns them off for every kernel (cuda_backend.cu). */
+extern "C" void cuda_matmul_set_overlap(int enable) { g_launch_overlap = enable != 0; }
 
-extern "C" void cuda_matmul_set_overlap(int enable) { g_use_overlap = enable != 0; }
-
-/* programmatic dependent launch needs sm_90 */
-static int mm_device_has_pdl(void) { return mm_device_major() >= 9; }
-
-/* A launch on `stream`, with programmatic stream serialization where the device has it and the
- * overlap is on (the kernels call mm_wait_prior_grid before touching anything an earlier kernel
- * wrote), else a plain launch. */
-template <typename... KArgs, typename... Args>
-static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream, Args... args) {
-#if !defined(SPECLA_USE_HIP)
-    if (g_use_overlap && mm_device_has_pdl()) {
-        cudaLaunchConfig_t config;
-        memset(&config, 0, sizeof config);
-        config.gridDim = dim3(grid), config.blockDim = dim3(MM_THREADS), config.dynamicSmemBytes = 0;
-        config.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attr, config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, args...);
-    }
-#endif
-    kernel<<<grid, MM_THREADS, 0, stream>>>(args...);
-    return cudaGetLastError();
+/* A launch of MM_THREADS-thread CTAs on `stream` (launch.h). */
+template <typename... KArgs>
+static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream,
+                            typename launch_param<KArgs>::type... args) {
+    return cuda_launch(kernel, dim3(grid), dim3(MM_THREADS), 0, stream, args...);
 }
 
 template <int TYPE>
@@ -588,7 +571,7 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     if (n_batch < 1 || n < unit || n % unit != 0 || !x || !codes || !scales || (kind == MM_ACT_Q8_K && !bsums))
         return cudaErrorInvalidValue;
     const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
-    mm_quantize_kernel<<<(unsigned)grid, MM_THREADS, 0, stream>>>(x, n, n_batch, kind, codes, scales, bsums, nullptr,
+    cuda_launch(mm_quantize_kernel, dim3((unsigned)grid), dim3(MM_THREADS), 0, stream, x, n, n_batch, kind, codes, scales, bsums, nullptr,
                                                                    nullptr, 0);
     return cudaGetLastError();
 }

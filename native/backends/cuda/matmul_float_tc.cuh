@@ -282,8 +282,7 @@ __global__ void __launch_bounds__(MM_THREADS) mm_split_kernel(const float *__res
                                                               int n_counters) {
     __shared__ float warp_max[MM_THREADS / 32];
     __shared__ int warp_finite[MM_THREADS / 32];
-    mm_wait_prior_grid(); /* x is the previous kernel's output; the split and counters its matmul's */
-    mm_allow_dependents();
+    grid_begin(); /* x is the previous kernel's output, the split and counters its matmul's */
     for (int64_t i = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x; i < n_counters; i += (int64_t)gridDim.x * MM_THREADS)
         counters[i] = 0;
     const int b = blockIdx.x;
@@ -316,6 +315,7 @@ template <int TYPE, int NTILES>
 __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_args args) {
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
     mm_ftc_unit<TYPE, NTILES>(args, u, lane);
     const mm_mat_args M = mm_select_mat(args, u);

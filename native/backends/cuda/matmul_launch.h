@@ -6,6 +6,7 @@
 #define SPECLA_CUDA_MATMUL_LAUNCH_H
 
 #include "cuda_matmul.h"
+#include "launch.h"
 #include "matmul_blocks.h"
 
 #define MM_FULL_MASK 0xffffffffu
@@ -74,20 +75,18 @@ MM_HD void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
     }
 }
 
-/* Programmatic dependent launch (sm_90+): matmul.cu launches the quantize kernel and the matmul
- * kernels with programmatic stream serialization, so a grid may start while the previous kernel of
- * the stream still runs. mm_wait_prior_grid blocks until that kernel has finished and its writes are
- * visible (a no-op when the launch had no such dependency, before sm_90, on HIP and on the host);
- * nothing written by an earlier kernel (activations, counters, partials, y) may be touched before
- * it, only the constant weights. mm_allow_dependents lets the next such grid start launching. */
+/* Programmatic dependent launch (launch.h): the matmul kernels wait for the previous kernel only
+ * after loading their first constant weights, so these are the host-compilable forms of launch.h's
+ * device instructions (no-ops in the host model of tools/cuda_matmul_check.cu). Nothing written by an
+ * earlier kernel (activations, counters, partials, y) may be touched before mm_wait_prior_grid. */
 MM_HD void mm_wait_prior_grid(void) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+#if MM_DEVICE_CODE
+    grid_wait_prior();
 #endif
 }
 MM_HD void mm_allow_dependents(void) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#if MM_DEVICE_CODE
+    grid_allow_dependents();
 #endif
 }
 

@@ -387,6 +387,7 @@ template <int TYPE, int NTILES>
 __global__ void __launch_bounds__(MM_THREADS, 1) mm_mma_kernel(const mm_launch_args args) {
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
     mm_mma_unit<TYPE, NTILES>(args, u, lane);
     const mm_mat_args M = mm_select_mat(args, u);

@@ -485,6 +485,7 @@ template <int TYPE, int NT>
 __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas_per_sm)) mm_tile_kernel(const mm_launch_args args) {
     __shared__ __align__(16) uint8_t smem[2 * mm_tile_buf_bytes<TYPE>(8 * NT)];
     const int cta = blockIdx.x;
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (cta >= args.n_ctas) return; /* the whole CTA */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);

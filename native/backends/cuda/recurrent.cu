@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "launch.h"
 #include "hld_layout.h"
 
 #define GDN_LANES 16         /* lanes per state row (one half warp) */
@@ -401,6 +402,7 @@ template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_sequential_kernel(const float *q, const float *k, const float *v, const float *g, const float *beta, int T,
                           int Hk, int Hv, int S, float scale, float *state, float *out) {
+    grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     float *head = state + (int64_t)L.h * S * S;
@@ -431,6 +433,7 @@ __device__ __forceinline__ void gdn_fold_tokens(float (&M)[GDN_ROWS_PER_THREAD][
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_fold_kernel(float *state, const float *k, const float *delta, const float *g, int P, int Hk, int Hv, int S) {
+    grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     float *head = state + (int64_t)L.h * S * S;
@@ -456,6 +459,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
                            const float *pending_delta, const float *pending_g, const int32_t *pending_n, float *out,
                            float *delta_out, float *slots, int slots_per_head, int smem_slots, int head0,
                            int max_nodes) {
+    grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
     extern __shared__ float4 chains_shared[]; /* smem_slots parked states, then the walk */
     float *parked = reinterpret_cast<float *>(chains_shared);
@@ -524,6 +528,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                  const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                  const float *state, float *out, float *delta_out, int max_nodes) {
+    grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
     extern __shared__ int32_t path[];
     const int N = schedule[HLD_N_NODES_AT];
@@ -561,6 +566,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_checkpoints_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                 const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                 const float *state, float *out, float *delta_out, float *checkpoints, int max_nodes) {
+    grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
     const int N = schedule[HLD_N_NODES_AT];
     if (N < 1 || N > max_nodes) return;
@@ -613,6 +619,7 @@ __device__ __forceinline__ float conv_row(const float *conv_state, const float *
 template <int KMAX>
 __global__ void __launch_bounds__(CONV_THREADS)
     causal_conv_kernel(const float *x, const float *weight, int T, int C, int K, float *conv_state, float *y) {
+    grid_begin();
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (c >= C) return;
     const int hist = K - 1;
@@ -646,6 +653,7 @@ __global__ void __launch_bounds__(CONV_THREADS)
 template <int KMAX>
 __global__ void __launch_bounds__(CONV_THREADS)
     conv_shift_kernel(float *conv_state, const float *x, int P, const int32_t *P_at, int C, int K) {
+    grid_begin();
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (P_at) P = *P_at;
     if (c >= C || P <= 0) return;
@@ -664,6 +672,7 @@ template <int KMAX>
 __global__ void __launch_bounds__(CONV_THREADS)
     conv_tree_kernel(const int32_t *schedule, const float *x, const float *weight, int C, int K,
                      const float *conv_state, float *y, float *window_out) {
+    grid_begin();
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     const int t = (int)blockIdx.y;
     if (c >= C || t >= schedule[HLD_N_NODES_AT]) return;
@@ -715,7 +724,7 @@ extern "C" size_t cuda_recurrent_workspace_bytes(const backend_limits *l) {
  * with "invalid configuration argument", and cuda_note_launch reports it under `why`. */
 __global__ void recurrent_refused_kernel(void) {}
 static void refuse(const backend *be, const char *why) {
-    recurrent_refused_kernel<<<dim3(0), dim3(1), 0, cuda_stream(be)>>>();
+    cuda_launch(recurrent_refused_kernel, dim3(0), dim3(1), 0, cuda_stream(be));
     cuda_note_launch(be, why);
 }
 
@@ -740,7 +749,7 @@ extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const f
     if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    gdn_sequential_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(q, k, v, g, beta, T, Hk, Hv, S,  \
+    cuda_launch(gdn_sequential_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g, beta, T, Hk, Hv, S,  \
                                                                                       scale, state, out)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -753,7 +762,7 @@ extern "C" void cuda_gdn_fold(const backend *be, float *state, const float *k, c
     if (kpl == 0) return refuse(be, "gdn_fold: state size S must be 1 .. 128 on this backend");
     if (P <= 0) return;
 #define LAUNCH(KPL)                                                                                                    \
-    gdn_fold_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(state, k, delta, g, P, Hk, Hv, S)
+    cuda_launch(gdn_fold_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), state, k, delta, g, P, Hk, Hv, S)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_fold");
@@ -782,8 +791,7 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        gdn_tree_chains_kernel<KPL><<<gdn_grid(S, heads), GDN_THREADS, shared, cuda_stream(be)>>>(
-            schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
+        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
             slots_per_head, smem_slots, head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
     }
@@ -820,7 +828,7 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
 #define LAUNCH(KPL)                                                                                                    \
-    gdn_tree_root_to_leaf_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, shared, cuda_stream(be)>>>(                      \
+    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be), \
         schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -836,7 +844,7 @@ extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *sche
     if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    gdn_tree_checkpoints_kernel<KPL><<<gdn_grid(S, Hv), GDN_THREADS, 0, cuda_stream(be)>>>(                            \
+    cuda_launch(gdn_tree_checkpoints_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), \
         schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -859,14 +867,14 @@ extern "C" void cuda_causal_conv(const backend *be, const float *x, const float 
     if (T <= 0 || C <= 0) return;
     const unsigned chunks = (unsigned)((T + CONV_T_CHUNK - 1) / CONV_T_CHUNK);
 #define LAUNCH(KMAX)                                                                                                   \
-    causal_conv_kernel<KMAX><<<dim3(conv_blocks(C), chunks), CONV_THREADS, 0, cuda_stream(be)>>>(x, weight, T, C, K,  \
+    cuda_launch(causal_conv_kernel<KMAX>, dim3(conv_blocks(C), chunks), dim3(CONV_THREADS), 0, cuda_stream(be), x, weight, T, C, K,  \
                                                                                                  conv_state, y)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "causal_conv");
     if (chunks > 1) {
 #define LAUNCH(KMAX)                                                                                                   \
-    conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, T, NULL, C, K)
+    cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x, T, NULL, C, K)
         CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
         cuda_note_launch(be, "causal_conv (state)");
@@ -880,7 +888,7 @@ extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const
     if (max_nodes < 1) return refuse(be, "conv_tree: backend created without tree limits (max_nodes 0)");
     if (C <= 0) return;
 #define LAUNCH(KMAX)                                                                                                   \
-    conv_tree_kernel<KMAX><<<dim3(conv_blocks(C), (unsigned)max_nodes), CONV_THREADS, 0, cuda_stream(be)>>>(          \
+    cuda_launch(conv_tree_kernel<KMAX>, dim3(conv_blocks(C), (unsigned)max_nodes), dim3(CONV_THREADS), 0, cuda_stream(be), \
         schedule, x, weight, C, K, conv_state, y, window_out)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
@@ -891,7 +899,7 @@ extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float
     if (K < 2 || K > CONV_MAX_K) return refuse(be, "conv_fold: kernel size K must be 2 .. 64");
     if (C <= 0) return;
     /* launched whatever the count: a recorded verify replays it with the count of its step */
-#define LAUNCH(KMAX) conv_shift_kernel<KMAX><<<conv_blocks(C), CONV_THREADS, 0, cuda_stream(be)>>>(conv_state, x, 0, P, C, K)
+#define LAUNCH(KMAX) cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x, 0, P, C, K)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_fold");
