@@ -300,8 +300,8 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->pub.device = device;
     ci->pub.limits = *limits;
     cudaDeviceGetAttribute(&ci->pub.sm_count, cudaDevAttrMultiProcessorCount, device);
-    /* SPECLA_CUDA_PDL=0 turns off the matmul's programmatic dependent launches (matmul.cu: on by
-     * default on sm_90+), for comparisons; the bits are the same either way. */
+    /* SPECLA_CUDA_PDL=0 turns off the programmatic dependent launches of every kernel (launch.h: on
+     * by default on sm_90+), for comparisons; the bits are the same either way. */
     const char *pdl = getenv("SPECLA_CUDA_PDL");
     if (pdl && *pdl) cuda_matmul_set_overlap(pdl[0] == '1');
     if (cudaStreamCreateWithFlags(&ci->pub.stream, cudaStreamNonBlocking) != cudaSuccess) {

@@ -48,10 +48,11 @@
  * group (an atomic arrival counter) adds them in chunk order; the counters are zeroed by the
  * quantize (or split) kernel that starts every call.
  *
- * Launch overlap (sm_90+, cuda_matmul_set_overlap): the quantize and matmul kernels are launched
- * with programmatic stream serialization; each waits (griddepcontrol.wait) for the previous kernel
- * of the stream to finish before reading or writing anything but the constant weights, so a
- * matmul's first weight loads overlap the kernel before it. The arithmetic is untouched. */
+ * Launch overlap (launch.h; sm_90+, cuda_matmul_set_overlap): like every kernel of the backend, the
+ * quantize and matmul kernels are launched with programmatic stream serialization. A matmul lets the
+ * next kernel launch at its start and waits (griddepcontrol.wait) for the previous kernel of the
+ * stream only after its first weight loads, before reading or writing anything but the constant
+ * weights, so those loads overlap the kernels before it. The arithmetic is untouched. */
 #include <stdlib.h>
 #include <string.h>
 
