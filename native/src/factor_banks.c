@@ -41,8 +41,9 @@ struct specla_factor_banks {
     float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
 };
 
+/* (nothing to do when the producer already wrote the rows in place: factor_banks_layer_inputs) */
 static void copy_rows(const backend *be, float *dst, const float *src, int64_t n) {
-    be->ops->copy(be, dst, src, sizeof(float) * (size_t)n);
+    if (dst != src) be->ops->copy(be, dst, src, sizeof(float) * (size_t)n);
 }
 
 static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
@@ -248,6 +249,11 @@ int factor_banks_verify_recordable(const specla_factor_banks *b) {
 }
 
 int factor_banks_write_bank(const specla_factor_banks *b) { return b->write_bank; }
+
+void factor_banks_layer_inputs(const specla_factor_banks *b, int layer, float **x, float **k, float **g) {
+    float *bank = layer_block(b, b->write_bank, layer);
+    *x = bank + b->off_x, *k = bank + b->off_k, *g = bank + b->off_g;
+}
 
 /* The host side of a layer's GDN verify: a verify starts when no layer is verified yet, or when
  * this layer already was (the tree is verified again before any accept): its statistics and

@@ -24,6 +24,11 @@ void factor_banks_prepare_verify(specla_factor_banks *banks);
 /* 1 when a verify's ops do not depend on what is pending (the same ops every step, so a GPU may
  * record them): the HLD chain verify, or a commit method that leaves nothing pending. */
 int factor_banks_verify_recordable(const specla_factor_banks *banks);
+/* Where a verify's recorded inputs of GDN layer `layer` go in the bank it writes now: the raw conv
+ * inputs x [max_nodes][C], the keys k [max_nodes][Hk][S] and the gates g [max_nodes][Hv]. A forward
+ * pass that produces them there (the projections, gates and split write straight into the bank)
+ * spares conv_tree and verify_gdn their copies into it: they copy only an input that is elsewhere. */
+void factor_banks_layer_inputs(const specla_factor_banks *banks, int layer, float **x, float **k, float **g);
 /* The bank a verify writes now (its pointers are part of a recorded verify). */
 int factor_banks_write_bank(const specla_factor_banks *banks);
 /* The host side of a whole verify of n_nodes nodes whose ops ran as a replayed recording: the

@@ -18,27 +18,32 @@ void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const bat
     const int Hv = hp->ssm_time_step_rank, K = hp->ssm_conv_kernel;
     const int slot = m->state_slot[il];
 
+    /* a tree batch records its raw conv inputs, keys and gates in the factor bank: they are produced
+     * there directly rather than copied in after */
+    float *proj = s->proj, *k = s->k, *g = s->g;
+    if (bv->schedule) factor_banks_layer_inputs(ctx->tree.banks, slot, &proj, &k, &g);
+
     /* one pass over x for the four projections: raw conv inputs [T][C], z [T][Hv*S], beta, alpha [T][Hv] */
     const specla_tensor *mats[4] = {&w->attn_qkv, &w->attn_gate, &w->ssm_beta, &w->ssm_alpha};
-    float *const outs[4] = {s->proj, s->gate, s->beta, s->g};
+    float *const outs[4] = {proj, s->gate, s->beta, g};
     ops->matmul_group(be, 4, mats, x, T, outs);
-    ops->gdn_gates(be, s->beta, s->g, (const float *)w->ssm_dt_bias.data, (const float *)w->ssm_a.data, T, Hv);
+    ops->gdn_gates(be, s->beta, g, (const float *)w->ssm_dt_bias.data, (const float *)w->ssm_a.data, T, Hv);
 
     if (bv->schedule) {
-        const specla_conv_tree_args args = {bv->schedule, slot, s->proj, (const float *)w->ssm_conv1d.data,
+        const specla_conv_tree_args args = {bv->schedule, slot, proj, (const float *)w->ssm_conv1d.data,
                                             ctx->conv_state[slot], s->conv_out};
         factor_banks_conv_tree(ctx->tree.banks, be, ctx->tree.schedule, &args);
     } else {
-        ops->causal_conv(be, s->proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
+        ops->causal_conv(be, proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
     }
-    ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, s->k, s->v);
+    ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, k, s->v);
 
     if (bv->schedule) {
-        const specla_gdn_tree_args args = {bv->schedule, slot, s->q, s->k, s->v, s->g, s->beta, ctx->gdn_state[slot],
+        const specla_gdn_tree_args args = {bv->schedule, slot, s->q, k, s->v, g, s->beta, ctx->gdn_state[slot],
                                            s->mix};
         factor_banks_verify_gdn(ctx->tree.banks, be, ctx->tree.schedule, &args);
     } else {
-        ops->gated_delta_rule(be, s->q, s->k, s->v, s->g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
+        ops->gated_delta_rule(be, s->q, k, s->v, g, s->beta, T, Hk, Hv, S, ctx->gdn_state[slot], s->mix);
     }
 
     /* o_h <- rms(o_h) * ssm_norm * silu(z_h), the same S-vector weight for every head */
