@@ -465,33 +465,45 @@ __global__ void __launch_bounds__(GDN_THREADS)
     float *parked = reinterpret_cast<float *>(chains_shared);
     int32_t *walk = reinterpret_cast<int32_t *>(parked + (size_t)smem_slots * GDN_PARKED_FLOATS(KPL));
     int32_t *walk_node = walk, *walk_load = walk + max_nodes, *walk_store = walk + 2 * max_nodes;
-    const int N = schedule[HLD_N_NODES_AT];
-    /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
-    if (N < 1 || N > max_nodes || schedule[HLD_N_BOUNDARIES_AT] > slots_per_head) return;
+    /* The prologue's reads are issued in as few dependent rounds as the layout allows: the durable
+     * state and the schedule's header, offsets and the pending count together, then the walk's node,
+     * boundary and chain-start entries, then (after a barrier) the chain starts into the walk. */
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, head0 + (int)blockIdx.y);
     const int64_t head_size = (int64_t)S * S;
     float *durable = state + (int64_t)L.h * head_size;
     float *head_slots = slots + (int64_t)blockIdx.y * slots_per_head * head_size;
-    /* the durable state's loads are issued first, so they overlap the schedule reads below */
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, durable, L);
-
+    const int N = schedule[HLD_N_NODES_AT], n_chains = schedule[HLD_N_CHAINS_AT];
     const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
     const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
     const int32_t *chain_parent_boundary = hld_dev_array(schedule, HLD_OFF_CHAIN_PARENT_BOUNDARY);
     const int32_t *node_boundary = hld_dev_array(schedule, HLD_OFF_NODE_BOUNDARY);
-    const int32_t *node_chain = hld_dev_array(schedule, HLD_OFF_NODE_CHAIN);
+    /* the pending path's length is read when the kernel runs (a recorded verify folds what the step
+     * before accepted); the same value for every thread, so the branches on it are uniform */
+    const int n_pending = pending_n ? *pending_n : 0;
+    /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
+    if (N < 1 || N > max_nodes || n_chains < 1 || n_chains > N || schedule[HLD_N_BOUNDARIES_AT] > slots_per_head)
+        return;
+
+    /* walk_load[p]: the state a chain starting at position p loads (every other position loads none) */
+    const int c0 = (int)threadIdx.x;
+    int start0 = -1, from0 = WALK_NO_LOAD;
+    if (c0 < n_chains) start0 = chain_offsets[c0], from0 = chain_parent_boundary[c0];
     for (int p = (int)threadIdx.x; p < N; p += (int)blockDim.x) {
-        const int node = order[p], chain = node_chain[node];
+        const int node = order[p];
         walk_node[p] = node;
-        walk_load[p] = chain_offsets[chain] == p ? chain_parent_boundary[chain] : WALK_NO_LOAD;
+        walk_load[p] = WALK_NO_LOAD;
         walk_store[p] = node_boundary[node];
     }
     __syncthreads();
+    if (start0 >= 0 && start0 < N) walk_load[start0] = from0;
+    for (int c = c0 + (int)blockDim.x; c < n_chains; c += (int)blockDim.x) {
+        const int start = chain_offsets[c];
+        if (start >= 0 && start < N) walk_load[start] = chain_parent_boundary[c];
+    }
+    __syncthreads();
 
-    /* the pending path's length is read here, when the kernel runs (a recorded verify folds what the
-     * step before accepted); the same value for every thread, so the branch is uniform */
-    const int n_pending = pending_n ? *pending_n : 0;
     if (n_pending > 0) {
         gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, n_pending);
         gdn_store_state<KPL>(M, durable, L);
