@@ -78,6 +78,7 @@ enum { MAX_BATCH = 64 };
 struct Options {
     bool host_model = false, quick = false, check = true, bench = true, self_test = false, overlap = true;
     std::string json, commit = "unknown";
+    std::string trace; /* --trace: the bench's launch timelines (a -DMM_TRACE build) */
     std::vector<int> batches; /* --batches: the benchmark's token counts (default kBenchBatches) */
     int oracle_kernels = SPECLA_CPU_SCALAR;
     int tc_mode = CUDA_MATMUL_TC_STAGED; /* --tensor-cores: the kernel choice the benchmark runs */
@@ -1243,6 +1244,50 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
     cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
+#if defined(MM_TRACE)
+extern "C" cudaError_t cuda_matmul_set_trace(mm_trace_record *records, int capacity);
+#endif
+
+/* With --trace (a -DMM_TRACE build): one more call of the benchmarked matrix, its launch timeline
+ * recorded (matmul_launch.h: a record per warp unit, or per CTA of the staged kernel) and written as
+ * one JSON line: the records' SM and times in ns from the earliest start. tools/device/
+ * matmul_trace_report.py reads them. */
+static void trace_call(FILE *tf, const char *name, const specla_tensor &w, const float *x, int n_batch, float *y,
+                       cuda_matmul_workspace ws, const char *kernel) {
+#if defined(MM_TRACE)
+    const int capacity = 1 << 20;
+    mm_trace_record *rec;
+    CK(cudaMalloc(&rec, sizeof(mm_trace_record) * capacity));
+    CK(cudaMemset(rec, 0, sizeof(mm_trace_record) * capacity));
+    CK(cuda_matmul_set_trace(rec, capacity));
+    CK(cuda_matmul(0, &w, x, n_batch, y, ws));
+    CK(cudaDeviceSynchronize());
+    CK(cuda_matmul_set_trace(nullptr, 0));
+    std::vector<mm_trace_record> h(capacity);
+    CK(cudaMemcpy(h.data(), rec, sizeof(mm_trace_record) * capacity, cudaMemcpyDeviceToHost));
+    cudaFree(rec);
+    int n = 0;
+    unsigned long long t0 = ~0ull;
+    for (int i = 0; i < capacity; i++)
+        if (h[i].t[MM_TRACE_START]) n = i + 1, t0 = std::min(t0, (unsigned long long)h[i].t[MM_TRACE_START]);
+    fprintf(tf, "{\"commit\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, \"ne1\": %d, \"n_batch\": %d, "
+                "\"kernel\": \"%s\", \"weight_bytes\": %zu, \"records\": [",
+            g_opt.commit.c_str(), name, type_name(w.type), w.ne0, w.ne1, n_batch, kernel,
+            cuda_matmul_prepared_bytes(w.type, w.ne0, w.ne1));
+    int written = 0;
+    for (int i = 0; i < n; i++) {
+        const mm_trace_record &r = h[i];
+        if (!r.t[0] || !r.t[1] || !r.t[2] || !r.t[3]) continue; /* no such unit, or a time not taken */
+        fprintf(tf, "%s[%u, %llu, %llu, %llu, %llu]", written++ ? ", " : "", r.sm, r.t[0] - t0, r.t[1] - t0,
+                r.t[2] - t0, r.t[3] - t0);
+    }
+    fprintf(tf, "]}\n");
+    fflush(tf);
+#else
+    (void)tf, (void)name, (void)w, (void)x, (void)n_batch, (void)y, (void)ws, (void)kernel;
+#endif
+}
+
 static void run_bench() {
     cuda_matmul_set_tensor_cores(g_opt.tc_mode);
     printf("bench: cuda_matmul_set_tensor_cores(%d)\n", g_opt.tc_mode);
@@ -1254,6 +1299,11 @@ static void run_bench() {
     FILE *js = g_opt.json.empty() ? nullptr : fopen(g_opt.json.c_str(), "w");
     if (!g_opt.json.empty() && !js) {
         fprintf(stderr, "cuda_matmul_check: cannot write --json %s\n", g_opt.json.c_str());
+        exit(2);
+    }
+    FILE *tf = g_opt.trace.empty() ? nullptr : fopen(g_opt.trace.c_str(), "w");
+    if (!g_opt.trace.empty() && !tf) {
+        fprintf(stderr, "cuda_matmul_check: cannot write --trace %s\n", g_opt.trace.c_str());
         exit(2);
     }
     printf("  %-11s %-5s %6s %6s  %8s", "matrix", "type", "ne0", "ne1", "MB");
@@ -1321,6 +1371,11 @@ static void run_bench() {
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
                         g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type));
+            if (tf) {
+                specla_tensor dt = hw;
+                dt.data = dev[0];
+                trace_call(tf, bs.name, dt, xd, n_batch, yd, ws, kernel);
+            }
         }
         printf("\n");
         fflush(stdout);
@@ -1330,6 +1385,7 @@ static void run_bench() {
     }
     bench_gdn_group(prop, copy_gbps, js);
     if (js) fclose(js);
+    if (tf) fclose(tf);
 }
 
 /* ---- main --------------------------------------------------------------------------------------- */
@@ -1337,7 +1393,7 @@ static void usage(const char *msg) {
     fprintf(stderr,
             "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
             "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap] [--tensor-cores 0|1|2] "
-            "[--batches 1,2,..]\n",
+            "[--batches 1,2,..] [--trace PATH (a -DMM_TRACE build)]\n",
             msg);
     exit(2);
 }
@@ -1353,6 +1409,13 @@ int main(int argc, char **argv) {
         else if (a == "--no-overlap") g_opt.overlap = false;
         else if (a == "--json" && i + 1 < argc) g_opt.json = argv[++i];
         else if (a == "--commit" && i + 1 < argc) g_opt.commit = argv[++i];
+        else if (a == "--trace" && i + 1 < argc) {
+#if defined(MM_TRACE)
+            g_opt.trace = argv[++i];
+#else
+            usage("--trace needs a checker built with -DMM_TRACE (EXTRA_NVCC_FLAGS=-DMM_TRACE tools/device/build_cuda_checks.sh)");
+#endif
+        }
         else if (a == "--batches" && i + 1 < argc) {
             g_opt.batches.clear();
             for (const char *c = argv[++i]; *c;) {

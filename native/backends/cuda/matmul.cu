@@ -276,6 +276,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
     const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
+    if (lane == 0) mm_trace(u, MM_TRACE_START);
     const mm_unit_place P = mm_unit_of<TYPE>(args, u);
     const mm_mat_args &M = P.M;
     const int rg = P.rg, c = P.c, k_begin = P.k_begin, k_end = P.k_end;
@@ -289,6 +290,7 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
         mm_frag<TYPE> cur, nxt;
         mm_load(cur, group_base, k_begin, k_end, lane);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
         for (int k = k_begin; k < k_end; k += G) {
             if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
 #pragma unroll
@@ -309,7 +311,9 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
             mm_store(M, c, row, b, acc[t]);
         }
     }
+    if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
     mm_finish_unit(M, rg, lane, args.n_batch);
+    if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
 #define MM_KERNELS
@@ -318,6 +322,15 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
 #include "matmul_float_tc.cuh"
 
 /* ---- host side ----------------------------------------------------------------------------------- */
+#if defined(MM_TRACE)
+/* Where the next launches record their timelines (NULL: nowhere); device memory of capacity records. */
+extern "C" cudaError_t cuda_matmul_set_trace(mm_trace_record *records, int capacity) {
+    cudaError_t err = cudaMemcpyToSymbol(mm_trace_records, &records, sizeof records);
+    if (err == cudaSuccess) err = cudaMemcpyToSymbol(mm_trace_capacity, &capacity, sizeof capacity);
+    return err;
+}
+#endif
+
 static int mm_supported(int32_t type) { return mm_unit_elements(type) != 0; }
 
 extern "C" size_t cuda_matmul_prepared_bytes(int32_t type, int32_t ne0, int32_t ne1) {

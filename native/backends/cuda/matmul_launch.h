@@ -90,6 +90,38 @@ MM_HD void mm_allow_dependents(void) {
 #endif
 }
 
+/* Launch timelines, in a -DMM_TRACE build only (tools/cuda_matmul_check.cu --trace): per warp unit of
+ * the per-warp kernels, or per CTA of the staged kernel, the SM it ran on and four %globaltimer
+ * readings (ns): its start, past its wait for the previous kernel, its main loop done (partial sums
+ * stored), its split-K finish done. cuda_matmul_set_trace (matmul.cu) points its kernels at a record
+ * array; the default build compiles none of this. */
+typedef struct mm_trace_record {
+    unsigned sm, pad;
+    unsigned long long t[4];
+} mm_trace_record;
+#define MM_TRACE_START 0
+#define MM_TRACE_WAITED 1
+#define MM_TRACE_LOOP_DONE 2
+#define MM_TRACE_END 3
+#if defined(MM_TRACE) && (defined(__CUDACC__) || defined(__HIPCC__))
+/* each translation unit's own (no separate device linking); matmul.cu's kernels read matmul.cu's */
+static __device__ mm_trace_record *mm_trace_records;
+static __device__ int mm_trace_capacity;
+#endif
+#if defined(MM_TRACE) && MM_DEVICE_CODE
+MM_HD void mm_trace(int index, int at) {
+    if (!mm_trace_records || index < 0 || index >= mm_trace_capacity) return;
+    unsigned long long t;
+    unsigned sm;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    mm_trace_records[index].t[at] = t;
+    mm_trace_records[index].sm = sm;
+}
+#else
+MM_HD void mm_trace(int index, int at) { (void)index, (void)at; }
+#endif
+
 /* The matrix of a group launch that unit u belongs to (selects, no indexed parameter access). */
 MM_HD mm_mat_args mm_select_mat(const mm_launch_args &args, int u) {
     mm_mat_args M = args.mat[0];

@@ -409,6 +409,7 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
         mm_tile_frag<TYPE> f0, f1;
         if (active) mm_tile_load(f0, wp, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
         mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
@@ -487,10 +488,13 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
     const int cta = blockIdx.x;
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (cta >= args.n_ctas) return; /* the whole CTA */
+    if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_START);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
+    if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
     const mm_mat_args M = mm_select_mat_cta(args, cta);
     mm_tile_finish(M, (cta - M.cta_begin) / M.n_chunks, args.n_batch);
+    if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_END);
 }
 #endif
 
