@@ -4,6 +4,13 @@ kernel that only one-token calls use (the dp4a matmul, ^mm_kernel) and of one th
 (the staged tensor-core matmul, ^mm_tile) are both the first layers' matrices:
 
     ncu --clock-control none -k regex:^mm_tile -c 6 --section SpeedOfLight \\
+        python3 tools/device/ncu_step.py --model 27b.gguf --batch 23
+
+The stall reasons (results/ncu-stalls-61ccb2f.log), in warp cycles per issued instruction:
+
+    ncu --clock-control none -k regex:^mm_kernel -c 2 --section SpeedOfLight --section Occupancy \\
+        --section WarpStateStats --section SchedulerStats \\
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio' \\
         python3 tools/device/ncu_step.py --model 27b.gguf --batch 23"""
 from __future__ import annotations
 
