@@ -67,10 +67,11 @@ inline int cuda_launch_overlap(void) {
 template <typename T> struct launch_param { typedef T type; };
 
 /* kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
- * cuda_launch_overlap() says so. Returns the launch's error. */
+ * cuda_launch_overlap() says so. A launch error is the runtime's last error, as after <<<...>>>
+ * (cudaGetLastError, which cuda_note_launch reads). */
 template <typename... KArgs>
-static inline cudaError_t cuda_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                      cudaStream_t stream, typename launch_param<KArgs>::type... args) {
+static inline void cuda_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               typename launch_param<KArgs>::type... args) {
 #if !defined(SPECLA_USE_HIP)
     if (cuda_launch_overlap()) {
         cudaLaunchConfig_t config;
@@ -80,11 +81,11 @@ static inline cudaError_t cuda_launch(void (*kernel)(KArgs...), dim3 grid, dim3 
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[0].val.programmaticStreamSerializationAllowed = 1;
         config.attrs = attr, config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, args...);
+        (void)cudaLaunchKernelEx(&config, kernel, args...); /* its error stays the last error */
+        return;
     }
 #endif
     kernel<<<grid, block, smem, stream>>>(args...);
-    return cudaGetLastError();
 }
 
 #endif

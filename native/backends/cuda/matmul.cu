@@ -482,7 +482,8 @@ extern "C" void cuda_matmul_set_overlap(int enable) { g_launch_overlap = enable 
 template <typename... KArgs>
 static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream,
                             typename launch_param<KArgs>::type... args) {
-    return cuda_launch(kernel, dim3(grid), dim3(MM_THREADS), 0, stream, args...);
+    cuda_launch(kernel, dim3(grid), dim3(MM_THREADS), 0, stream, args...);
+    return cudaGetLastError();
 }
 
 template <int TYPE>
