@@ -101,7 +101,8 @@ extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *posit
                                int head_dim, int n_rot, float freq_base) {
     if (T <= 0 || n_rot < 2) return;
     if (n_heads <= 0) return;
-    cuda_launch(rope_neox_kernel, dim3(T, n_heads), dim3(64), 0, cuda_stream(be), x, positions, n_heads, head_dim, n_rot, freq_base);
+    cuda_launch(rope_neox_kernel, dim3(T, n_heads), dim3(64), 0, cuda_stream(be), x, positions, n_heads, head_dim,
+                n_rot, freq_base);
     cuda_note_launch(be, "rope_neox");
 }
 
@@ -582,22 +583,25 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (T > 1)
-                cuda_launch(attention_tile_kernel<ATT_TILE_PAIRS>, dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
-                                          tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows,
-                                          scale);
+                cuda_launch(attention_tile_kernel<ATT_TILE_PAIRS>,
+                            dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
+                            tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv,
+                            D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
-                cuda_launch(attention_kernel<HG>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh,
-                                                          nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0,
-                                                          part_acc, part_ml, part_rows, out);
+                cuda_launch(attention_kernel<HG>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
+                            cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
+                            n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
-            cuda_launch(attention_merge_kernel, dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS), dim3(ATT_MERGE_THREADS), merge_shared_bytes, cuda_stream(be), part_acc, part_ml, part_rows, nh, D,
-                                                                            n_seg_max, t0, out);
+            cuda_launch(attention_merge_kernel, dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS),
+                        dim3(ATT_MERGE_THREADS), merge_shared_bytes, cuda_stream(be), part_acc, part_ml, part_rows, nh,
+                        D, n_seg_max, t0, out);
             cuda_note_launch(be, name);
         }
         return;
     }
-    cuda_launch(attention_kernel<HG>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL, NULL,
-        out);
+    cuda_launch(attention_kernel<HG>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
+                k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
+                NULL, out);
     cuda_note_launch(be, name);
 }
 

@@ -149,14 +149,15 @@ extern "C" void cuda_get_rows(const backend *be, const specla_tensor *w, const i
     const int64_t row_bytes = type_row_bytes(w->type, w->ne0);
     unsigned bx = grid_for(w->ne0, EW_THREADS);
     if (bx > 1024) bx = 1024;
-    cuda_launch(get_rows_kernel, dim3(bx, (unsigned)n), dim3(EW_THREADS), 0, cuda_stream(be), w->type, (const uint8_t *)w->data, row_bytes, w->ne0, ids, out);
+    cuda_launch(get_rows_kernel, dim3(bx, (unsigned)n), dim3(EW_THREADS), 0, cuda_stream(be),
+                w->type, (const uint8_t *)w->data, row_bytes, w->ne0, ids, out);
     cuda_note_launch(be, "get_rows");
 }
 
 extern "C" void cuda_dequantize(const backend *be, int32_t type, const void *src, int64_t n, float *dst) {
     if (n <= 0) return;
-    cuda_launch(dequantize_kernel, dim3(grid_for(n, EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), type, (const uint8_t *)src, n,
-                                                                                    dst);
+    cuda_launch(dequantize_kernel, dim3(grid_for(n, EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), type,
+                (const uint8_t *)src, n, dst);
     cuda_note_launch(be, "dequantize");
 }
 
@@ -369,9 +370,11 @@ static void launch_rms_rows(const backend *be, const char *op, float *x, const f
                      aligned16(y);
     if (n <= RMS_WARP_MAX_WIDTH) {
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
-        cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED>, dim3((n_rows + rows_per_block - 1) / rows_per_block), dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
+                    dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
     } else {
-        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x,
+                    delta, weight, gate, n_rows, n, eps, y, vec);
     }
     cuda_note_launch(be, op);
 }
@@ -423,8 +426,8 @@ extern "C" void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int
                                    float *q, float *k, float *v) {
     if (T <= 0) return;
     const int v_parts = (int)(((int64_t)Hv * S + NORM_THREADS - 1) / NORM_THREADS);
-    cuda_launch(gdn_split_qkv_kernel, dim3(2 * Hk + v_parts, T), dim3(NORM_THREADS), 0, cuda_stream(be), conv_out, Hk, Hv, S, eps, q,
-                                                                                           k, v);
+    cuda_launch(gdn_split_qkv_kernel, dim3(2 * Hk + v_parts, T), dim3(NORM_THREADS), 0, cuda_stream(be), conv_out, Hk,
+                Hv, S, eps, q, k, v);
     cuda_note_launch(be, "gdn_split_qkv");
 }
 
@@ -555,16 +558,16 @@ extern "C" void cuda_split_q_gate(const backend *be, const float *qg, int T, int
 extern "C" void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows,
                                   const float *src, int T, int width) {
     if (T <= 0 || width <= 0) return;
-    cuda_launch(scatter_rows_kernel, dim3(grid_for(width, EW_THREADS), T), dim3(EW_THREADS), 0, cuda_stream(be), dst, dst_stride,
-                                                                                                 rows, src, width);
+    cuda_launch(scatter_rows_kernel, dim3(grid_for(width, EW_THREADS), T), dim3(EW_THREADS), 0, cuda_stream(be), dst,
+                dst_stride, rows, src, width);
     cuda_note_launch(be, "scatter_rows");
 }
 
 extern "C" void cuda_move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from,
                                const int32_t *to, int n) {
     if (n <= 0 || width <= 0) return;
-    cuda_launch(move_rows_kernel, dim3((width + EW_THREADS - 1) / EW_THREADS), dim3(EW_THREADS), 0, cuda_stream(be), buf, stride, width,
-                                                                                               from, to, n);
+    cuda_launch(move_rows_kernel, dim3((width + EW_THREADS - 1) / EW_THREADS), dim3(EW_THREADS), 0, cuda_stream(be),
+                buf, stride, width, from, to, n);
     cuda_note_launch(be, "move_rows");
 }
 
@@ -581,7 +584,7 @@ extern "C" void cuda_gather_rows(const backend *be, float *dst, int64_t dst_bloc
     const int chunks = (widest + GATHER_CHUNK - 1) / GATHER_CHUNK;
     const int64_t units = (int64_t)n_blocks * n_fields * n * chunks;
     const unsigned grid = units > 65535 * 4 ? 65535 * 4 : (unsigned)units; /* units past the grid: its loop */
-    cuda_launch(gather_rows_kernel, dim3(grid), dim3(EW_THREADS), 0, cuda_stream(be), (uint32_t *)dst, dst_block, (const uint32_t *)src,
-                                                                 src_block, packed, n_fields, rows, n, chunks, units);
+    cuda_launch(gather_rows_kernel, dim3(grid), dim3(EW_THREADS), 0, cuda_stream(be), (uint32_t *)dst, dst_block,
+                (const uint32_t *)src, src_block, packed, n_fields, rows, n, chunks, units);
     cuda_note_launch(be, "gather_rows");
 }

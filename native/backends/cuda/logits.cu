@@ -133,11 +133,12 @@ extern "C" void cuda_argmax_rows(const backend *be, const float *logits, int n_r
     if (!cb->workspace || need > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks == 1) chunk = V;
     ranked *partial = (ranked *)cb->workspace;
-    cuda_launch(argmax_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk, n_chunks,
-                                                                                      partial, out);
+    cuda_launch(argmax_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk,
+                n_chunks, partial, out);
     cuda_note_launch(be, "argmax_rows");
     if (n_chunks > 1) {
-        cuda_launch(argmax_combine_kernel, dim3(n_rows), dim3(SPECLA_WARP), 0, cuda_stream(be), logits, V, n_chunks, partial, out);
+        cuda_launch(argmax_combine_kernel, dim3(n_rows), dim3(SPECLA_WARP), 0, cuda_stream(be), logits, V, n_chunks,
+                    partial, out);
         cuda_note_launch(be, "argmax_rows");
     }
 }
@@ -306,11 +307,12 @@ extern "C" void cuda_topk_log_softmax(const backend *be, const float *logits, in
     if (!cb->workspace || topk_workspace_bytes(n_rows, n_chunks, k) > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks <= 1) n_chunks = 1, chunk = V;
     const topk_partials part = topk_layout(cb->workspace, n_rows, n_chunks, k);
-    cuda_launch(topk_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk, n_chunks, k,
-                                                                                    part, tokens, logprobs);
+    cuda_launch(topk_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk,
+                n_chunks, k, part, tokens, logprobs);
     cuda_note_launch(be, "topk_log_softmax");
     if (n_chunks > 1) {
-        cuda_launch(topk_combine_kernel, dim3(n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), n_chunks, k, part, tokens, logprobs);
+        cuda_launch(topk_combine_kernel, dim3(n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), n_chunks, k, part,
+                    tokens, logprobs);
         cuda_note_launch(be, "topk_log_softmax");
     }
 }

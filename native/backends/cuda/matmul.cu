@@ -433,8 +433,8 @@ extern "C" cudaError_t cuda_matmul_gather_rows(cudaStream_t stream, const specla
     const int n_blocks = w->ne0 / mm_unit_elements(w->type);
     const int64_t work = (int64_t)n_blocks * (mm_pieces(w->type) + 1);
     const unsigned bx = (unsigned)((work + 255) / 256 < 64 ? (work + 255) / 256 : 64);
-    cuda_launch(mm_gather_rows_kernel, dim3(bx, (unsigned)n), dim3(256), 0, stream, w->type, n_blocks, (const uint8_t *)w->data, ids,
-                                                                     (uint8_t *)dst, first);
+    cuda_launch(mm_gather_rows_kernel, dim3(bx, (unsigned)n), dim3(256), 0, stream,
+                w->type, n_blocks, (const uint8_t *)w->data, ids, (uint8_t *)dst, first);
     return cudaGetLastError();
 }
 
@@ -586,8 +586,8 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     if (n_batch < 1 || n < unit || n % unit != 0 || !x || !codes || !scales || (kind == MM_ACT_Q8_K && !bsums))
         return cudaErrorInvalidValue;
     const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
-    cuda_launch(mm_quantize_kernel, dim3((unsigned)grid), dim3(MM_THREADS), 0, stream, x, n, n_batch, kind, codes, scales, bsums, nullptr,
-                                                                   nullptr, 0);
+    cuda_launch(mm_quantize_kernel, dim3((unsigned)grid), dim3(MM_THREADS), 0, stream, x, n, n_batch, kind, codes,
+                scales, bsums, nullptr, nullptr, 0);
     return cudaGetLastError();
 }
 

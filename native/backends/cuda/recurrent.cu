@@ -761,8 +761,8 @@ extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const f
     if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_sequential_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g, beta, T, Hk, Hv, S,  \
-                                                                                      scale, state, out)
+    cuda_launch(gdn_sequential_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
+                beta, T, Hk, Hv, S, scale, state, out)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gated_delta_rule");
@@ -774,7 +774,8 @@ extern "C" void cuda_gdn_fold(const backend *be, float *state, const float *k, c
     if (kpl == 0) return refuse(be, "gdn_fold: state size S must be 1 .. 128 on this backend");
     if (P <= 0) return;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_fold_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), state, k, delta, g, P, Hk, Hv, S)
+    cuda_launch(gdn_fold_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), state, k, delta, g,\
+                P, Hk, Hv, S)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_fold");
@@ -803,8 +804,9 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
-            slots_per_head, smem_slots, head0, max_nodes);
+        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
+                    schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
+                    slots_per_head, smem_slots, head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
     }
 }
@@ -840,8 +842,8 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be), \
-        schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
+    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
+                schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_tree_root_to_leaf");
@@ -856,8 +858,8 @@ extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *sche
     if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_checkpoints_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), \
-        schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
+    cuda_launch(gdn_tree_checkpoints_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
+                schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_tree_checkpoints");
@@ -879,14 +881,15 @@ extern "C" void cuda_causal_conv(const backend *be, const float *x, const float 
     if (T <= 0 || C <= 0) return;
     const unsigned chunks = (unsigned)((T + CONV_T_CHUNK - 1) / CONV_T_CHUNK);
 #define LAUNCH(KMAX)                                                                                                   \
-    cuda_launch(causal_conv_kernel<KMAX>, dim3(conv_blocks(C), chunks), dim3(CONV_THREADS), 0, cuda_stream(be), x, weight, T, C, K,  \
-                                                                                                 conv_state, y)
+    cuda_launch(causal_conv_kernel<KMAX>, dim3(conv_blocks(C), chunks), dim3(CONV_THREADS), 0, cuda_stream(be), x,     \
+                weight, T, C, K, conv_state, y)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "causal_conv");
     if (chunks > 1) {
 #define LAUNCH(KMAX)                                                                                                   \
-    cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x, T, NULL, C, K)
+    cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x,  \
+                T, NULL, C, K)
         CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
         cuda_note_launch(be, "causal_conv (state)");
@@ -900,8 +903,8 @@ extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const
     if (max_nodes < 1) return refuse(be, "conv_tree: backend created without tree limits (max_nodes 0)");
     if (C <= 0) return;
 #define LAUNCH(KMAX)                                                                                                   \
-    cuda_launch(conv_tree_kernel<KMAX>, dim3(conv_blocks(C), (unsigned)max_nodes), dim3(CONV_THREADS), 0, cuda_stream(be), \
-        schedule, x, weight, C, K, conv_state, y, window_out)
+    cuda_launch(conv_tree_kernel<KMAX>, dim3(conv_blocks(C), (unsigned)max_nodes), dim3(CONV_THREADS), 0,              \
+                cuda_stream(be), schedule, x, weight, C, K, conv_state, y, window_out)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_tree");
@@ -911,7 +914,9 @@ extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float
     if (K < 2 || K > CONV_MAX_K) return refuse(be, "conv_fold: kernel size K must be 2 .. 64");
     if (C <= 0) return;
     /* launched whatever the count: a recorded verify replays it with the count of its step */
-#define LAUNCH(KMAX) cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x, 0, P, C, K)
+#define LAUNCH(KMAX)                                                                                                   \
+    cuda_launch(conv_shift_kernel<KMAX>, dim3(conv_blocks(C)), dim3(CONV_THREADS), 0, cuda_stream(be), conv_state, x,  \
+                0, P, C, K)
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_fold");
