@@ -26,6 +26,10 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_cpu import append_rows  # noqa: E402
 
 
 def running_counts(records):
@@ -101,10 +105,7 @@ def main(argv=None) -> int:
         print(f"{row['matrix']:<12}{row['type']:<6}{row['n_batch']:>3} {row['kernel']:<16}{row['records']:>6}"
               f"{row['span_us']:8.1f}{ideal}{row['peak']:>6}{row['ramp_us']:7.1f}{row['tail_us']:7.1f}"
               f"{row['unit_us']:7.1f}{row['finish_us']:8.2f}{row['per_sm_min']:>4}-{row['per_sm_max']:<3}")
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    append_rows(rows, args.out)
     return 0
 
 
