@@ -39,7 +39,7 @@
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
  * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
- * launch (cuda_matmul_set_overlap(0)) for the whole run, to measure what it gains; --tensor-cores M
+ * launch (cuda_set_launch_overlap(0), launch.h) for the whole run, to measure what it gains; --tensor-cores M
  * benchmarks kernel choice M (0 dp4a, 1 staged = the default, 2 per-warp) for 2+ tokens. */
 #include <math.h>
 #include <stdarg.h>
@@ -1443,7 +1443,7 @@ int main(int argc, char **argv) {
         int devices = 0;
         if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
             usage("no CUDA device (run with --host-model to check the host model only)");
-        cuda_matmul_set_overlap(g_opt.overlap ? 1 : 0);
+        cuda_set_launch_overlap(g_opt.overlap ? 1 : 0);
         printf("programmatic dependent launch (sm_90+): %s\n", g_opt.overlap ? "on" : "off (--no-overlap)");
     }
     if (g_opt.self_test) {

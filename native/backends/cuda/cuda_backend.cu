@@ -303,7 +303,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     /* SPECLA_CUDA_PDL=0 turns off the programmatic dependent launches of every kernel (launch.h: on
      * by default on sm_90+), for comparisons; the bits are the same either way. */
     const char *pdl = getenv("SPECLA_CUDA_PDL");
-    if (pdl && *pdl) cuda_matmul_set_overlap(pdl[0] == '1');
+    if (pdl && *pdl) cuda_set_launch_overlap(pdl[0] == '1');
     if (cudaStreamCreateWithFlags(&ci->pub.stream, cudaStreamNonBlocking) != cudaSuccess) {
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);

@@ -89,14 +89,6 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
 #define CUDA_MATMUL_TC_PER_WARP 2
 void cuda_matmul_set_tensor_cores(int mode);
 
-/* Whether the backend's launches (sm_90 and later; launch.h) may overlap the previous kernel of the
- * stream (programmatic dependent launch: a kernel starts while the kernel before it finishes, and
- * touches nothing that kernel wrote before it has ended; a matmul loads its first weights first).
- * Default on; off, every launch waits for the previous kernel as usual. The bits are the same either way. With it on, the
- * prepared weight must not be written by the kernel launched just before the matmul on the stream
- * (cuda_matmul_prepare_weight writes it synchronously, so prepared weights never are). */
-void cuda_matmul_set_overlap(int enable);
-
 #define CUDA_MATMUL_GROUP_LAUNCH 4
 
 #ifdef __cplusplus

@@ -11,7 +11,8 @@
  * waiting CTAs never hold resources a running predecessor still needs.
  *
  * The rule that keeps every result exact: nothing an earlier kernel of the stream writes or reads
- * is touched before the wait (only constant data such as weights may be read before it), and every
+ * is touched before the wait (only constant data may be read before it: a matmul's prepared weights,
+ * which cuda_matmul_prepare_weight writes synchronously, never on the stream), and every
  * kernel executes the wait, so a kernel's completion implies its predecessor's and, by induction,
  * every earlier kernel's. Memory copies and event waits in the stream keep their full ordering. On
  * HIP, before sm_90 and with the overlap off, the launch is a plain one and both instructions are
@@ -43,22 +44,31 @@ __device__ __forceinline__ void grid_begin(void) {
 }
 #endif
 
-/* Whether launches use programmatic stream serialization: the switch (cuda_matmul_set_overlap, from
- * SPECLA_CUDA_PDL) and a device of compute capability 9 or more (read once per device). */
-inline int g_launch_overlap = 1;
-inline int cuda_launch_overlap(void) {
-#if defined(SPECLA_USE_HIP)
-    return 0;
-#else
+/* The current device's compute capability major, read once per device (0 when it cannot be read). */
+inline int cuda_device_major(void) {
     static int major_of[64];
     int dev = 0;
-    if (!g_launch_overlap || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
     if (major_of[dev] == 0) {
         int major = 0;
         if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
         major_of[dev] = major;
     }
-    return major_of[dev] >= 9;
+    return major_of[dev];
+}
+
+/* The overlap switch: on by default, off with SPECLA_CUDA_PDL=0 (cuda_backend.cu) or the matmul
+ * check's --no-overlap, for comparisons; the bits are the same either way. */
+inline int g_launch_overlap = 1;
+inline void cuda_set_launch_overlap(int enable) { g_launch_overlap = enable != 0; }
+
+/* Whether launches use programmatic stream serialization: the switch on and a device of compute
+ * capability 9 or more (never on HIP). */
+inline int cuda_launch_overlap(void) {
+#if defined(SPECLA_USE_HIP)
+    return 0;
+#else
+    return g_launch_overlap && cuda_device_major() >= 9;
 #endif
 }
 

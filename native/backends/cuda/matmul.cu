@@ -48,7 +48,7 @@
  * group (an atomic arrival counter) adds them in chunk order; the counters are zeroed by the
  * quantize (or split) kernel that starts every call.
  *
- * Launch overlap (launch.h; sm_90+, cuda_matmul_set_overlap): like every kernel of the backend, the
+ * Launch overlap (launch.h; sm_90+, cuda_set_launch_overlap): like every kernel of the backend, the
  * quantize and matmul kernels are launched with programmatic stream serialization. A matmul lets the
  * next kernel launch at its start and waits (griddepcontrol.wait) for the previous kernel of the
  * stream only after its first weight loads, before reading or writing anything but the constant
@@ -445,21 +445,8 @@ extern "C" void cuda_matmul_set_tensor_cores(int mode) {
     g_tensor_core_mode = mode == CUDA_MATMUL_TC_OFF || mode == CUDA_MATMUL_TC_PER_WARP ? mode : CUDA_MATMUL_TC_STAGED;
 }
 
-/* The current device's compute capability major (cached per device; 0 when it cannot be read). */
-static int mm_device_major(void) {
-    static int cached[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (cached[dev] == 0) {
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
-        cached[dev] = major;
-    }
-    return cached[dev];
-}
-
 /* int8 mma.sync needs sm_80 */
-static int mm_device_has_int8_mma(void) { return mm_device_major() >= 8; }
+static int mm_device_has_int8_mma(void) { return cuda_device_major() >= 8; }
 
 /* Whether F16/BF16 weights take the tensor-core kernel (matmul_float_tc.cuh) for every n_batch: its
  * f16/bf16 mma.sync needs sm_80, HIP keeps the fma path, CUDA_MATMUL_TC_OFF selects the fma path for
@@ -469,14 +456,9 @@ static int mm_float_tensor_cores(void) {
 #if defined(SPECLA_USE_HIP)
     return 0;
 #else
-    return g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_major() >= 8;
+    return g_tensor_core_mode != CUDA_MATMUL_TC_OFF && cuda_device_major() >= 8;
 #endif
 }
-
-/* Programmatic dependent launches (launch.h) are on by default: on the H200 the 27B-shape decode
- * step took 8.13 ms with them on the quantize and matmul kernels and 9.16 ms without (graph replay,
- * same run; docs/perf.md). SPECLA_CUDA_PDL=0 turns them off for every kernel (cuda_backend.cu). */
-extern "C" void cuda_matmul_set_overlap(int enable) { g_launch_overlap = enable != 0; }
 
 /* A launch of MM_THREADS-thread CTAs on `stream` (launch.h). */
 template <typename... KArgs>
