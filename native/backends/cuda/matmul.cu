@@ -269,6 +269,24 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
     if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
 }
 
+/* The body of the per-warp tensor-core kernels (mm_mma_kernel, mm_ftc_kernel): warp unit u of the
+ * launch runs unit(u, lane), which stores the unit's partial sums, then the split-K finish of its row
+ * group. The next kernel may launch at once (launch.h; it waits for this grid's end). mm_kernel
+ * writes the same steps inline: as a unit function it took up to 10 more registers (and spilled
+ * Q5_0's one-token form), and it is the decode step's hot kernel. */
+template <class Unit> __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Unit unit) {
+    const int lane = threadIdx.x & 31;
+    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    mm_allow_dependents();
+    if (u >= args.n_units) return; /* whole warps */
+    if (lane == 0) mm_trace(u, MM_TRACE_START);
+    unit(u, lane);
+    if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
+    const mm_mat_args M = mm_select_mat(args, u);
+    mm_finish_unit(M, (u - M.unit_begin) / M.n_chunks, lane, args.n_batch);
+    if (lane == 0) mm_trace(u, MM_TRACE_END);
+}
+
 template <int TYPE, int NT>
 __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) mm_kernel(const mm_launch_args args) {
     constexpr int G = mm_traits<TYPE>::load_group;

@@ -313,13 +313,7 @@ __global__ void __launch_bounds__(MM_THREADS) mm_split_kernel(const float *__res
 
 template <int TYPE, int NTILES>
 __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_args args) {
-    const int lane = threadIdx.x & 31;
-    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
-    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
-    if (u >= args.n_units) return; /* whole warps */
-    mm_ftc_unit<TYPE, NTILES>(args, u, lane);
-    const mm_mat_args M = mm_select_mat(args, u);
-    mm_finish_unit(M, (u - M.unit_begin) / M.n_chunks, lane, args.n_batch);
+    mm_run_warp_unit(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
 }
 #endif
 
