@@ -1255,7 +1255,9 @@ extern "C" cudaError_t cuda_matmul_set_trace(mm_trace_record *records, int capac
 static void trace_call(FILE *tf, const char *name, const specla_tensor &w, const float *x, int n_batch, float *y,
                        cuda_matmul_workspace ws, const char *kernel) {
 #if defined(MM_TRACE)
-    const int capacity = 1 << 20;
+    /* a record per warp unit; the staged kernel's CTAs (two row groups each) are fewer */
+    const mm_plan p = mm_plan_for(w.type, w.ne0, w.ne1);
+    const int capacity = p.row_groups * p.n_chunks;
     mm_trace_record *rec;
     CK(cudaMalloc(&rec, sizeof(mm_trace_record) * capacity));
     CK(cudaMemset(rec, 0, sizeof(mm_trace_record) * capacity));
@@ -1266,18 +1268,16 @@ static void trace_call(FILE *tf, const char *name, const specla_tensor &w, const
     std::vector<mm_trace_record> h(capacity);
     CK(cudaMemcpy(h.data(), rec, sizeof(mm_trace_record) * capacity, cudaMemcpyDeviceToHost));
     cudaFree(rec);
-    int n = 0;
     unsigned long long t0 = ~0ull;
-    for (int i = 0; i < capacity; i++)
-        if (h[i].t[MM_TRACE_START]) n = i + 1, t0 = std::min(t0, (unsigned long long)h[i].t[MM_TRACE_START]);
+    for (const mm_trace_record &r : h)
+        if (r.t[MM_TRACE_START]) t0 = std::min(t0, (unsigned long long)r.t[MM_TRACE_START]);
     fprintf(tf, "{\"commit\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, \"ne1\": %d, \"n_batch\": %d, "
                 "\"kernel\": \"%s\", \"weight_bytes\": %zu, \"records\": [",
             g_opt.commit.c_str(), name, type_name(w.type), w.ne0, w.ne1, n_batch, kernel,
             cuda_matmul_prepared_bytes(w.type, w.ne0, w.ne1));
     int written = 0;
-    for (int i = 0; i < n; i++) {
-        const mm_trace_record &r = h[i];
-        if (!r.t[0] || !r.t[1] || !r.t[2] || !r.t[3]) continue; /* no such unit, or a time not taken */
+    for (const mm_trace_record &r : h) {
+        if (!r.t[0] || !r.t[1] || !r.t[2] || !r.t[3]) continue; /* a CTA the staged kernel does not have */
         fprintf(tf, "%s[%u, %llu, %llu, %llu, %llu]", written++ ? ", " : "", r.sm, r.t[0] - t0, r.t[1] - t0,
                 r.t[2] - t0, r.t[3] - t0);
     }
