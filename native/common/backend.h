@@ -79,7 +79,7 @@ typedef struct backend_ops {
     void (*upload)(const backend *be, void *dst, const void *host_src, size_t bytes);
     /* waits for the stream, so it reports the first error of the ops before it, as sync does */
     specla_status (*download)(const backend *be, void *host_dst, const void *src, size_t bytes);
-    void (*copy)(const backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(const backend *be, void *dst, const void *src, size_t bytes); /* dst == src: nothing */
     void (*fill)(const backend *be, float *dst, float value, int64_t n);
     specla_status (*sync)(const backend *be);
     /* ops issued on `be` from now on start after every op issued on `other` so far (another

@@ -41,9 +41,10 @@ struct specla_factor_banks {
     float *conv_windows; /* DENSE_CHECKPOINTS: [n_layers][max_nodes][K-1][C] */
 };
 
-/* (nothing to do when the producer already wrote the rows in place: factor_banks_layer_inputs) */
+/* a no-op when the producer already wrote the rows in place (factor_banks_layer_inputs): the
+ * backends' copy does nothing for dst == src */
 static void copy_rows(const backend *be, float *dst, const float *src, int64_t n) {
-    if (dst != src) be->ops->copy(be, dst, src, sizeof(float) * (size_t)n);
+    be->ops->copy(be, dst, src, sizeof(float) * (size_t)n);
 }
 
 static float *layer_block(const specla_factor_banks *b, int bank, int layer) {
