@@ -204,13 +204,7 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
     const int n_batch = args.n_batch;
 
     for (int p0 = 0; p0 < n_batch; p0 += 8 * NTILES) {
-        float acc[2][NTILES][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+        float acc[2][NTILES][4] = {};
         uint4 cur[G][4], nxt[G][4];
         /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t) */
         auto load = [&](uint4 (&f)[G][4], int k) {

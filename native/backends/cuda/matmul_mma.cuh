@@ -167,13 +167,7 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
         const int64_t e0 = (int64_t)k * 256;
         /* s = sum_j sc_j dot_j first (and its float step), then t = sum_j m_j bsum pair: only one
          * of the two integer sets is live at a time */
-        int32_t s[2][NTILES][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) s[mt][nt][i] = 0;
+        int32_t s[2][NTILES][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int p = j / 2, shift = 4 * (j % 2);
@@ -215,13 +209,7 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                     acc[mt][nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[mt][nt][i]), acc[mt][nt][i]);
                 }
             }
-        int32_t tt[2][NTILES][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) tt[mt][nt][i] = 0;
+        int32_t tt[2][NTILES][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             int sc[4], mn[4];
@@ -262,13 +250,7 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
     }
     if (TYPE == SPECLA_TYPE_Q6_K) {
         const int64_t e0 = (int64_t)k * 256;
-        int32_t s[2][NTILES][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) s[mt][nt][i] = 0;
+        int32_t s[2][NTILES][4] = {};
 #pragma unroll
         for (int h6 = 0; h6 < 2; h6++)
 #pragma unroll
@@ -354,13 +336,7 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
     const uint8_t *group_base = P.group_base;
 
     for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) {
-        float acc[2][NTILES][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.0f;
+        float acc[2][NTILES][4] = {};
         mm_mma_frag<TYPE> cur, nxt;
         mm_mma_load(cur, group_base, k_begin, g, t);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */

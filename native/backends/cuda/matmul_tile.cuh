@@ -266,11 +266,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
     const int lane = 4 * g + t;
     const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
     const uint8_t *brow = buf + g * tr::row_stride; /* token g of tile 0 */
-    int32_t s[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) s[nt][i] = 0;
+    int32_t s[NT][4] = {};
     if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
         /* the 8 scales and 8 mins of each row as packed bytes (mm_scale_min, 4 bytes at a time) */
         uint32_t sc[2][2], mn[2][2];
@@ -401,11 +397,7 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
     constexpr int tokens = 8 * NT;
 
     for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
-        float acc[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[nt][i] = 0.0f;
+        float acc[NT][4] = {};
         mm_tile_frag<TYPE> f0, f1;
         if (active) mm_tile_load(f0, wp, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
@@ -456,9 +448,7 @@ __device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, i
     const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
     if (row < M.ne1) {
         for (int b0 = threadIdx.x >> 6; b0 < n_batch; b0 += 2 * U) {
-            float s[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) s[u] = 0.0f;
+            float s[U] = {};
             for (int c0 = 0; c0 < M.n_chunks; c0 += CB) {
                 float v[U][CB];
 #pragma unroll
