@@ -1360,7 +1360,13 @@ static void run_bench() {
             const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
                                 (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q6_K);
             const bool float_mma = float_tc_path(bs.type, g_opt.tc_mode) && prop.major >= 8;
-            const char *kernel = float_mma ? "float-mma" : !mma ? "dp4a" : staged ? "int8-mma-staged" : "int8-mma";
+            /* the staged kernel's sm_90 form unless SPECLA_CUDA_TILE_BULK=0 (matmul.cu's mm_tile_bulk) */
+            const char *bulk_env = getenv("SPECLA_CUDA_TILE_BULK");
+            const bool bulk = prop.major >= 9 && !(bulk_env && strcmp(bulk_env, "0") == 0);
+            const char *kernel = float_mma ? "float-mma"
+                                 : !mma    ? "dp4a"
+                                 : staged  ? (bulk ? "int8-mma-bulk" : "int8-mma-staged")
+                                           : "int8-mma";
             if (js)
                 fprintf(js,
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "

@@ -486,6 +486,33 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
     return cudaGetLastError();
 }
 
+/* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
+ * whose dynamic shared memory passes 48 KB for Q6_K: the limit is raised once per instantiation. */
+template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas, cudaStream_t stream, const mm_launch_args &args) {
+#if defined(SPECLA_USE_HIP)
+    (void)ctas, (void)stream, (void)args;
+    return cudaErrorNotSupported; /* mm_tile_bulk() is 0 there */
+#else
+    constexpr int smem = mm_tile_bulk_smem_bytes<TYPE, NT>();
+    static const cudaError_t attr_err = cudaFuncSetAttribute(mm_tile_bulk_kernel<TYPE, NT>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr_err != cudaSuccess) return attr_err;
+    cuda_launch(mm_tile_bulk_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
+    return cudaGetLastError();
+#endif
+}
+
+/* Whether the staged kernel takes its bulk-copy form: CUDA on sm_90+, unless SPECLA_CUDA_TILE_BULK=0
+ * (an A/B of the two forms; the bits are the same). */
+static int mm_tile_bulk(void) {
+#if defined(SPECLA_USE_HIP)
+    return 0;
+#else
+    static const int enabled = !(getenv("SPECLA_CUDA_TILE_BULK") && strcmp(getenv("SPECLA_CUDA_TILE_BULK"), "0") == 0);
+    return enabled && cuda_device_major() >= 9;
+#endif
+}
+
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
@@ -505,6 +532,14 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
                 /* its activation offsets are 32-bit */
                 if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && (int64_t)args.n_batch * args.n < ((int64_t)1 << 31)) {
                     const unsigned ctas = (unsigned)args.n_ctas;
+                    if (mm_tile_bulk()) {
+                        switch (mm_tile_tiles<TYPE>(args.n_batch)) {
+                        case 1: return mm_start_tile_bulk<TYPE, 1>(ctas, stream, args);
+                        case 2: return mm_start_tile_bulk<TYPE, 2>(ctas, stream, args);
+                        case 3: return mm_start_tile_bulk<TYPE, mm_tile_traits<TYPE>::max_tiles < 3 ? 1 : 3>(ctas, stream, args);
+                        default: return mm_start_tile_bulk<TYPE, mm_tile_traits<TYPE>::max_tiles < 4 ? 1 : 4>(ctas, stream, args);
+                        }
+                    }
                     switch (mm_tile_tiles<TYPE>(args.n_batch)) {
                     case 1: return mm_start(mm_tile_kernel<TYPE, 1>, ctas, stream, args);
                     case 2: return mm_start(mm_tile_kernel<TYPE, 2>, ctas, stream, args);

@@ -218,6 +218,7 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
         };
         load(cur, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (p0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
         for (int k0 = k_begin; k0 < k_end; k0 += G) {
             if (k0 + G < k_end) load(nxt, k0 + G);
 #pragma unroll

@@ -486,6 +486,167 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
     mm_tile_finish(M, (cta - M.cta_begin) / M.n_chunks, args.n_batch);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_END);
 }
+
+/* ---- sm_90: the weights by bulk copy (TMA) into a ring of shared-memory stages ------------------- */
+/* The same CTA, units, fragments and block step as mm_tile_cta, with the weight stream moved off the
+ * registers: the CTA's two weight slots of a block (2 x 32 x unit_bytes bytes, contiguous in the
+ * prepared layout) land in one of MM_TILE_STAGES shared-memory stages by two cp.async.bulk copies,
+ * which one thread issues and an mbarrier per stage counts in bytes. So MM_TILE_STAGES - 1 blocks are
+ * in flight while one is computed (the register path holds one), the first MM_TILE_STAGES are issued
+ * before the wait for the previous kernel (the weights are constant), and no register holds a block
+ * ahead, which leaves room for a fifth CTA per SM. A thread reads its fragment of the current block
+ * from the stage with the offsets mm_tile_load uses in global memory; the arithmetic (mm_tile_block)
+ * and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as there (cp.async,
+ * one block ahead, a CTA barrier per block); that barrier also frees the stage just read, into which
+ * thread 0 then issues the block MM_TILE_STAGES further on. */
+#define MM_TILE_STAGES 3
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
+#define MM_TILE_BULK_DEVICE 1
+#else
+#define MM_TILE_BULK_DEVICE 0
+#endif
+
+template <int TYPE> MM_HD constexpr int mm_tile_slot_bytes() { return MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes; }
+/* dynamic shared memory of the bulk kernel: the mbarriers (128 bytes), the weight stages, the two
+ * activation buffers */
+template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
+    return 128 + MM_TILE_STAGES * 2 * mm_tile_slot_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
+}
+/* CTAs per SM the bulk kernel's registers are sized for (shared memory allows these too: Q4_K 42.6 KB
+ * per CTA at 3 tiles, Q6_K 53.7 KB): without the register fragment ahead Q4_K fits 5 up to 3 tiles
+ * (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
+template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
+    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT <= 3 ? 5 : 4) : (NT <= 3 ? 4 : 3);
+};
+
+#if MM_TILE_BULK_DEVICE
+__device__ __forceinline__ uint32_t mm_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mm_bar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mm_smem_addr(bar)), "r"(count) : "memory");
+}
+/* thread 0: the stage's barrier expects `bytes` more bytes, then the copies that bring them */
+__device__ __forceinline__ void mm_bar_expect(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mm_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mm_bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     mm_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(mm_smem_addr(bar))
+                 : "memory");
+}
+/* blocks until the barrier's phase of parity `parity` has completed (its bytes landed) */
+__device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(mm_smem_addr(bar)), "r"(parity)
+                     : "memory");
+}
+
+/* The thread's fragment of block data in a stage (slot of its row group at `slot`): mm_tile_load's
+ * offsets, read from shared memory. */
+template <int TYPE>
+__device__ __forceinline__ void mm_tile_load_stage(mm_tile_frag<TYPE> &f, const uint8_t *slot, int half, int g, int t) {
+    const int row = 16 * half + g;
+    const uint8_t *h = slot + 16 * row;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+            f.h[r] = *(const uint4 *)(h + 128 * r);
+            const uint8_t *q = h + 128 * r + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1);
+#pragma unroll
+            for (int run = 0; run < 4; run++) f.q[r][run] = *(const uint2 *)(q + 2 * run * 16 * MM_GROUP_ROWS);
+        } else {
+            const uint8_t *q = h + 128 * r + 4 * t;
+#pragma unroll
+            for (int pc = 0; pc < 12; pc++) f.q[r][pc] = *(const uint32_t *)(q + pc * 16 * MM_GROUP_ROWS);
+            f.sc[r] = *(const uint4 *)(h + 128 * r + 12 * 16 * MM_GROUP_ROWS);
+            f.d[r] = *(const uint16_t *)(slot + 13 * 16 * MM_GROUP_ROWS + 2 * (row + 8 * r));
+        }
+    }
+}
+#endif
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
+    mm_tile_bulk_kernel(const mm_launch_args args) {
+#if MM_TILE_BULK_DEVICE
+    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
+    constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
+    constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
+    uint64_t *full = (uint64_t *)mm_tile_dyn;
+    uint8_t *stages = mm_tile_dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    const int cta = blockIdx.x, tid = threadIdx.x;
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
+    if (cta >= args.n_ctas) return; /* the whole CTA */
+    if (tid == 0) mm_trace(cta, MM_TRACE_START);
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const mm_mat_args M = mm_select_mat_cta(args, cta);
+    const int local = cta - M.cta_begin;
+    const int pair = local / M.n_chunks, c = local % M.n_chunks;
+    const int rg = 2 * pair + (warp >> 1), half = warp & 1;
+    const bool active = rg < M.row_groups; /* the second row group of an odd count has none */
+    const int n_slots = 2 * pair + 1 < M.row_groups ? 2 : 1;
+    const int k_begin = c * M.chunk_blocks;
+    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
+    /* slot k of row group 2 pair; the second row group's slot k sits n_blocks slots further */
+    const uint8_t *w0 = M.w + mm_slot_offset(TYPE, M.n_blocks, 2 * pair, 0);
+    const int64_t rg_stride = (int64_t)M.n_blocks * slot_bytes;
+    /* thread 0 brings block k into stage `st` */
+    auto issue = [&](int k, int st) {
+        mm_bar_expect(full + st, (unsigned)(n_slots * slot_bytes));
+        for (int i = 0; i < n_slots; i++)
+            mm_bulk_copy(stages + (st * 2 + i) * slot_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, slot_bytes,
+                         full + st);
+    };
+    if (tid == 0) {
+        for (int st = 0; st < S; st++) mm_bar_init(full + st, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    int step = 0; /* blocks consumed so far, over every pass: stage step % S, phase parity (step / S) & 1 */
+    for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
+        if (tid == 0)
+            for (int i = 0; i < S && k_begin + i < k_end; i++) issue(k_begin + i, (step + i) % S);
+        float acc[NT][4] = {};
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
+        mm_tile_stage<TYPE, NT, MM_THREADS>(acts, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
+        mm_tile_copies_wait();
+        mm_cta_sync();
+        for (int k = k_begin; k < k_end; k++, step++) {
+            const int cur_buf = (k - k_begin) & 1, st = step % S;
+            if (k + 1 < k_end) /* buffer cur_buf ^ 1 was last read before the previous block's barrier */
+                mm_tile_stage<TYPE, NT, MM_THREADS>(acts + (cur_buf ^ 1) * buf_bytes, args.act, (uint32_t)args.n,
+                                                    args.n_batch, k + 1, p0, tid);
+            mm_bar_wait(full + st, (unsigned)(step / S) & 1u);
+            if (active) {
+                mm_tile_frag<TYPE> f;
+                mm_tile_load_stage<TYPE>(f, stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t);
+                mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc);
+            }
+            mm_tile_copies_wait();
+            mm_cta_sync(); /* every thread is done with stage st and activation buffer cur_buf */
+            if (tid == 0 && k + S < k_end) issue(k + S, st);
+        }
+        if (active) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+                    const int row = rg * MM_GROUP_ROWS + 16 * half + 8 * (i >> 1) + g;
+                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[nt][i]);
+                }
+        }
+    }
+    if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
+    mm_tile_finish(M, pair, args.n_batch);
+    if (tid == 0) mm_trace(cta, MM_TRACE_END);
+#else
+    (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
+#endif
+}
 #endif
 
 #endif
