@@ -251,14 +251,21 @@ MM_HD int mm_act_kind(int32_t type) {
 #define MM_TARGET_UNITS 2048 /* the largest per-type target below; a build may try one value for every
                               * type (-DMM_TARGET_UNITS=4096): it changes the order */
 #define MM_TARGET_UNITS_Q4_K 1024
+#define MM_TARGET_UNITS_Q6_K 960
 #else
 #define MM_TARGET_UNITS_Q4_K MM_TARGET_UNITS
+#define MM_TARGET_UNITS_Q6_K MM_TARGET_UNITS
 #endif
-/* Q4_K asks for half the units: on the H200 (27B shapes, n = 1, tools/device/matmul_plan_sweep.sh)
- * 1024 ran ffn_up in 20.4 us against 23.7 at 2048 and attn_q in 15.9 against 18.5, while the Q6_K
- * matrices were slower at 1024 (ffn_down 35.6 against 29.8 us); see docs/perf.md. */
+/* The K-quant targets keep the 27B matrices within one wave of resident work on the H200's 132 SMs
+ * (the units of a partial last wave start only as the first wave's end: the traces of docs/perf.md).
+ * Q4_K asks for 1024: on the H200 (n = 1, tools/device/matmul_plan_sweep.sh) it ran ffn_up in 20.4 us
+ * against 23.7 at 2048 (1088 units on the dp4a kernel's 1584 slots of 12 warps per SM, against 2176)
+ * and attn_q in 15.9 against 18.5. Q6_K's dp4a kernel holds 8 warps per SM (1056 slots) and its
+ * staged kernel 4 CTAs (528 pairs of row groups): 960 gives attn_qkv (320 row groups) 3 chunks, 960
+ * units, and ffn_down (160) 6 chunks, 960 units, where 2048 gave 2240 and 1920 units, three and two
+ * waves, and 1024 gave ffn_down 1120, two waves again (35.6 us against 29.8 at 2048). */
 MM_HD int mm_target_units(int32_t type) {
-    return type == SPECLA_TYPE_Q4_K ? MM_TARGET_UNITS_Q4_K : MM_TARGET_UNITS;
+    return type == SPECLA_TYPE_Q4_K ? MM_TARGET_UNITS_Q4_K : type == SPECLA_TYPE_Q6_K ? MM_TARGET_UNITS_Q6_K : MM_TARGET_UNITS;
 }
 typedef struct mm_plan {
     int n_blocks;     /* blocks (units of mm_unit_elements) per row */
