@@ -173,8 +173,8 @@ fi
 
 # (e) the benchmark hook
 export MODEL ROWS=$OUT/bench.jsonl
-# llama-bench's run keeps 150 s after the benchmarks (none when it is skipped)
-RESERVE_S=150
+# llama-bench's run keeps LLAMA_RESERVE_S (150) s after the benchmarks (none when it is skipped)
+RESERVE_S=${LLAMA_RESERVE_S:-150}
 [ "${SKIP_LLAMA:-0}" = 1 ] && RESERVE_S=10
 if [ ${#BENCH_COMMANDS[@]} -eq 0 ]; then
   log "no benchmark commands (BENCH_COMMANDS in tools/device/run_gpu.sh, or arguments)"
