@@ -2,6 +2,7 @@
  *
  *   cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] [--self-test]
  *                     [--json PATH] [--commit HASH] [--oracle-kernels N] [--no-overlap] [--tensor-cores M]
+ *                     [--batches 1,2,..] [--matrix NAME] [--trace PATH]
  *
  * Check (default on): for every supported type and a set of shapes (odd row counts, one block up to
  * 17408 inputs), seeded random valid weight blocks and activations:
@@ -40,7 +41,8 @@
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
  * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
  * launch (cuda_set_launch_overlap(0), launch.h) for the whole run, to measure what it gains; --tensor-cores M
- * benchmarks kernel choice M (0 dp4a, 1 staged = the default, 2 per-warp) for 2+ tokens. */
+ * benchmarks kernel choice M (0 dp4a, 1 staged = the default, 2 per-warp) for 2+ tokens; --matrix NAME
+ * benchmarks only the shapes of that name (one launch pattern under compute-sanitizer, say). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -80,6 +82,7 @@ struct Options {
     std::string json, commit = "unknown";
     std::string trace; /* --trace: the bench's launch timelines (a -DMM_TRACE build) */
     std::vector<int> batches; /* --batches: the benchmark's token counts (default kBenchBatches) */
+    std::string matrix;       /* --matrix: only the benchmark shapes of this name (e.g. under compute-sanitizer) */
     int oracle_kernels = SPECLA_CPU_SCALAR;
     int tc_mode = CUDA_MATMUL_TC_STAGED; /* --tensor-cores: the kernel choice the benchmark runs */
 };
@@ -1312,6 +1315,7 @@ static void run_bench() {
     printf("\n");
     Rng r(12345);
     for (const BenchShape &bs : kBench) {
+        if (!g_opt.matrix.empty() && g_opt.matrix != bs.name) continue;
         const std::vector<uint8_t> w = make_weight(bs.type, bs.ne0, bs.ne1, r);
         const double weight_bytes = (double)w.size();
         const size_t prep_bytes = cuda_matmul_prepared_bytes(bs.type, bs.ne0, bs.ne1);
@@ -1399,7 +1403,7 @@ static void usage(const char *msg) {
     fprintf(stderr,
             "cuda_matmul_check: %s\nusage: cuda_matmul_check [--host-model] [--quick] [--no-check] [--no-bench] "
             "[--self-test] [--json PATH] [--commit HASH] [--oracle-kernels 0..3] [--no-overlap] [--tensor-cores 0|1|2] "
-            "[--batches 1,2,..] [--trace PATH (a -DMM_TRACE build)]\n",
+            "[--batches 1,2,..] [--matrix NAME] [--trace PATH (a -DMM_TRACE build)]\n",
             msg);
     exit(2);
 }
@@ -1415,6 +1419,12 @@ int main(int argc, char **argv) {
         else if (a == "--no-overlap") g_opt.overlap = false;
         else if (a == "--json" && i + 1 < argc) g_opt.json = argv[++i];
         else if (a == "--commit" && i + 1 < argc) g_opt.commit = argv[++i];
+        else if (a == "--matrix" && i + 1 < argc) {
+            g_opt.matrix = argv[++i];
+            bool known = false;
+            for (const BenchShape &bs : kBench) known |= g_opt.matrix == bs.name;
+            if (!known) usage(("--matrix: no benchmark shape named '" + g_opt.matrix + "'").c_str());
+        }
         else if (a == "--trace" && i + 1 < argc) {
 #if defined(MM_TRACE)
             g_opt.trace = argv[++i];

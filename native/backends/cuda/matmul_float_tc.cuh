@@ -206,12 +206,17 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
     for (int p0 = 0; p0 < n_batch; p0 += 8 * NTILES) {
         float acc[2][NTILES][4] = {};
         uint4 cur[G][4], nxt[G][4];
-        /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t) */
+        /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t). The block index is clamped into the
+         * chunk as well as guarded: ptxas may issue these (non-volatile) loads ahead of their guard, and
+         * past the last block of the last row group that read left the weight's allocation
+         * (compute-sanitizer, F16 5120 x 1024 at one token); a clamped one reads a block of the chunk,
+         * never used */
         auto load = [&](uint4 (&f)[G][4], int k) {
 #pragma unroll
             for (int gg = 0; gg < G; gg++)
                 if (k + gg < k_end) {
-                    const uint8_t *slot = group_base + (int64_t)(k + gg) * slot_bytes + (int64_t)t * 16 * MM_GROUP_ROWS;
+                    const int kk = min(k + gg, k_end - 1);
+                    const uint8_t *slot = group_base + (int64_t)kk * slot_bytes + (int64_t)t * 16 * MM_GROUP_ROWS;
 #pragma unroll
                     for (int hr = 0; hr < 4; hr++) f[gg][hr] = mm_ld_stream_16(slot + 16 * (8 * hr + g));
                 }

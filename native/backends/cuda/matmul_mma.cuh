@@ -342,7 +342,9 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
         for (int k = k_begin; k < k_end; k++) {
-            if (k + 1 < k_end) mm_mma_load(nxt, group_base, k + 1, g, t);
+            /* clamped as well as guarded: the streaming loads may be issued ahead of the guard
+             * (matmul_float_tc.cuh's load says why) */
+            if (k + 1 < k_end) mm_mma_load(nxt, group_base, min(k + 1, k_end - 1), g, t);
             mm_mma_block<TYPE, NTILES>(cur, args.act, args.n, args.n_batch, k, p0, g, t, acc);
             cur = nxt;
         }

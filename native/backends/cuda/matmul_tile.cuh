@@ -369,7 +369,9 @@ MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cu
                         uint8_t *smem, float acc[NT][4]) {
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT);
     const int next_buf = (k + 1 - k_begin) & 1;
-    if (active && k + 1 < k_end) mm_tile_load(ahead, wp, k + 1);
+    /* clamped as well as guarded: the streaming loads may be issued ahead of the guard
+     * (matmul_float_tc.cuh's load says why) */
+    if (active && k + 1 < k_end) mm_tile_load(ahead, wp, min(k + 1, k_end - 1));
     if (k + 1 < k_end) /* buffer next_buf was last read before the previous step's barrier */
         mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, k + 1, p0, tid);
     if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc);
