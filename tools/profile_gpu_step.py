@@ -5,7 +5,12 @@ step) plus a row for the whole step.
 
     python tools/profile_gpu_step.py --model 27b.gguf --out rows.jsonl [--tokens 4]
     python tools/profile_gpu_step.py --model 27b.gguf --tree      # the 23-node DDTree verify of
-                                                                  # bench_gpu_spec.py, SpecLA on"""
+                                                                  # bench_gpu_spec.py, SpecLA on
+
+Per-kernel times need SPECLA_CUDA_PDL=0. With launch overlap on (the default on sm_90), every kernel
+starts while its predecessor runs and waits inside, so its span includes that wait: at 0167a20 the
+spans summed to 22.3 ms for a 10.0 ms step. Serialized, they sum to the step's kernel time. The
+rows say which it was (launch_overlap)."""
 
 from __future__ import annotations
 
@@ -78,7 +83,12 @@ def main(argv=None) -> int:
             per_name[event.name][0] += 1
             per_name[event.name][1] += event.device_time if hasattr(event, "device_time") else event.cuda_time
     kernel_us = sum(v[1] for v in per_name.values()) / args.tokens
-    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "mode": "tree-profile" if parents else "decode-profile" if args.batch == 1 else "batch-profile",
+    overlap = os.environ.get("SPECLA_CUDA_PDL", "1") != "0"
+    if overlap:
+        print("profile_gpu_step: launch overlap is on (SPECLA_CUDA_PDL unset): kernel spans include their waits; "
+              "set SPECLA_CUDA_PDL=0 for per-kernel times", file=sys.stderr)
+    rows = [{"commit": args.commit, "model": os.path.basename(args.model), "launch_overlap": overlap,
+             "mode": "tree-profile" if parents else "decode-profile" if args.batch == 1 else "batch-profile",
              "batch": args.batch, "depth": args.depth,
              "wall_ms_per_token": round(wall * 1e3, 3), "kernel_ms_per_token": round(kernel_us / 1e3, 3),
              "kernels_per_token": sum(v[0] for v in per_name.values()) / args.tokens}]

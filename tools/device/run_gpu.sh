@@ -29,7 +29,8 @@
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), GGML_CUDA=OFF (a CPU-only
 # llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),
 # SKIP_PYTEST=1 (no GPU tests: a call that only measures), BENCH_STEP_S (300: the most one benchmark
-# command may run; an A/B of several variants needs more).
+# command may run; an A/B of several variants needs more), LLAMA_RESERVE_S (150: the seconds the
+# benchmark commands leave for llama-bench's run, which takes about 20).
 
 # The benchmark hook. Each entry is one shell command run from the repository root with:
 #   MODEL            the speed-only GGUF of step (c)
