@@ -96,8 +96,9 @@ def test_bench_gpu_e2e_quick_on_the_cpu(tmp_path, tiny_model_path):
         assert row["breakdown_ms"]["verify_ms"] > 0 and row["breakdown_ms"]["hld_ms"] > 0
 
 
-@pytest.mark.parametrize("script", ["bench_gpu_spec.py", "bench_gpu_e2e.py"])
-def test_a_missing_model_is_named(tmp_path, script):
+@pytest.mark.parametrize("script,flags", [("bench_gpu_spec.py", ["--quick"]), ("bench_gpu_e2e.py", ["--quick"]),
+                                          ("bench_gpu.py", [])])
+def test_a_missing_model_is_named(tmp_path, script, flags):
     missing = tmp_path / "nope.gguf"
-    proc = run_tool(script, "--model", str(missing), "--device", "cpu", "--quick", expect_rc=2)
+    proc = run_tool(script, "--model", str(missing), "--device", "cpu", *flags, expect_rc=2)
     assert "nope.gguf" in proc.stderr and "Traceback" not in proc.stderr

@@ -126,8 +126,14 @@ def main(argv=None) -> int:
     if copy_gbs:
         emit("copy-bandwidth", gbs=round(copy_gbs, 1))
 
+    from pyspecla.errors import SpeclaError
+
     t0 = time.perf_counter()
-    model = Model.load(args.model, device=args.device)
+    try:
+        model = Model.load(args.model, device=args.device)
+    except (SpeclaError, OSError) as e:
+        print(f"bench_gpu: {e}", file=sys.stderr)
+        return 2
     batches = [int(b) for b in args.batches.split(",")]
     depths = [int(d) for d in args.depths.split(",")]
     n_ctx = max(depths) + max(batches) + args.decode_tokens + 16
