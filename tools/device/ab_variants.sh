@@ -11,7 +11,9 @@
 #   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
 #     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
 # Patches are `patch -p1` diffs against this tree (git diff A B -- native > ab/NAME.patch); they
-# travel as untracked files. AB_PYTEST=0 skips the variants' pytest -m gpu runs. A single-patch variant
+# travel as untracked files. NAME=env:VAR=VALUE[,VAR=VALUE...] is main's library run with those
+# environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build. AB_PYTEST=0 skips the
+# variants' pytest -m gpu runs. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
 # touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
@@ -37,8 +39,20 @@ if ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_T
   echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
 fi
 
+declare -A variant_env # NAME -> "VAR=VALUE ..." for the env: variants (main's library, another setting)
 for spec in "$@"; do
   name=${spec%%=*}
+  if [[ "${spec#*=}" == env:* ]]; then
+    settings=${spec#*=env:}
+    if [[ ! "$settings" =~ ^[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]]; then
+      echo "variant $name: env:$settings is not VAR=VALUE[,VAR=VALUE...]"; continue
+    fi
+    variant_env[$name]=${settings//,/ }
+    cp "$SPECLA_LIBRARY" "$libs/$name.so"
+    names+=("$name")
+    echo "variant $name: main's library with ${variant_env[$name]}"
+    continue
+  fi
   IFS=+ read -ra list <<< "${spec#*=}"
   applied=()
   for p in "${list[@]}"; do
@@ -77,14 +91,15 @@ cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "r
 for name in "${names[@]:1}"; do
   [ "${AB_PYTEST:-1}" = 0 ] && break
   echo "variant $name: pytest -m gpu"
-  SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3
+  # shellcheck disable=SC2086  # the variant's settings are a list of VAR=VALUE words
+  env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3
 done
 
 for ((r = 1; r <= rounds; r++)); do
   for name in "${names[@]}"; do
     echo "=== round $r: $name"
     # shellcheck disable=SC2086  # bench_args is a list of flags
-    SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" \
+    env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" \
       --commit "$commit+$name" $bench_args 2>&1 | tail -20
   done
 done
