@@ -35,7 +35,9 @@
  * MMA (check_mma_emulation) and compares it bit for bit with the host model; the same for the staged
  * kernel (matmul_tile.cuh, Q4_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own),
  * and the F16/BF16 tensor-core kernel (matmul_float_tc.cuh, f16/bf16 m16n8k16 emulated) against
- * host_ftc_model, bit for bit (check_ftc_emulation).
+ * host_ftc_model, bit for bit (check_ftc_emulation). Always (host code): the staged kernel's weight
+ * fragments read from a shared-memory stage (its bulk form) against those read from the weight
+ * (check_tile_stage_loads).
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
@@ -629,6 +631,53 @@ static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int 
         default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
         }
     });
+}
+
+/* The staged kernel's fragment loads, from the prepared weight (the register form) and from a
+ * shared-memory stage holding a CTA's two slots of block k (the bulk form, mm_tile_load<TYPE, true>):
+ * the same fragment for every thread of every CTA and block, bytes compared. An odd row-group count
+ * puts a pair's second slot past the weight: that warp is inactive in the kernels and skipped here. */
+template <int TYPE> static void check_tile_stage_loads_of(int ne0, int ne1, uint64_t seed) {
+    Rng r(seed);
+    const std::vector<uint8_t> w = make_weight(TYPE, ne0, ne1, r);
+    const specla_tensor hw = host_tensor(w, TYPE, ne0, ne1);
+    std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(TYPE, ne0, ne1));
+    if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(TYPE));
+    const mm_plan p = mm_plan_for(TYPE, ne0, ne1);
+    const int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    std::vector<uint8_t> stage(2 * (size_t)slot_bytes);
+    const int before = g_failures;
+    for (int pair = 0; 2 * pair < p.row_groups && g_failures == before; pair++)
+        for (int k = 0; k < p.n_blocks && g_failures == before; k++) {
+            for (int i = 0; i < 2 && 2 * pair + i < p.row_groups; i++)
+                memcpy(stage.data() + (size_t)i * slot_bytes, prep.data() + mm_slot_offset(TYPE, p.n_blocks, 2 * pair + i, k),
+                       slot_bytes);
+            for (int warp = 0; warp < 4; warp++) {
+                const int rg = 2 * pair + (warp >> 1), half = warp & 1;
+                if (rg >= p.row_groups) continue;
+                for (int lane = 0; lane < 32; lane++) {
+                    const int g = lane >> 2, t = lane & 3;
+                    mm_tile_frag<TYPE> from_global, from_stage;
+                    memset(&from_global, 0, sizeof from_global), memset(&from_stage, 0, sizeof from_stage);
+                    mm_tile_load<TYPE>(from_global,
+                                       mm_tile_wptr_for<TYPE>(prep.data() + mm_slot_offset(TYPE, p.n_blocks, rg, 0), half, g, t), k);
+                    mm_tile_load<TYPE, true>(
+                        from_stage, mm_tile_wptr_for<TYPE>(stage.data() + (size_t)(warp >> 1) * slot_bytes, half, g, t), 0);
+                    if (memcmp(&from_global, &from_stage, sizeof from_global) != 0) {
+                        fail("%s %dx%d: the staged fragment of row group %d block %d warp %d lane %d differs between "
+                             "global memory and the shared-memory stage", type_name(TYPE), ne0, ne1, rg, k, warp, lane);
+                        break;
+                    }
+                }
+            }
+        }
+    printf("  %-5s ne0 %5d ne1 %4d: fragments from the weight and from a stage %s\n", type_name(TYPE), ne0, ne1,
+           g_failures == before ? "equal" : "FAILED");
+}
+static void check_tile_stage_loads() {
+    printf("staged kernel fragments, register form against bulk form (matmul_tile.cuh):\n");
+    check_tile_stage_loads_of<SPECLA_TYPE_Q4_K>(5 * 256, 70, 7100); /* 3 row groups: an odd last pair */
+    check_tile_stage_loads_of<SPECLA_TYPE_Q6_K>(5 * 256, 70, 7101);
 }
 
 /* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
@@ -1364,12 +1413,9 @@ static void run_bench() {
             const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
                                 (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q6_K);
             const bool float_mma = float_tc_path(bs.type, g_opt.tc_mode) && prop.major >= 8;
-            /* the staged kernel's sm_90 form unless SPECLA_CUDA_TILE_BULK=0 (matmul.cu's mm_tile_bulk) */
-            const char *bulk_env = getenv("SPECLA_CUDA_TILE_BULK");
-            const bool bulk = prop.major >= 9 && !(bulk_env && strcmp(bulk_env, "0") == 0);
             const char *kernel = float_mma ? "float-mma"
                                  : !mma    ? "dp4a"
-                                 : staged  ? (bulk ? "int8-mma-bulk" : "int8-mma-staged")
+                                 : staged  ? (cuda_matmul_staged_bulk() ? "int8-mma-bulk" : "int8-mma-staged")
                                            : "int8-mma";
             if (js)
                 fprintf(js,
@@ -1502,6 +1548,7 @@ int main(int argc, char **argv) {
     if (g_opt.check) {
         run_checks();
         check_ftc_error_vs_float64();
+        check_tile_stage_loads();
         if (g_opt.host_model) check_mma_emulation(), check_ftc_emulation();
     }
     if (g_opt.bench && !g_opt.host_model) run_bench();

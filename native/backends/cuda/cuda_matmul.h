@@ -88,6 +88,9 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
 #define CUDA_MATMUL_TC_STAGED 1
 #define CUDA_MATMUL_TC_PER_WARP 2
 void cuda_matmul_set_tensor_cores(int mode);
+/* 1 when the staged kernel (2..64 tokens, Q4_K/Q6_K) runs its bulk-copy form on the current device:
+ * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
+int cuda_matmul_staged_bulk(void);
 
 #define CUDA_MATMUL_GROUP_LAUNCH 4
 

@@ -513,6 +513,8 @@ static int mm_tile_bulk(void) {
 #endif
 }
 
+extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
+
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);

@@ -205,29 +205,6 @@ template <int TYPE> MM_HD mm_tile_wptr mm_tile_wptr_for(const uint8_t *group_bas
     return p;
 }
 
-/* Load block k of the thread's two rows. */
-template <int TYPE> MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k) {
-    const int koff = k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
-    const uint8_t *h = p.h + koff, *q = p.q + koff;
-#pragma unroll
-    for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
-            /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made ptxas
-             * route the first block's header through local memory at 3 tiles */
-            const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
-            f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
-#pragma unroll
-            for (int run = 0; run < 4; run++) /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
-                f.q[r][run] = mm_ld_stream_8(q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS);
-        } else {
-#pragma unroll
-            for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-            f.sc[r] = mm_ld_stream_16(h + 128 * r + 12 * 16 * MM_GROUP_ROWS);
-            f.d[r] = mm_ld_u16(p.d + koff + 16 * r);
-        }
-    }
-}
-
 MM_HD uint32_t mm_lds_u32(const uint8_t *p) {
 #if MM_DEVICE_CODE
     return *(const uint32_t *)p;
@@ -254,6 +231,61 @@ MM_HD float2 mm_lds_f32x2(const uint8_t *p) {
     memcpy(&v, p, 8);
     return v;
 #endif
+}
+MM_HD uint4 mm_lds_u128(const uint8_t *p) {
+#if MM_DEVICE_CODE
+    return *(const uint4 *)p;
+#else
+    uint4 v;
+    memcpy(&v, p, 16);
+    return v;
+#endif
+}
+MM_HD uint16_t mm_lds_u16(const uint8_t *p) {
+#if MM_DEVICE_CODE
+    return *(const uint16_t *)p;
+#else
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+#endif
+}
+
+/* Load block k of the thread's two rows: from the prepared weight in global memory (streaming loads),
+ * or, with SHARED, from slots laid out the same way in shared memory (the bulk kernel's stages). */
+template <int TYPE, bool SHARED = false> MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k) {
+    const int koff = k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    const uint8_t *h = p.h + koff, *q = p.q + koff;
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
+        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+            if constexpr (SHARED) {
+                f.h[r] = mm_lds_u128(h + 128 * r);
+            } else {
+                /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
+                 * ptxas route the first block's header through local memory at 3 tiles */
+                const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
+                f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            }
+#pragma unroll
+            for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
+                const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
+                if constexpr (SHARED) f.q[r][run] = mm_lds_u64(at);
+                else f.q[r][run] = mm_ld_stream_8(at);
+            }
+        } else {
+            const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
+            if constexpr (SHARED) {
+#pragma unroll
+                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                f.sc[r] = mm_lds_u128(sc), f.d[r] = mm_lds_u16(d);
+            } else {
+#pragma unroll
+                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                f.sc[r] = mm_ld_stream_16(sc), f.d[r] = mm_ld_u16(d);
+            }
+        }
+    }
 }
 
 /* The block's step for the warp's 16 rows and the pass's NT tiles (tile nt: staged tokens 8 nt ..
@@ -369,14 +401,33 @@ MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cu
                         uint8_t *smem, float acc[NT][4]) {
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT);
     const int next_buf = (k + 1 - k_begin) & 1;
-    /* clamped as well as guarded: the streaming loads may be issued ahead of the guard
-     * (matmul_float_tc.cuh's load says why) */
+    /* clamped as well as guarded (matmul_mma.cuh's mm_ld_stream_u32 says why) */
     if (active && k + 1 < k_end) mm_tile_load(ahead, wp, min(k + 1, k_end - 1));
     if (k + 1 < k_end) /* buffer next_buf was last read before the previous step's barrier */
         mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, k + 1, p0, tid);
     if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc);
     mm_tile_copies_wait();
     mm_cta_sync();
+}
+
+/* Where warp `warp` of staged CTA `cta` works: its matrix, row-group pair and chunk c, its row group
+ * rg = 2 pair + warp / 2 (active: it exists; the second of an odd count does not) and 16-row half,
+ * and the chunk's blocks [k_begin, k_end). */
+typedef struct mm_tile_place {
+    mm_mat_args M;
+    int pair, c, rg, half, k_begin, k_end;
+    bool active;
+} mm_tile_place;
+MM_HD mm_tile_place mm_tile_place_of(const mm_launch_args &args, int cta, int warp) {
+    mm_tile_place P;
+    P.M = mm_select_mat_cta(args, cta);
+    const int local = cta - P.M.cta_begin;
+    P.pair = local / P.M.n_chunks, P.c = local % P.M.n_chunks;
+    P.rg = 2 * P.pair + (warp >> 1), P.half = warp & 1;
+    P.active = P.rg < P.M.row_groups;
+    P.k_begin = P.c * P.M.chunk_blocks;
+    P.k_end = P.M.n_blocks < P.k_begin + P.M.chunk_blocks ? P.M.n_blocks : P.k_begin + P.M.chunk_blocks;
+    return P;
 }
 
 /* A pass's partial sums of the thread's C elements (tokens p0 + 8 nt + 2 t (+1), rows g (+8) of the
@@ -403,13 +454,10 @@ MM_HD void mm_tile_store_pass(const mm_mat_args &M, int c, int rg, int half, int
 template <int TYPE, int NT, int NTHREADS>
 MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, uint8_t *smem) {
     const int g = lane >> 2, t = lane & 3;
-    const mm_mat_args M = mm_select_mat_cta(args, cta);
-    const int local = cta - M.cta_begin;
-    const int pair = local / M.n_chunks, c = local % M.n_chunks;
-    const int rg = 2 * pair + (warp >> 1), half = warp & 1;
-    const bool active = rg < M.row_groups; /* the second row group of an odd count has none */
-    const int k_begin = c * M.chunk_blocks;
-    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
+    const mm_mat_args &M = P.M;
+    const int c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin, k_end = P.k_end;
+    const bool active = P.active;
     const mm_tile_wptr wp = mm_tile_wptr_for<TYPE>(M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0), half, g, t);
     constexpr int tokens = 8 * NT;
 
@@ -490,8 +538,8 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
-    const mm_mat_args M = mm_select_mat_cta(args, cta);
-    mm_tile_finish(M, (cta - M.cta_begin) / M.n_chunks, args.n_batch);
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
+    mm_tile_finish(P.M, P.pair, args.n_batch);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_END);
 }
 
@@ -503,7 +551,7 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
  * in flight while one is computed (the register path holds one), the first MM_TILE_STAGES are issued
  * before the wait for the previous kernel (the weights are constant), and no register holds a block
  * ahead, which leaves room for a fifth CTA per SM. A thread reads its fragment of the current block
- * from the stage with the offsets mm_tile_load uses in global memory; the arithmetic (mm_tile_block)
+ * from the stage with mm_tile_load's offsets (its SHARED form); the arithmetic (mm_tile_block)
  * and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as there (cp.async,
  * one block ahead, a CTA barrier per block); that barrier also frees the stage just read, into which
  * thread 0 then issues the block MM_TILE_STAGES further on. */
@@ -552,28 +600,6 @@ __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
                      : "memory");
 }
 
-/* The thread's fragment of block data in a stage (slot of its row group at `slot`): mm_tile_load's
- * offsets, read from shared memory. */
-template <int TYPE>
-__device__ __forceinline__ void mm_tile_load_stage(mm_tile_frag<TYPE> &f, const uint8_t *slot, int half, int g, int t) {
-    const int row = 16 * half + g;
-    const uint8_t *h = slot + 16 * row;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
-            f.h[r] = *(const uint4 *)(h + 128 * r);
-            const uint8_t *q = h + 128 * r + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1);
-#pragma unroll
-            for (int run = 0; run < 4; run++) f.q[r][run] = *(const uint2 *)(q + 2 * run * 16 * MM_GROUP_ROWS);
-        } else {
-            const uint8_t *q = h + 128 * r + 4 * t;
-#pragma unroll
-            for (int pc = 0; pc < 12; pc++) f.q[r][pc] = *(const uint32_t *)(q + pc * 16 * MM_GROUP_ROWS);
-            f.sc[r] = *(const uint4 *)(h + 128 * r + 12 * 16 * MM_GROUP_ROWS);
-            f.d[r] = *(const uint16_t *)(slot + 13 * 16 * MM_GROUP_ROWS + 2 * (row + 8 * r));
-        }
-    }
-}
 #endif
 
 template <int TYPE, int NT>
@@ -590,14 +616,11 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
     if (cta >= args.n_ctas) return; /* the whole CTA */
     if (tid == 0) mm_trace(cta, MM_TRACE_START);
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const mm_mat_args M = mm_select_mat_cta(args, cta);
-    const int local = cta - M.cta_begin;
-    const int pair = local / M.n_chunks, c = local % M.n_chunks;
-    const int rg = 2 * pair + (warp >> 1), half = warp & 1;
-    const bool active = rg < M.row_groups; /* the second row group of an odd count has none */
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
+    const mm_mat_args &M = P.M;
+    const int pair = P.pair, c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin, k_end = P.k_end;
+    const bool active = P.active;
     const int n_slots = 2 * pair + 1 < M.row_groups ? 2 : 1;
-    const int k_begin = c * M.chunk_blocks;
-    const int k_end = M.n_blocks < k_begin + M.chunk_blocks ? M.n_blocks : k_begin + M.chunk_blocks;
     /* slot k of row group 2 pair; the second row group's slot k sits n_blocks slots further */
     const uint8_t *w0 = M.w + mm_slot_offset(TYPE, M.n_blocks, 2 * pair, 0);
     const int64_t rg_stride = (int64_t)M.n_blocks * slot_bytes;
@@ -630,7 +653,8 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
             mm_bar_wait(full + st, (unsigned)(step / S) & 1u);
             if (active) {
                 mm_tile_frag<TYPE> f;
-                mm_tile_load_stage<TYPE>(f, stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t);
+                /* the warp's row group's slot in stage st, read as block 0 of a row group there */
+                mm_tile_load<TYPE, true>(f, mm_tile_wptr_for<TYPE>(stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t), 0);
                 mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc);
             }
             mm_tile_copies_wait();
