@@ -206,11 +206,8 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
     for (int p0 = 0; p0 < n_batch; p0 += 8 * NTILES) {
         float acc[2][NTILES][4] = {};
         uint4 cur[G][4], nxt[G][4];
-        /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t). The block index is clamped into the
-         * chunk as well as guarded: ptxas may issue these (non-volatile) loads ahead of their guard, and
-         * past the last block of the last row group that read left the weight's allocation
-         * (compute-sanitizer, F16 5120 x 1024 at one token); a clamped one reads a block of the chunk,
-         * never used */
+        /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t); the block index clamped into the
+         * chunk as well as guarded (matmul_mma.cuh's mm_ld_stream_u32 says why) */
         auto load = [&](uint4 (&f)[G][4], int k) {
 #pragma unroll
             for (int gg = 0; gg < G; gg++)

@@ -84,7 +84,11 @@ template <int TYPE> struct mm_mma_frag {
 
 /* Weight loads that do not allocate in L1: the weights are read once, and L1 then keeps the
  * activation codes, bsums and scales that every row tile of the SM reads again (plain read-only
- * loads where the qualifier does not exist). */
+ * loads where the qualifier does not exist). These asm statements are not volatile, so the compiler
+ * may issue them ahead of the branch that guards them: a caller passes only in-bounds addresses,
+ * guarded or not (compute-sanitizer caught the F16 kernel reading a slot past its weight's
+ * allocation when a guard alone kept the block index inside the chunk). The weight loops clamp the
+ * block index into the chunk: such a speculated load reads a block of the chunk, never used. */
 MM_HD uint32_t mm_ld_stream_u32(const void *p) {
 #if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     uint32_t v;
@@ -342,8 +346,7 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
         for (int k = k_begin; k < k_end; k++) {
-            /* clamped as well as guarded: the streaming loads may be issued ahead of the guard
-             * (matmul_float_tc.cuh's load says why) */
+            /* clamped as well as guarded (mm_ld_stream_u32 says why) */
             if (k + 1 < k_end) mm_mma_load(nxt, group_base, min(k + 1, k_end - 1), g, t);
             mm_mma_block<TYPE, NTILES>(cur, args.act, args.n, args.n_batch, k, p0, g, t, acc);
             cur = nxt;
