@@ -205,48 +205,13 @@ template <int TYPE> MM_HD mm_tile_wptr mm_tile_wptr_for(const uint8_t *group_bas
     return p;
 }
 
-MM_HD uint32_t mm_lds_u32(const uint8_t *p) {
+/* A T from shared memory (the staged kernels' buffers; on the host, the emulation's byte arrays). */
+template <typename T> MM_HD T mm_lds(const uint8_t *p) {
 #if MM_DEVICE_CODE
-    return *(const uint32_t *)p;
+    return *(const T *)p;
 #else
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-#endif
-}
-MM_HD uint2 mm_lds_u64(const uint8_t *p) {
-#if MM_DEVICE_CODE
-    return *(const uint2 *)p;
-#else
-    uint2 v;
-    memcpy(&v, p, 8);
-    return v;
-#endif
-}
-MM_HD float2 mm_lds_f32x2(const uint8_t *p) {
-#if MM_DEVICE_CODE
-    return *(const float2 *)p;
-#else
-    float2 v;
-    memcpy(&v, p, 8);
-    return v;
-#endif
-}
-MM_HD uint4 mm_lds_u128(const uint8_t *p) {
-#if MM_DEVICE_CODE
-    return *(const uint4 *)p;
-#else
-    uint4 v;
-    memcpy(&v, p, 16);
-    return v;
-#endif
-}
-MM_HD uint16_t mm_lds_u16(const uint8_t *p) {
-#if MM_DEVICE_CODE
-    return *(const uint16_t *)p;
-#else
-    uint16_t v;
-    memcpy(&v, p, 2);
+    T v;
+    memcpy(&v, p, sizeof v);
     return v;
 #endif
 }
@@ -260,7 +225,7 @@ template <int TYPE, bool SHARED = false> MM_HD void mm_tile_load(mm_tile_frag<TY
     for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
         if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
             if constexpr (SHARED) {
-                f.h[r] = mm_lds_u128(h + 128 * r);
+                f.h[r] = mm_lds<uint4>(h + 128 * r);
             } else {
                 /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
                  * ptxas route the first block's header through local memory at 3 tiles */
@@ -270,15 +235,15 @@ template <int TYPE, bool SHARED = false> MM_HD void mm_tile_load(mm_tile_frag<TY
 #pragma unroll
             for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
                 const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
-                if constexpr (SHARED) f.q[r][run] = mm_lds_u64(at);
+                if constexpr (SHARED) f.q[r][run] = mm_lds<uint2>(at);
                 else f.q[r][run] = mm_ld_stream_8(at);
             }
         } else {
             const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
             if constexpr (SHARED) {
 #pragma unroll
-                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-                f.sc[r] = mm_lds_u128(sc), f.d[r] = mm_lds_u16(d);
+                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds<uint32_t>(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                f.sc[r] = mm_lds<uint4>(sc), f.d[r] = mm_lds<uint16_t>(d);
             } else {
 #pragma unroll
                 for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
@@ -319,7 +284,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
             const int32_t sc1 = (int32_t)((sc[1][j / 4] >> (8 * (j % 4))) & 0xffu);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const uint2 b = mm_lds_u64(brow + 8 * nt * tr::row_stride + 32 * j + 8 * t);
+                const uint2 b = mm_lds<uint2>(brow + 8 * nt * tr::row_stride + 32 * j + 8 * t);
                 int32_t c[4] = {0, 0, 0, 0};
                 mm_mma_k32(c, a0, a1, a2, a3, b.x, b.y, lane);
                 s[nt][0] += sc0 * c[0], s[nt][1] += sc0 * c[1], s[nt][2] += sc1 * c[2], s[nt][3] += sc1 * c[3];
@@ -336,9 +301,9 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
             /* B k 4t..4t+3 of token g: lo (or hi) bytes of pairs 4 (t & 1) .. + 3; A is zero for t >= 2 */
             const uint8_t *mo = mins + 16 * 8 * nt;
             int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-            mm_mma_k16(lo, am0, am1, mm_lds_u32(mo), lane);
-            mm_mma_k16(hi, am0, am1, mm_lds_u32(mo + 8), lane);
-            const float2 da = mm_lds_f32x2(scales + 4 * (8 * nt + 2 * t)); /* tokens 2t, 2t + 1 of the tile */
+            mm_mma_k16(lo, am0, am1, mm_lds<uint32_t>(mo), lane);
+            mm_mma_k16(hi, am0, am1, mm_lds<uint32_t>(mo + 8), lane);
+            const float2 da = mm_lds<float2>(scales + 4 * (8 * nt + 2 * t)); /* tokens 2t, 2t + 1 of the tile */
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float dai = (i & 1) ? da.y : da.x;
@@ -372,7 +337,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
                     }
                     uint32_t b[NT];
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++) b[nt] = mm_lds_u32(brow + 8 * nt * tr::row_stride + 16 * grp + 4 * t);
+                    for (int nt = 0; nt < NT; nt++) b[nt] = mm_lds<uint32_t>(brow + 8 * nt * tr::row_stride + 16 * grp + 4 * t);
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         int32_t c[4] = {0, 0, 0, 0};
@@ -383,7 +348,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
         const float d0 = mm_half(f.d[0]), d1 = mm_half(f.d[1]);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const float2 da = mm_lds_f32x2(scales + 4 * (8 * nt + 2 * t));
+            const float2 da = mm_lds<float2>(scales + 4 * (8 * nt + 2 * t));
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 acc[nt][i] = mm_fma(mm_mul((i & 1) ? da.y : da.x, i < 2 ? d0 : d1), mm_i2f(s[nt][i]), acc[nt][i]);
