@@ -2,7 +2,7 @@
 # Device A/B of source changes in one call: builds one library per variant (patches applied to
 # this tree in turn, incremental ninja builds in run_gpu.sh's build directory, patches reverted
 # after each), checks each variant (pytest -m gpu against it; cuda_matmul_check when a patch
-# touches the matmul), then times every library with tools/bench_gpu.py in interleaved rounds
+# touches the matmul, built in the background from a snapshot of the patched tree), then times every library with tools/bench_gpu.py in interleaved rounds
 # (main, A, B, main, A, B, ...) so drift hits every variant alike. Rows carry commit COMMIT+NAME.
 #
 # A run_gpu.sh bench command (SPECLA_LIBRARY, MODEL and ROWS come from run_gpu.sh):
@@ -39,6 +39,7 @@ if ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_T
   echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
 fi
 
+checks=() # KIND:NAME:PID of the background checker builds
 declare -A variant_env # NAME -> "VAR=VALUE ..." for the env: variants (main's library, another setting)
 for spec in "$@"; do
   name=${spec%%=*}
@@ -65,20 +66,18 @@ for spec in "$@"; do
     cp "$SPECLA_LIBRARY" "$libs/$name.so"
     names+=("$name")
     echo "variant $name: built in $(( $(date +%s) - t0 ))s"
-    if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ] && grep -q "matmul" "${list[0]}"; then
-      if CPU_LIB_BUILD=$cpu_lib bash tools/device/build_cuda_checks.sh "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1; then
-        echo "variant $name: cuda_matmul_check (checks only):"
-        "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
-      else
-        echo "variant $name: cuda_matmul_check did not build"; tail -20 "$HOME/ab-check-$name.log"
+    # the checkers build from a snapshot of the patched sources, in the background: each is one
+    # single-threaded nvcc of matmul.cu, so they overlap the next variant's library build
+    if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ]; then
+      snap=$HOME/ab-src-$name
+      rm -rf "$snap" && mkdir -p "$snap/tools" && cp -r native "$snap/" && cp -r tools/device tools/cuda_matmul_check.cu "$snap/tools/"
+      if grep -q "matmul" "${list[0]}"; then
+        CPU_LIB_BUILD=$cpu_lib bash "$snap/tools/device/build_cuda_checks.sh" "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1 &
+        checks+=("matmul:$name:$!")
       fi
-    fi
-    if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ] && [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
-      if bash tools/device/cuda_ops_check/build.sh "$cpu_lib" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1; then
-        echo "variant $name: cuda_ops_check:"
-        "$HOME/ab-ops-check-$name" 2>&1 | grep -E "FAIL|FAILURES|mismatch" | tail -12
-      else
-        echo "variant $name: cuda_ops_check did not build"; tail -20 "$HOME/ab-ops-check-$name.log"
+      if [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
+        bash "$snap/tools/device/cuda_ops_check/build.sh" "$cpu_lib" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1 &
+        checks+=("ops:$name:$!")
       fi
     fi
   else
@@ -87,6 +86,23 @@ for spec in "$@"; do
   revert
 done
 cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "rebuilding main FAILED"
+
+for entry in "${checks[@]}"; do
+  IFS=: read -r kind name pid <<< "$entry"
+  if [ "$kind" = matmul ]; then
+    if wait "$pid"; then
+      echo "variant $name: cuda_matmul_check (checks only):"
+      timeout 150 "$HOME/ab-check-$name/cuda_matmul_check" --no-bench 2>&1 | tail -4
+    else
+      echo "variant $name: cuda_matmul_check did not build"; tail -20 "$HOME/ab-check-$name.log"
+    fi
+  elif wait "$pid"; then
+    echo "variant $name: cuda_ops_check:"
+    timeout 100 "$HOME/ab-ops-check-$name" 2>&1 | grep -E "FAIL|FAILURES|mismatch" | tail -12
+  else
+    echo "variant $name: cuda_ops_check did not build"; tail -20 "$HOME/ab-ops-check-$name.log"
+  fi
+done
 
 for name in "${names[@]:1}"; do
   [ "${AB_PYTEST:-1}" = 0 ] && break
