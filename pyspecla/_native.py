@@ -347,6 +347,8 @@ _SIGNATURES = {
     "specla_context_backend": (ctypes.c_int32, [_p]),
     "specla_context_sync": (ctypes.c_int, [_p]),
     "specla_context_launch_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
+    "specla_context_step_counters": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                                                    ctypes.POINTER(ctypes.c_int64)]),
     "specla_context_save_state": (ctypes.c_int, [_p]),
     "specla_forward": (ctypes.c_int, [_p, ctypes.POINTER(Batch)]),
     "specla_verify_tree": (ctypes.c_int, [_p, ctypes.POINTER(TreeBatch)]),

@@ -179,6 +179,15 @@ class Context:
                                                                  ctypes.byref(waits)))
         return launches.value, waits.value
 
+    def step_counters(self) -> tuple[int, int, int]:
+        """(launches, host waits, kernels run) since the last call of this or launch_counters, which
+        resets all three: a step run op by op launches each of its kernels, a recorded step is one
+        launch that runs all of them. (-1, -1, -1) on the CPU."""
+        launches, waits, kernels = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        _native.check(_native.lib.specla_context_step_counters(self._handle, ctypes.byref(launches),
+                                                               ctypes.byref(waits), ctypes.byref(kernels)))
+        return launches.value, waits.value, kernels.value
+
     def tree_stats(self) -> dict:
         """What the last verify_tree did in the recurrent layers (specla_tree_stats): n_nodes,
         n_layers, and node_steps / state_copies of value head 0 summed over them. SpecLA steps each

@@ -5,7 +5,8 @@ head) the second time that key comes, and replayed after, whatever the tree's sh
 (docs/gpu-steps.md). Two contexts of one model run the same steps, one with recorded steps and one
 eager: every verify's argmax, the launch counts (a replay is one launch, so a verify that silently
 ran eagerly shows), the committed features, the durable state after finish and greedy speculative
-output must agree bit for bit. Marked gpu: skipped with a reason where no device is visible (the
+output must agree bit for bit; and a recorded decode step runs as many kernels (CUDA's count of its
+recording) as the same step counts when run op by op. Marked gpu: skipped with a reason where no device is visible (the
 CPU backend records nothing; the CPU suite checks the same verify ops eagerly)."""
 
 from __future__ import annotations
@@ -153,3 +154,26 @@ def test_greedy_speculative_output_same_with_recorded_steps_on_and_off(model, sp
         stats, ctx = generate(model, prompt, 96, SpecConfig(mode="ddtree", specla=specla), drafter=NgramDrafter())
         assert stats.tokens == plain[:96], f"prompt {i}: n-gram drafter, specla={specla}"
         ctx.close()
+
+
+def test_recorded_decode_runs_the_kernels_the_eager_decode_counts(model):
+    """A recorded decode step is one launch that runs CUDA's count of kernel nodes in its recording;
+    the same step run op by op must count exactly as many launches and kernels. This checks the
+    backend's op-by-op count against CUDA's own (the matmul calls launch a quantize kernel and a
+    kernel per weight type, which the count missed until the matmul reported them)."""
+    prompt = np.random.default_rng(5).integers(0, model.hparams.n_vocab, 9).tolist()
+    counts = {}
+    for recorded in (True, False):
+        ctx = model.new_context(n_ctx=256, recorded_steps=recorded)
+        ctx.eval(prompt)
+        for t in range(3):  # the first argmax decode records the step, the next ones replay it
+            ctx.eval_argmax([t + 1])
+        ctx.launch_counters()  # reset
+        ctx.eval_argmax([7])
+        counts[recorded] = ctx.step_counters()
+        ctx.close()
+    (launches_r, _, kernels_r), (launches_e, _, kernels_e) = counts[True], counts[False]
+    assert launches_r == 1, f"the recorded decode step ran {launches_r} launches, not one replay"
+    assert launches_e == kernels_e, f"op by op: {launches_e} launches but {kernels_e} kernels run"
+    assert kernels_r == kernels_e, (f"the recording holds {kernels_r} kernels, the op-by-op step counted "
+                                    f"{kernels_e}")

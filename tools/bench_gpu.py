@@ -154,13 +154,14 @@ def main(argv=None) -> int:
             t1 = time.perf_counter()
             context.eval_argmax([(t * 104729) % V])
             per_token.append(time.perf_counter() - t1)
-        launches, waits = context.launch_counters()
+        launches, waits, kernels = context.step_counters()
         step = statistics.median(per_token)
         emit(mode, depth=context.n_past, tokens=args.decode_tokens, ms_per_token=round(step * 1e3, 3),
              tokens_per_s=round(1 / step, 1), weight_gb=round(bytes_per_token / 1e9, 3),
              gbs=round(bytes_per_token / step / 1e9, 1),
              fraction_of_copy=round(bytes_per_token / step / 1e9 / copy_gbs, 3) if copy_gbs else None,
              launches_per_token=launches / args.decode_tokens if launches >= 0 else None,
+             kernels_per_token=kernels / args.decode_tokens if kernels >= 0 else None,
              host_waits_per_token=waits / args.decode_tokens if waits >= 0 else None)
 
     eager = model.new_context(n_ctx=256, max_batch=16, recorded_steps=False)

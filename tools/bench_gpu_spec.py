@@ -27,8 +27,8 @@ step of the same context at the same depth, measured in the same repetitions. --
 every op eagerly (by default a GPU replays its recorded decode step and verifies that return only
 the argmax, docs/gpu-steps.md); the rows say which (`recorded_steps`).
 
-Launches and host waits (Context.launch_counters, -1 on the CPU) are counted around one decode
-step and one verify per context and depth. Exactness, checked untimed at every depth: the verify's
+Launches, host waits and kernels run (Context.step_counters, None on the CPU) are counted around
+one decode step and one verify per context and depth. Exactness, checked untimed at every depth: the verify's
 logits with SpecLA on equal those with it off bit for bit, and every node's logits row equals the
 last row of evaluating that node's root path from the depth (plain prefill), bit for bit."""
 
@@ -158,11 +158,12 @@ def exactness(contexts: dict, depth: int, tokens, parents) -> dict:
             "nodes_differing_from_prefill": differing, "exact": on_off and not differing}
 
 
-def counters_of(ctx, fn) -> tuple[int | None, int | None]:
+def counters_of(ctx, fn) -> tuple[int | None, int | None, int | None]:
+    """(launches, host waits, kernels run) of one call of fn; None each on the CPU."""
     ctx.launch_counters()
     fn()
-    launches, waits = ctx.launch_counters()
-    return (launches if launches >= 0 else None), (waits if waits >= 0 else None)
+    counts = ctx.step_counters()
+    return tuple(c if c >= 0 else None for c in counts)
 
 
 def main(argv=None) -> int:
@@ -243,8 +244,8 @@ def main(argv=None) -> int:
         for name, ctx in contexts.items():
             f = {k: statistics.median(v) for k, v in figures[name].items()}
             decode = f["decode"]
-            launches_decode, waits_decode = counters_of(ctx, measured[name].decode)
-            launches_verify, waits_verify = counters_of(ctx, measured[name].verify)
+            launches_decode, waits_decode, kernels_decode = counters_of(ctx, measured[name].decode)
+            launches_verify, waits_verify, kernels_verify = counters_of(ctx, measured[name].verify)
             ctx.verify_tree(tokens, parents)
             stats = ctx.tree_stats()
             ctx.truncate(depth)
@@ -252,7 +253,7 @@ def main(argv=None) -> int:
             common = {"depth": depth, "specla": name == "specla", "verify_method": v_method,
                       "commit_method": c_method, "reps": reps, "decode_ms": round(decode * 1e3, 4)}
             emit("decode", **common, ms=round(decode * 1e3, 4), runs_ms=[round(x * 1e3, 4) for x in figures[name]["decode"]],
-                 launches=launches_decode, host_waits=waits_decode)
+                 launches=launches_decode, host_waits=waits_decode, kernels=kernels_decode)
             table.append((depth, name, "decode", decode * 1e3, 1.0))
             for key, what in (("verify", "verify, nothing pending"),
                               ("verify_pending", f"verify with the {len(spine)}-token spine path pending"),
@@ -260,7 +261,8 @@ def main(argv=None) -> int:
                               ("accept_side", f"accept of the {len(side)}-node side path (KV rows move)")):
                 extra = {}
                 if key == "verify":
-                    extra = {"launches": launches_verify, "host_waits": waits_verify, "tree_stats": stats}
+                    extra = {"launches": launches_verify, "host_waits": waits_verify, "kernels": kernels_verify,
+                             "tree_stats": stats}
                 emit(key.replace("_", "-"), **common, n_nodes=TREE_NODES, timed=what, ms=round(f[key] * 1e3, 4),
                      decode_steps=round(f[key] / decode, 4),
                      runs_ms=[round(x * 1e3, 4) for x in figures[name][key]], **extra)

@@ -94,9 +94,11 @@ typedef struct backend_ops {
     void (*capture_begin)(const backend *be);
     specla_status (*capture_end)(const backend *be, int key);
     int (*replay)(const backend *be, int key);
-    /* Kernel launches and host waits (downloads, syncs) since the last call, which resets them; -1
-     * each where the backend does not count (the CPU launches nothing). */
-    void (*launch_counters)(const backend *be, int64_t out[2]);
+    /* Since the last call, which resets them: out[0] launches (kernels launched one by one and
+     * recorded steps replayed), out[1] host waits (downloads, syncs), out[2] kernels run on the
+     * device (the ones launched one by one outside a recording, plus every kernel of each replayed
+     * step). -1 each where the backend does not count (the CPU launches nothing). */
+    void (*launch_counters)(const backend *be, int64_t out[3]);
 
     /* --- weights (backends whose memory is not host memory; a host backend reads the views) ---- */
     /* bytes a host weight takes in backend memory once uploaded for `use` (weight_use); 0 when this

@@ -230,6 +230,11 @@ SPECLA_API void specla_context_free(specla_context *context);
  * launches per token, host synchronisations per step. */
 SPECLA_API specla_status specla_context_launch_counters(specla_context *context, int64_t *launches,
                                                         int64_t *host_waits);
+/* specla_context_launch_counters with the kernels run on the device as well (and the same reset):
+ * a step launched op by op runs as many kernels as it launches; a recorded step is one launch that
+ * runs every kernel of its recording. -1 each on the CPU. */
+SPECLA_API specla_status specla_context_step_counters(specla_context *context, int64_t *launches,
+                                                      int64_t *host_waits, int64_t *kernels);
 
 /* Wait until the context's backend has finished every op queued so far (a GPU runs them on a
  * stream; the CPU has nothing to wait for). For benchmarks that time a call whose results are not

@@ -168,7 +168,7 @@ SPECLA_API specla_status specla_draft_context_launch_counters(specla_draft_conte
                                                               int64_t *host_waits) {
     if (!dc || !launches || !host_waits)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_launch_counters: NULL argument");
-    int64_t out[2];
+    int64_t out[3];
     dc->be->ops->launch_counters(dc->be, out);
     *launches = out[0], *host_waits = out[1];
     return SPECLA_OK;

@@ -51,7 +51,7 @@ static void gather_weight_rows(const backend *be, const specla_tensor *w, const 
         memcpy((uint8_t *)dst + (int64_t)(first + i) * row_bytes, (const uint8_t *)w->data + (int64_t)ids[i] * row_bytes,
                (size_t)row_bytes);
 }
-static void no_launches(const backend *be, int64_t out[2]) { out[0] = out[1] = -1; }
+static void no_launches(const backend *be, int64_t out[3]) { out[0] = out[1] = out[2] = -1; }
 
 static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
     cpu_matmul(ex_of(be), w, x, n_batch, y);

@@ -17,17 +17,25 @@ typedef struct cuda_instance {
     cudaError_t first_error;
     const char *first_error_op;
     size_t matmul_workspace_bytes;
-    int64_t launches, host_waits; /* since the last launch_counters call */
+    int64_t launches, host_waits, kernels; /* since the last launch_counters call */
+    int capturing; /* between capture_begin and capture_end: launches are recorded, not run */
     cudaGraphExec_t steps[STEP_KINDS]; /* recorded steps (capture_end), NULL until recorded */
+    int64_t step_kernels[STEP_KINDS];  /* the kernel nodes of each recorded step */
     cudaEvent_t ordering; /* recorded on the stream when another instance waits for it (wait_for) */
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
 
+/* n kernels launched on the instance's stream: run now, or recorded into a step while capturing */
+static void count_launches(cuda_instance *ci, int64_t n) {
+    ci->launches += n;
+    if (!ci->capturing) ci->kernels += n;
+}
+
 extern "C" void cuda_note_launch(const backend *be, const char *op) {
     const cudaError_t err = cudaGetLastError();
     cuda_instance *ci = instance_of(be);
-    ci->launches++;
+    count_launches(ci, 1);
     if (err != cudaSuccess && ci->first_error == cudaSuccess) {
         ci->first_error = err;
         ci->first_error_op = op;
@@ -106,10 +114,10 @@ static void fill(const backend *be, float *dst, float value, int64_t n) {
     cuda_note_launch(be, "fill");
 }
 
-static void launch_counters(const backend *be, int64_t out[2]) {
+static void launch_counters(const backend *be, int64_t out[3]) {
     cuda_instance *ci = instance_of(be);
-    out[0] = ci->launches, out[1] = ci->host_waits;
-    ci->launches = ci->host_waits = 0;
+    out[0] = ci->launches, out[1] = ci->host_waits, out[2] = ci->kernels;
+    ci->launches = ci->host_waits = ci->kernels = 0;
 }
 
 static specla_status sync(const backend *be) {
@@ -131,16 +139,36 @@ static void wait_for(const backend *be, const backend *other) {
  * allocates, synchronises or copies to the host. */
 static void capture_begin(const backend *be) {
     note(be, cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeRelaxed), "capture_begin");
+    instance_of(be)->capturing = 1;
+}
+
+/* The kernel nodes of a recorded step: what one replay runs (CUDA's own count of the recording,
+ * against which a test checks the launches counted op by op). */
+static int64_t kernel_nodes(cudaGraph_t graph) {
+    size_t n = 0;
+    if (cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess || n == 0) return 0;
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(n * sizeof *nodes);
+    int64_t kernels = 0;
+    if (nodes && cudaGraphGetNodes(graph, nodes, &n) == cudaSuccess) {
+        for (size_t i = 0; i < n; i++) {
+            cudaGraphNodeType type;
+            if (cudaGraphNodeGetType(nodes[i], &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) kernels++;
+        }
+    }
+    free(nodes);
+    return kernels;
 }
 
 static specla_status capture_end(const backend *be, int key) {
     cuda_instance *ci = instance_of(be);
     cudaGraph_t graph = NULL;
     cudaError_t err = cudaStreamEndCapture(cuda_stream(be), &graph);
+    ci->capturing = 0;
     if (err == cudaSuccess && ci->first_error != cudaSuccess) err = ci->first_error;
     if (err == cudaSuccess) {
         if (ci->steps[key]) cudaGraphExecDestroy(ci->steps[key]);
         ci->steps[key] = NULL;
+        ci->step_kernels[key] = kernel_nodes(graph);
         err = cudaGraphInstantiate(&ci->steps[key], graph, 0);
     }
     if (graph) cudaGraphDestroy(graph);
@@ -158,6 +186,7 @@ static int replay(const backend *be, int key) {
     if (!ci->steps[key]) return 0;
     note(be, cudaGraphLaunch(ci->steps[key], cuda_stream(be)), "replay");
     ci->launches++;
+    ci->kernels += ci->step_kernels[key];
     return 1;
 }
 
@@ -179,8 +208,9 @@ static specla_status upload_weight(const backend *be, const specla_tensor *host,
 static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
                                int first) {
     if (n <= 0) return;
+    const int64_t before = cuda_matmul_kernel_launches();
     note(be, cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first), "gather_weight_rows");
-    instance_of(be)->launches++;
+    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
 }
 
 /* the tree kernels do not count their work on the device yet */
@@ -191,20 +221,28 @@ static cuda_matmul_workspace matmul_ws(const backend *be) {
     const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes};
     return ws;
 }
+/* The matmul functions launch a quantize (or split) kernel and a kernel per weight type: their
+ * count goes into the instance's launches like every other kernel's. */
 static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
+    const int64_t before = cuda_matmul_kernel_launches();
     note(be, cuda_matmul(cuda_stream(be), w, x, n_batch, y, matmul_ws(be)), "matmul");
+    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
 }
 static void matmul_group(const backend *be, int n_mats, const specla_tensor *const *w, const float *x, int n_batch,
                          float *const *y) {
+    const int64_t before = cuda_matmul_kernel_launches();
     note(be, cuda_matmul_group(cuda_stream(be), n_mats, w, x, n_batch, y, matmul_ws(be)), "matmul_group");
+    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
     /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
+    const int64_t before = cuda_matmul_kernel_launches();
     note(be,
          cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
                                           (int16_t *)cuda_of(be)->workspace),
          "quantize_activations");
+    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
 }
 
 static const backend_ops cuda_ops_table = {

@@ -91,6 +91,9 @@ void cuda_matmul_set_tensor_cores(int mode);
 /* 1 when the staged kernel (2..64 tokens, Q4_K/Q6_K) runs its bulk-copy form on the current device:
  * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
 int cuda_matmul_staged_bulk(void);
+/* Kernels the calling thread's matmul functions have launched so far (every cuda_matmul_* call that
+ * puts work on a stream): the backend adds the difference around each call to its launch count. */
+int64_t cuda_matmul_kernel_launches(void);
 
 #define CUDA_MATMUL_GROUP_LAUNCH 4
 

@@ -62,6 +62,11 @@
 #define MM_WARPS_PER_BLOCK 4
 #define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
 
+/* Kernels launched by this thread's matmul calls (cuda_matmul_kernel_launches): a call launches a
+ * quantize or split kernel and one kernel per weight type, so the backend counts them from here. */
+static thread_local int64_t mm_kernels_launched = 0;
+extern "C" int64_t cuda_matmul_kernel_launches(void) { return mm_kernels_launched; }
+
 /* ---- workspace layout ------------------------------------------------------------------------- */
 /* Activation blocks of both kinds (the Q8_K ones with the min operands of mm_min_operands), the
  * split-K arrival counters, the partial sums of up to CUDA_MATMUL_GROUP_LAUNCH matrices, and the
@@ -453,6 +458,7 @@ extern "C" cudaError_t cuda_matmul_gather_rows(cudaStream_t stream, const specla
     const unsigned bx = (unsigned)((work + 255) / 256 < 64 ? (work + 255) / 256 : 64);
     cuda_launch(mm_gather_rows_kernel, dim3(bx, (unsigned)n), dim3(256), 0, stream,
                 w->type, n_blocks, (const uint8_t *)w->data, ids, (uint8_t *)dst, first);
+    mm_kernels_launched++;
     return cudaGetLastError();
 }
 
@@ -483,6 +489,7 @@ template <typename... KArgs>
 static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream,
                             typename launch_param<KArgs>::type... args) {
     cuda_launch(kernel, dim3(grid), dim3(MM_THREADS), 0, stream, args...);
+    mm_kernels_launched++;
     return cudaGetLastError();
 }
 
@@ -498,6 +505,7 @@ template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas,
                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr_err != cudaSuccess) return attr_err;
     cuda_launch(mm_tile_bulk_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
+    mm_kernels_launched++;
     return cudaGetLastError();
 #endif
 }
@@ -625,6 +633,7 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
     cuda_launch(mm_quantize_kernel, dim3((unsigned)grid), dim3(MM_THREADS), 0, stream, x, n, n_batch, kind, codes,
                 scales, bsums, nullptr, nullptr, 0);
+    mm_kernels_launched++;
     return cudaGetLastError();
 }
 

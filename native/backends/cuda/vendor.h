@@ -40,6 +40,11 @@
 #define cudaGraphLaunch hipGraphLaunch
 #define cudaGraphExecDestroy hipGraphExecDestroy
 #define cudaGraphDestroy hipGraphDestroy
+#define cudaGraphNode_t hipGraphNode_t
+#define cudaGraphGetNodes hipGraphGetNodes
+#define cudaGraphNodeGetType hipGraphNodeGetType
+#define cudaGraphNodeType hipGraphNodeType
+#define cudaGraphNodeTypeKernel hipGraphNodeTypeKernel
 #define cudaEvent_t hipEvent_t
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
