@@ -32,7 +32,7 @@ drafter's proposal), tree (building the DDTree), verify (verify_tree; it builds 
 inside, whose cost `hld_ms` is measured apart, after the run, by timing the library's builder
 on the run's own trees), accept (the greedy walk and Context.accept; on a GPU accept only queues
 its device work, which then finishes inside the next verify), host (the rest of the step: the
-loop's bookkeeping). Launches and host waits per step (Context.launch_counters, -1 on the CPU) are
+loop's bookkeeping). Launches, kernels run and host waits per step (Context.step_counters, -1 on the CPU) are
 counted from the first verify to the end of the run (the final fold of the pending path included).
 Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does."""
 
@@ -114,11 +114,12 @@ def run_plain(ctx, prompt, n_predict: int) -> dict:
     for _ in range(n_predict - 1):
         out.append(ctx.eval_argmax([out[-1]]))
     decode_s = time.perf_counter() - t0
-    launches, waits = ctx.launch_counters()
+    launches, waits, kernels = ctx.step_counters()
     steps = max(n_predict - 1, 1)
     return {"tokens": out, "tokens_per_s": (n_predict - 1) / decode_s, "steps": n_predict - 1,
             "mean_accepted": 1.0, "step_ms": decode_s * 1e3 / steps,
             "launches_per_step": launches / steps if launches >= 0 else None,
+            "kernels_per_step": kernels / steps if kernels >= 0 else None,
             "host_waits_per_step": waits / steps if waits >= 0 else None}
 
 
@@ -132,7 +133,7 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
     config = SpecConfig(mode="ddtree", specla=specla, budget=budget, tau=6.0, top_k=4,
                         max_depth=SPINE_DEPTH)
     stats, _ = generate(model, prompt, n_predict, config, drafter=drafter, context=observed)
-    launches, waits = ctx.launch_counters()
+    launches, waits, kernels = ctx.step_counters()
     steps = max(stats.steps, 1)
     step_ms = stats.decode_s * 1e3 / steps
     hld = hld_ms(observed.trees, budget + 1) / steps
@@ -146,6 +147,7 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
             "side_branch_steps": stats.side_branch_steps, "breakdown": breakdown,
             "verify_ms_including_hld": verify,
             "launches_per_step": launches / steps if launches >= 0 else None,
+            "kernels_per_step": kernels / steps if kernels >= 0 else None,
             "host_waits_per_step": waits / steps if waits >= 0 else None}
 
 
@@ -239,7 +241,8 @@ def main(argv=None) -> int:
                                                           for r, q in zip(rs, plain)), 4),
                    steps=rs[-1]["steps"], mean_accepted=round(statistics.median(r["mean_accepted"] for r in rs), 4),
                    step_ms=round(statistics.median(r["step_ms"] for r in rs), 4),
-                   launches_per_step=rs[-1]["launches_per_step"], host_waits_per_step=rs[-1]["host_waits_per_step"],
+                   launches_per_step=rs[-1]["launches_per_step"], kernels_per_step=rs[-1]["kernels_per_step"],
+                   host_waits_per_step=rs[-1]["host_waits_per_step"],
                    same_as_plain=all(r["tokens"] == reference for r in rs))
         if mode != "plain":
             row.update(target_accepted=target, oracle_p=round(ps[target], 5),
