@@ -1220,6 +1220,50 @@ static double measure_copy_gbps() {
     return 2.0 * bytes / (median(t) * 1e-3) / 1e9; /* bytes read + written */
 }
 
+/* The reference a matmul launch is measured against: one launch that only reads `n16` 16-byte
+ * words (grid-stride, 4 loads in flight per thread, every SM full), so its span is the copy rate
+ * plus the ramp and tail any launch of that size pays. The fold keeps the loads. */
+__global__ void read_probe_kernel(const uint4 *p, size_t n16, unsigned *sink) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t acc = 0;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+                    d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc; /* data-dependent: the compiler keeps every load */
+}
+
+/* us per launch of read_probe_kernel over each of `copies` buffers of `bytes` (median of 20 passes). */
+static double read_probe_us(const std::vector<void *> &dev, size_t bytes, const cudaDeviceProp &prop) {
+    unsigned *sink;
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const size_t n16 = bytes / 16;
+    const unsigned grid = (unsigned)prop.multiProcessorCount * 8;
+    std::vector<double> t;
+    for (int pass = 0; pass < 22; pass++) {
+        CK(cudaEventRecord(e0));
+        for (void *d : dev) read_probe_kernel<<<grid, 256>>>((const uint4 *)d, n16, sink);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (pass >= 2) t.push_back(ms * 1e3 / dev.size());
+    }
+    cudaFree(sink);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return median(t);
+}
+
 /* A GDN layer's input matrices (attn_qkv Q6_K, attn_gate, ssm_beta, ssm_alpha Q4_K) on one x: one
  * cuda_matmul_group call against four cuda_matmul calls, over enough copies of the set to defeat L2. */
 static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *js) {
@@ -1358,7 +1402,10 @@ static void run_bench() {
         fprintf(stderr, "cuda_matmul_check: cannot write --trace %s\n", g_opt.trace.c_str());
         exit(2);
     }
-    printf("  %-11s %-5s %6s %6s  %8s", "matrix", "type", "ne0", "ne1", "MB");
+#if defined(MM_LOAD_ONLY)
+    printf("bench: a -DMM_LOAD_ONLY build: the one-token dp4a kernel loads its weights and does no arithmetic\n");
+#endif
+    printf("  %-11s %-5s %6s %6s  %8s  %-14s", "matrix", "type", "ne0", "ne1", "MB", "read us (GB/s)");
     if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
     for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);
     printf("\n");
@@ -1389,6 +1436,8 @@ static void run_bench() {
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
         printf("  %-11s %-5s %6d %6d  %8.1f", bs.name, type_name(bs.type), bs.ne0, bs.ne1, weight_bytes / 1e6);
+        const double read_us = read_probe_us(dev, prep_bytes, prop);
+        printf("  %7.1f (%5.0f)", read_us, prep_bytes / (read_us * 1e-6) / 1e9);
         double us1 = 0;
         for (int n_batch : g_opt.batches) {
             std::vector<double> t;
@@ -1423,10 +1472,16 @@ static void run_bench() {
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
                         "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
                         "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"tensor_cores\": %d, "
-                        "\"target_units\": %d}\n",
+                        "\"target_units\": %d, \"read_probe_us\": %.3f, \"load_only\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
-                        g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type));
+                        g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type), read_us,
+#if defined(MM_LOAD_ONLY)
+                        1
+#else
+                        0
+#endif
+                );
             if (tf) {
                 specla_tensor dt = hw;
                 dt.data = dev[0];
@@ -1501,6 +1556,12 @@ int main(int argc, char **argv) {
             usage(("unknown or incomplete argument " + a).c_str());
     }
     if (g_opt.self_test && !g_opt.host_model) usage("--self-test runs with --host-model");
+#if defined(MM_LOAD_ONLY)
+    if (g_opt.check || g_opt.host_model) {
+        fprintf(stderr, "cuda_matmul_check: this -DMM_LOAD_ONLY build computes nothing; run it with --no-check on a GPU\n");
+        return 2;
+    }
+#endif
     if (!g_opt.host_model) {
         int devices = 0;
         if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)

@@ -319,10 +319,19 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 if (k + g < k_end) {
+#if defined(MM_LOAD_ONLY)
+                    /* diagnostic build (cuda_matmul_check, -DMM_LOAD_ONLY): the same loads, no
+                     * arithmetic, to time the weight stream alone; the results are meaningless */
+                    uint32_t fold = 0;
+#pragma unroll
+                    for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= cur.w[g][i];
+                    acc[0] += __uint_as_float(fold & 0x3f7fffffu);
+#else
 #pragma unroll
                     for (int t = 0; t < NT; t++)
                         if (t0 + t < args.n_batch)
                             acc[t] = mm_block_step<TYPE>(cur.w[g], cur.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
+#endif
                 }
             }
             cur = nxt;
