@@ -331,6 +331,22 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
 /* Unit u of a launch, lane `lane`: the partial sums of its 32 rows for every token, stored with
  * mm_store. Per pass over the chunk: both 16-row tiles and NTILES tiles of 8 tokens; the next
  * block (all 32 rows) is loaded while the current one is computed. */
+/* A pass's partial sums in the m16n8 C fragments of one 16-row half of row group rg (the thread's
+ * elements: tokens p0 + 8 nt + 2 t (+1), rows 16 half + g (+8)) for chunk c: mm_store, tokens past
+ * the batch left out. The per-warp and the staged tensor-core kernels store through it. */
+template <int NT>
+MM_HD void mm_store_c_tiles(const mm_mat_args &M, int c, int rg, int half, int g, int t, int p0, int n_batch,
+                            const float acc[NT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+            const int row = rg * MM_GROUP_ROWS + 16 * half + 8 * (i >> 1) + g;
+            if (tok < n_batch) mm_store(M, c, row, tok, acc[nt][i]);
+        }
+}
+
 template <int TYPE, int NTILES>
 MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -352,15 +368,7 @@ MM_HD void mm_mma_unit(const mm_launch_args &args, int u, int lane) {
             cur = nxt;
         }
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-                    const int row = rg * MM_GROUP_ROWS + 16 * mt + 8 * (i >> 1) + g;
-                    if (tok < args.n_batch) mm_store(M, c, row, tok, acc[mt][nt][i]);
-                }
+        for (int mt = 0; mt < 2; mt++) mm_store_c_tiles<NTILES>(M, c, rg, mt, g, t, p0, args.n_batch, acc[mt]);
     }
 }
 

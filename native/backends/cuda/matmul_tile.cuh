@@ -395,21 +395,6 @@ MM_HD mm_tile_place mm_tile_place_of(const mm_launch_args &args, int cta, int wa
     return P;
 }
 
-/* A pass's partial sums of the thread's C elements (tokens p0 + 8 nt + 2 t (+1), rows g (+8) of the
- * warp's 16) for chunk c: mm_store, tokens past the batch left out. */
-template <int NT>
-MM_HD void mm_tile_store_pass(const mm_mat_args &M, int c, int rg, int half, int g, int t, int p0, int n_batch,
-                              const float acc[NT][4]) {
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-            const int row = rg * MM_GROUP_ROWS + 16 * half + 8 * (i >> 1) + g;
-            if (tok < n_batch) mm_store(M, c, row, tok, acc[nt][i]);
-        }
-}
-
 /* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
  * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token, stored
  * with mm_store. The split-K finish is the caller's. Each weight block is loaded one block ahead of
@@ -439,7 +424,7 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
             mm_tile_step<TYPE, NT, NTHREADS>(args, f0, f1, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
             if (k + 1 < k_end) mm_tile_step<TYPE, NT, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
         }
-        if (active) mm_tile_store_pass<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
+        if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
 }
 
@@ -626,7 +611,7 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
             mm_cta_sync(); /* every thread is done with stage st and activation buffer cur_buf */
             if (tid == 0 && k + S < k_end) issue(k + S, st);
         }
-        if (active) mm_tile_store_pass<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
+        if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
     if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
     mm_tile_finish(M, pair, args.n_batch);
