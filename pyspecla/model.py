@@ -174,10 +174,8 @@ class Context:
     def launch_counters(self) -> tuple[int, int]:
         """(kernel launches, host waits) of this context's backend since the last call, which resets
         them; (-1, -1) on the CPU, which launches nothing."""
-        launches, waits = ctypes.c_int64(), ctypes.c_int64()
-        _native.check(_native.lib.specla_context_launch_counters(self._handle, ctypes.byref(launches),
-                                                                 ctypes.byref(waits)))
-        return launches.value, waits.value
+        launches, waits, _ = self.step_counters()
+        return launches, waits
 
     def step_counters(self) -> tuple[int, int, int]:
         """(launches, host waits, kernels run) since the last call of this or launch_counters, which

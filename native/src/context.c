@@ -66,15 +66,6 @@ SPECLA_API specla_status specla_context_sync(specla_context *ctx) {
     return ctx->be->ops->sync(ctx->be);
 }
 
-SPECLA_API specla_status specla_context_launch_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits) {
-    if (!ctx || !launches || !host_waits)
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_launch_counters: NULL argument");
-    int64_t out[3];
-    ctx->be->ops->launch_counters(ctx->be, out);
-    *launches = out[0], *host_waits = out[1];
-    return SPECLA_OK;
-}
-
 SPECLA_API specla_status specla_context_step_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits,
                                                       int64_t *kernels) {
     if (!ctx || !launches || !host_waits || !kernels)
@@ -83,6 +74,13 @@ SPECLA_API specla_status specla_context_step_counters(specla_context *ctx, int64
     ctx->be->ops->launch_counters(ctx->be, out);
     *launches = out[0], *host_waits = out[1], *kernels = out[2];
     return SPECLA_OK;
+}
+
+SPECLA_API specla_status specla_context_launch_counters(specla_context *ctx, int64_t *launches, int64_t *host_waits) {
+    if (!ctx || !launches || !host_waits)
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_launch_counters: NULL argument");
+    int64_t kernels;
+    return specla_context_step_counters(ctx, launches, host_waits, &kernels);
 }
 
 /* Bytes of one recurrent layer's conv window [K-1][C] and GDN state [Hv][S][S]. */

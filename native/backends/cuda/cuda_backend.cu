@@ -204,13 +204,19 @@ static specla_status upload_weight(const backend *be, const specla_tensor *host,
     return SPECLA_OK;
 }
 
+/* A call into matmul.cu, which launches its own kernels (a quantize or split kernel and one per
+ * weight type; a row gather): its error noted and its kernels counted like every other kernel. */
+template <class Call> static void matmul_call(const backend *be, const char *op, Call call) {
+    const int64_t before = cuda_matmul_kernel_launches();
+    note(be, call(), op);
+    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
+}
+
 /* A reduced LM head: the rows move inside the prepared layout (cuda_matmul_gather_rows). */
 static void gather_weight_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, void *dst,
                                int first) {
     if (n <= 0) return;
-    const int64_t before = cuda_matmul_kernel_launches();
-    note(be, cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first), "gather_weight_rows");
-    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
+    matmul_call(be, "gather_weight_rows", [&] { return cuda_matmul_gather_rows(cuda_stream(be), w, ids, n, dst, first); });
 }
 
 /* the tree kernels do not count their work on the device yet */
@@ -221,28 +227,21 @@ static cuda_matmul_workspace matmul_ws(const backend *be) {
     const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes};
     return ws;
 }
-/* The matmul functions launch a quantize (or split) kernel and a kernel per weight type: their
- * count goes into the instance's launches like every other kernel's. */
 static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
-    const int64_t before = cuda_matmul_kernel_launches();
-    note(be, cuda_matmul(cuda_stream(be), w, x, n_batch, y, matmul_ws(be)), "matmul");
-    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
+    matmul_call(be, "matmul", [&] { return cuda_matmul(cuda_stream(be), w, x, n_batch, y, matmul_ws(be)); });
 }
 static void matmul_group(const backend *be, int n_mats, const specla_tensor *const *w, const float *x, int n_batch,
                          float *const *y) {
-    const int64_t before = cuda_matmul_kernel_launches();
-    note(be, cuda_matmul_group(cuda_stream(be), n_mats, w, x, n_batch, y, matmul_ws(be)), "matmul_group");
-    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
+    matmul_call(be, "matmul_group",
+                [&] { return cuda_matmul_group(cuda_stream(be), n_mats, w, x, n_batch, y, matmul_ws(be)); });
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
     /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
-    const int64_t before = cuda_matmul_kernel_launches();
-    note(be,
-         cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
-                                          (int16_t *)cuda_of(be)->workspace),
-         "quantize_activations");
-    count_launches(instance_of(be), cuda_matmul_kernel_launches() - before);
+    matmul_call(be, "quantize_activations", [&] {
+        return cuda_matmul_quantize_activations(cuda_stream(be), weight_type, x, n_rows, n, codes, scales,
+                                                (int16_t *)cuda_of(be)->workspace);
+    });
 }
 
 static const backend_ops cuda_ops_table = {
