@@ -1197,6 +1197,26 @@ static double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+/* The median over 20 timed passes (after 2 warm-up passes) of the microseconds per call of
+ * pass(), which makes `calls` calls on the default stream. */
+template <class Pass> static double median_us_per_call(int calls, Pass pass) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    for (int i = 0; i < 22; i++) {
+        CK(cudaEventRecord(e0));
+        pass();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 2) t.push_back(ms * 1e3 / calls);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return median(t);
+}
+
 static double measure_copy_gbps() {
     const size_t bytes = (size_t)2 << 30;
     void *a, *b;
@@ -1243,25 +1263,14 @@ __global__ void read_probe_kernel(const uint4 *p, size_t n16, unsigned *sink) {
 static double read_probe_us(const std::vector<void *> &dev, size_t bytes, const cudaDeviceProp &prop) {
     unsigned *sink;
     CK(cudaMalloc(&sink, sizeof(unsigned)));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     const size_t n16 = bytes / 16;
     const unsigned grid = (unsigned)prop.multiProcessorCount * 8;
-    std::vector<double> t;
-    for (int pass = 0; pass < 22; pass++) {
-        CK(cudaEventRecord(e0));
+    const double us = median_us_per_call((int)dev.size(), [&] {
         for (void *d : dev) read_probe_kernel<<<grid, 256>>>((const uint4 *)d, n16, sink);
         CK(cudaGetLastError());
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (pass >= 2) t.push_back(ms * 1e3 / dev.size());
-    }
+    });
     cudaFree(sink);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return median(t);
+    return us;
 }
 
 /* A GDN layer's input matrices (attn_qkv Q6_K, attn_gate, ssm_beta, ssm_alpha Q4_K) on one x: one
@@ -1298,16 +1307,11 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
     cuda_matmul_workspace ws;
     ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
     CK(cudaMalloc(&ws.data, ws.bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     printf("  GDN input group (attn_qkv Q6_K + attn_gate + ssm_beta + ssm_alpha Q4_K, %.1f MB):\n", bytes / 1e6);
     for (int n_batch : {1, 23}) {
         double us[2];
-        for (int grouped = 0; grouped < 2; grouped++) {
-            std::vector<double> times;
-            for (int pass = 0; pass < 22; pass++) {
-                CK(cudaEventRecord(e0));
+        for (int grouped = 0; grouped < 2; grouped++)
+            us[grouped] = median_us_per_call(copies, [&] {
                 for (int c = 0; c < copies; c++) {
                     const specla_tensor *tp[4] = {&t[(size_t)c * 4], &t[(size_t)c * 4 + 1], &t[(size_t)c * 4 + 2],
                                                   &t[(size_t)c * 4 + 3]};
@@ -1316,14 +1320,7 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
                     else
                         for (int i = 0; i < 4; i++) CK(cuda_matmul(0, tp[i], xd, n_batch, yd[i], ws));
                 }
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (pass >= 2) times.push_back(ms * 1e3 / copies);
-            }
-            us[grouped] = median(times);
-        }
+            });
         printf("    n_batch %2d: four calls %7.1f us (%5.0f GB/s), one group call %7.1f us (%5.0f GB/s)\n", n_batch, us[0],
                bytes / (us[0] * 1e-6) / 1e9, us[1], bytes / (us[1] * 1e-6) / 1e9);
         if (js)
@@ -1337,7 +1334,6 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
     for (auto &ti : t) cudaFree((void *)ti.data);
     for (int i = 0; i < 4; i++) cudaFree(yd[i]);
     cudaFree(xd), cudaFree(ws.data);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 #if defined(MM_TRACE)
@@ -1432,29 +1428,19 @@ static void run_bench() {
         cuda_matmul_workspace ws;
         ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, bs.ne0);
         CK(cudaMalloc(&ws.data, ws.bytes));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
         printf("  %-11s %-5s %6d %6d  %8.1f", bs.name, type_name(bs.type), bs.ne0, bs.ne1, weight_bytes / 1e6);
         const double read_us = read_probe_us(dev, prep_bytes, prop);
         printf("  %7.1f (%5.0f)", read_us, prep_bytes / (read_us * 1e-6) / 1e9);
         double us1 = 0;
         for (int n_batch : g_opt.batches) {
-            std::vector<double> t;
-            for (int pass = 0; pass < 22; pass++) {
-                CK(cudaEventRecord(e0));
+            const double us = median_us_per_call(copies, [&] {
                 for (int c = 0; c < copies; c++) {
                     specla_tensor dt = hw;
                     dt.data = dev[c];
                     CK(cuda_matmul(0, &dt, xd, n_batch, yd, ws));
                 }
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (pass >= 2) t.push_back(ms * 1e3 / copies); /* two warm-up passes */
-            }
-            const double us = median(t), gbps = weight_bytes / (us * 1e-6) / 1e9;
+            });
+            const double gbps = weight_bytes / (us * 1e-6) / 1e9;
             if (n_batch == 1) us1 = us;
             printf("  %7.1f (%5.0f)", us, gbps);
             const bool mma = n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 &&
@@ -1492,7 +1478,6 @@ static void run_bench() {
         fflush(stdout);
         for (void *p : dev) cudaFree(p);
         cudaFree(xd), cudaFree(yd), cudaFree(ws.data);
-        cudaEventDestroy(e0), cudaEventDestroy(e1);
     }
     bench_gdn_group(prop, copy_gbps, js);
     if (js) fclose(js);
