@@ -1197,21 +1197,21 @@ static double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-/* The median over 20 timed passes (after 2 warm-up passes) of the microseconds per call of
- * pass(), which makes `calls` calls on the default stream. */
-template <class Pass> static double median_us_per_call(int calls, Pass pass) {
+/* The median over `timed` passes (after `warmup` more) of the microseconds per call of pass(), which
+ * makes `calls` calls on the default stream. */
+template <class Pass> static double median_us_per_call(int calls, Pass pass, int timed = 20, int warmup = 2) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     std::vector<double> t;
-    for (int i = 0; i < 22; i++) {
+    for (int i = 0; i < warmup + timed; i++) {
         CK(cudaEventRecord(e0));
         pass();
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2) t.push_back(ms * 1e3 / calls);
+        if (i >= warmup) t.push_back(ms * 1e3 / calls);
     }
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     return median(t);
@@ -1223,21 +1223,9 @@ static double measure_copy_gbps() {
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
     CK(cudaMemset(a, 1, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<double> t;
-    for (int i = 0; i < 6; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0) t.push_back(ms);
-    }
+    const double us = median_us_per_call(1, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 5, 1);
     cudaFree(a), cudaFree(b);
-    return 2.0 * bytes / (median(t) * 1e-3) / 1e9; /* bytes read + written */
+    return 2.0 * bytes / (us * 1e-6) / 1e9; /* bytes read + written */
 }
 
 /* The reference a matmul launch is measured against: one launch that only reads `n16` 16-byte
