@@ -116,6 +116,18 @@ MM_HD int32_t mm_dot4(int32_t a, int32_t b, int32_t c) {
 #endif
 }
 
+/* sum_{i<4} a.byte[i] * b.byte[i] + c, a's bytes unsigned and b's signed */
+MM_HD int32_t mm_dot4_us(uint32_t a, int32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610 && !defined(SPECLA_USE_HIP)
+    int32_t d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int i = 0; i < 4; i++) c += (int32_t)(uint8_t)(a >> (8 * i)) * (int32_t)(int8_t)(b >> (8 * i));
+    return c;
+#endif
+}
+
 /* ---- activation blocks -------------------------------------------------------------------------- */
 /* Device layout of a call's activation blocks (the workspace), the same arrays the public ABI's
  * specla_op_quantize_activations returns: codes[n_batch][n] int8, scales[n_batch][n / block] float,
@@ -428,10 +440,15 @@ MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const in
 }
 
 /* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
- * CPU's sc_g (dot_g - 32 bsum_g)); acc = fma(da * d, s, acc). */
+ * CPU's sc_g (dot_g - 32 bsum_g), computed so: the 6-bit levels q_i stay unsigned bytes (an unsigned
+ * x signed dp4a) and the group's activation sum bs[g] takes the offset, one multiply-add per group
+ * where subtracting 32 from every byte cost instructions per 4 weights); acc = fma(da * d, s, acc). */
 MM_HD int32_t mm_q6_scale(const uint32_t *w, int g) { return (int8_t)(w[48 + g / 4] >> (8 * (g % 4))); }
-MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, float da, float acc) {
+MM_HD int32_t mm_q6_bsum(const uint32_t *bw, int g) { return (int16_t)(bw[g / 2] >> (16 * (g % 2))); }
+MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, const int16_t *bs, float da, float acc) {
     const uint32_t *ql = w, *qh = w + 32;
+    uint32_t bw[8]; /* the 16 group sums as 8 words of two int16 (32-byte aligned: 16 per block) */
+    mm_load16(bs, bw), mm_load16(bs + 8, bw + 4);
     int32_t s = 0;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -446,21 +463,21 @@ MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, floa
             for (int i = 0; i < 4; i++) {
                 const int j = 4 * jj + i;
                 const uint32_t qa = ql[16 * h + j], qb = ql[16 * h + 8 + j], qhw = qh[8 * h + j];
-                const uint32_t q0 = mm_unbias((qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u), 0x20202020u);
-                const uint32_t q1 = mm_unbias((qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u), 0x20202020u);
-                const uint32_t q2 = mm_unbias(((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u), 0x20202020u);
-                const uint32_t q3 = mm_unbias(((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u), 0x20202020u);
-                dot0 = mm_dot4((int32_t)q0, (int32_t)a0[i], dot0);
-                dot1 = mm_dot4((int32_t)q1, (int32_t)a1[i], dot1);
-                dot2 = mm_dot4((int32_t)q2, (int32_t)a2[i], dot2);
-                dot3 = mm_dot4((int32_t)q3, (int32_t)a3[i], dot3);
+                const uint32_t q0 = (qa & 0x0F0F0F0Fu) | ((qhw << 4) & 0x30303030u);
+                const uint32_t q1 = (qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u);
+                const uint32_t q2 = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
+                const uint32_t q3 = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
+                dot0 = mm_dot4_us(q0, (int32_t)a0[i], dot0);
+                dot1 = mm_dot4_us(q1, (int32_t)a1[i], dot1);
+                dot2 = mm_dot4_us(q2, (int32_t)a2[i], dot2);
+                dot3 = mm_dot4_us(q3, (int32_t)a3[i], dot3);
             }
             /* element 128h + 32m + 4j lies in group 8h + 2m + jj */
             const int g = 8 * h + jj;
-            s += mm_q6_scale(w, g) * dot0;
-            s += mm_q6_scale(w, g + 2) * dot1;
-            s += mm_q6_scale(w, g + 4) * dot2;
-            s += mm_q6_scale(w, g + 6) * dot3;
+            s += mm_q6_scale(w, g) * (dot0 - 32 * mm_q6_bsum(bw, g));
+            s += mm_q6_scale(w, g + 2) * (dot1 - 32 * mm_q6_bsum(bw, g + 2));
+            s += mm_q6_scale(w, g + 4) * (dot2 - 32 * mm_q6_bsum(bw, g + 4));
+            s += mm_q6_scale(w, g + 6) * (dot3 - 32 * mm_q6_bsum(bw, g + 6));
         }
     }
     return mm_fma(mm_mul(da, mm_half(side.d)), mm_i2f(s), acc);
@@ -524,7 +541,7 @@ MM_HD float mm_block_step(const uint32_t *w, mm_side side, const mm_acts &act, i
     if (TYPE == SPECLA_TYPE_Q5_0) return mm_block_q4_0_q5_0(w, side, 1, act.codes + e, da, acc);
     const int16_t *bs = act.bsums + (int64_t)b * (n / 16) + (int64_t)k * 16;
     if (TYPE == SPECLA_TYPE_Q4_K) return mm_block_q4_k(w, act.codes + e, da, bs, acc);
-    return mm_block_q6_k(w, side, act.codes + e, da, acc);
+    return mm_block_q6_k(w, side, act.codes + e, bs, da, acc);
 }
 
 /* Byte offset of the side fields of a slot, and of the slot of (group g, block k). */
