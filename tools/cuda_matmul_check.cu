@@ -860,9 +860,7 @@ struct Subject {
     /* The host model's y for all MAX_BATCH rows: the specification of the GPU's arithmetic (its
      * results do not depend on n_batch), compared bit for bit with the GPU's. */
     float *x_dev = nullptr, *y_dev = nullptr;
-    /* with a call sequence, so that repeated calls prefetch their own weights (cuda_matmul.h; the
-     * bits must not change) when SPECLA_CUDA_NEXT_PREFETCH_KB is set */
-    cuda_matmul_workspace ws = {nullptr, 0, nullptr};
+    cuda_matmul_workspace ws = {nullptr, 0};
     std::vector<float> host_rows;
     /* F16/BF16: host_ftc_model's y (the tensor-core path's order; the GPU is within a tolerance of it) */
     std::vector<float> tc_rows;
@@ -892,10 +890,8 @@ struct Subject {
         CK(cudaMalloc(&y_dev, (size_t)MAX_BATCH * n1 * sizeof(float)));
         ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
         CK(cudaMalloc(&ws.data, ws.bytes));
-        ws.sequence = cuda_matmul_sequence_create();
     }
     ~Subject() {
-        cuda_matmul_sequence_free(ws.sequence);
         if (prep_dev) cudaFree(prep_dev), cudaFree(x_dev), cudaFree(y_dev), cudaFree(ws.data);
     }
     specla_tensor dev_tensor() const {
@@ -1299,7 +1295,6 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
     cuda_matmul_workspace ws;
     ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, n0);
     CK(cudaMalloc(&ws.data, ws.bytes));
-    ws.sequence = cuda_matmul_sequence_create(); /* each call's successor: the next copy's weights */
     printf("  GDN input group (attn_qkv Q6_K + attn_gate + ssm_beta + ssm_alpha Q4_K, %.1f MB):\n", bytes / 1e6);
     for (int n_batch : {1, 23}) {
         double us[2];
@@ -1327,7 +1322,6 @@ static void bench_gdn_group(const cudaDeviceProp &prop, double copy_gbps, FILE *
     for (auto &ti : t) cudaFree((void *)ti.data);
     for (int i = 0; i < 4; i++) cudaFree(yd[i]);
     cudaFree(xd), cudaFree(ws.data);
-    cuda_matmul_sequence_free(ws.sequence);
 }
 
 #if defined(MM_TRACE)
@@ -1422,7 +1416,6 @@ static void run_bench() {
         cuda_matmul_workspace ws;
         ws.bytes = cuda_matmul_workspace_bytes(MAX_BATCH, bs.ne0);
         CK(cudaMalloc(&ws.data, ws.bytes));
-        ws.sequence = cuda_matmul_sequence_create(); /* each call's successor: the next copy's weights */
         printf("  %-11s %-5s %6d %6d  %8.1f", bs.name, type_name(bs.type), bs.ne0, bs.ne1, weight_bytes / 1e6);
         const double read_us = read_probe_us(dev, prep_bytes, prop);
         printf("  %7.1f (%5.0f)", read_us, prep_bytes / (read_us * 1e-6) / 1e9);
@@ -1473,7 +1466,6 @@ static void run_bench() {
         fflush(stdout);
         for (void *p : dev) cudaFree(p);
         cudaFree(xd), cudaFree(yd), cudaFree(ws.data);
-        cuda_matmul_sequence_free(ws.sequence);
     }
     bench_gdn_group(prop, copy_gbps, js);
     if (js) fclose(js);

@@ -22,10 +22,6 @@ typedef struct cuda_instance {
     cudaGraphExec_t steps[STEP_KINDS]; /* recorded steps (capture_end), NULL until recorded */
     int64_t step_kernels[STEP_KINDS];  /* the kernel nodes of each recorded step */
     cudaEvent_t ordering; /* recorded on the stream when another instance waits for it (wait_for) */
-    /* the order of this instance's matmul calls, for the prefetch of each call's successor
-     * (cuda_matmul.h); NULL if it could not be allocated: no prefetch. The weights it names are the
-     * model's, which outlive every context (and so every instance) that reads them. */
-    cuda_matmul_sequence *matmul_sequence;
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
@@ -62,7 +58,6 @@ static void destroy(backend *be) {
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
     if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
-    cuda_matmul_sequence_free(ci->matmul_sequence);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
 }
@@ -229,8 +224,7 @@ static void tree_counters(const backend *be, int64_t out[2]) { out[0] = out[1] =
 
 /* ---- matmul ----------------------------------------------------------------------------------- */
 static cuda_matmul_workspace matmul_ws(const backend *be) {
-    const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes,
-                                      instance_of(be)->matmul_sequence};
+    const cuda_matmul_workspace ws = {cuda_of(be)->workspace, instance_of(be)->matmul_workspace_bytes};
     return ws;
 }
 static void matmul(const backend *be, const specla_tensor *w, const float *x, int n_batch, float *y) {
@@ -373,7 +367,6 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
                            (double)bytes / 1e6);
     }
-    ci->matmul_sequence = cuda_matmul_sequence_create();
     *out = &ci->pub.base;
     return SPECLA_OK;
 }

@@ -23,20 +23,9 @@
 extern "C" {
 #endif
 
-/* The order of the calls on one workspace, as learned from the calls themselves: each call remembers
- * which call followed it the last time, and its last launch asks L2 for the first blocks of that
- * call's weights (SPECLA_CUDA_NEXT_PREFETCH_KB of them; 0 turns it off). A model step repeats its
- * matmuls in one order, so from the second step on each matmul's weights start streaming while the
- * matmul and the small kernels before it end. A wrong guess costs only the bytes. */
-typedef struct cuda_matmul_sequence cuda_matmul_sequence;
-cuda_matmul_sequence *cuda_matmul_sequence_create(void);
-void cuda_matmul_sequence_free(cuda_matmul_sequence *seq);
-/* The weights the sequence knows must stay allocated while it is used: free it with them. */
-
 typedef struct cuda_matmul_workspace {
     void *data;
     size_t bytes;
-    cuda_matmul_sequence *sequence; /* NULL: no prefetch of the next call's weights */
 } cuda_matmul_workspace;
 
 /* Bytes of device workspace one cuda_matmul or cuda_matmul_group call needs for n_batch rows of n

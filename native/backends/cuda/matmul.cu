@@ -56,20 +56,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <new>
-#include <unordered_map>
-
 #include "cuda_matmul.h"
 #include "matmul_launch.h"
 
 #define MM_WARPS_PER_BLOCK 4
 #define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
-/* at most one launch per type and CUDA_MATMUL_GROUP_LAUNCH matrices: a call has at most this many */
-#define CUDA_MATMUL_GROUP_MAX_LAUNCHES 32
-/* SPECLA_CUDA_NEXT_PREFETCH_KB when unset */
-#ifndef MM_NEXT_PREFETCH_KB_DEFAULT
-#define MM_NEXT_PREFETCH_KB_DEFAULT 0
-#endif
 
 /* Kernels launched by this thread's matmul calls (cuda_matmul_kernel_launches): a call launches a
  * quantize or split kernel and one kernel per weight type, so the backend counts them from here. */
@@ -296,7 +287,6 @@ template <class Unit> __device__ __forceinline__ void mm_run_warp_unit(const mm_
     if (lane == 0) mm_trace(u, MM_TRACE_START);
     unit(u, lane);
     if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
-    mm_prefetch_next(args.next, u, args.n_units, lane);
     const mm_mat_args M = mm_select_mat(args, u);
     mm_finish_unit(M, (u - M.unit_begin) / M.n_chunks, lane, args.n_batch);
     if (lane == 0) mm_trace(u, MM_TRACE_END);
@@ -354,7 +344,6 @@ __global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) m
         }
     }
     if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
-    mm_prefetch_next(args.next, u, args.n_units, lane);
     mm_finish_unit(M, rg, lane, args.n_batch);
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
@@ -657,50 +646,6 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     return cudaGetLastError();
 }
 
-/* ---- prefetch of the next launch's weights (mm_prefetch_args) ------------------------------------ */
-/* Bytes of a launch's next weight that it asks L2 for: SPECLA_CUDA_NEXT_PREFETCH_KB (KiB; 0 = none),
- * read once. */
-static int64_t mm_next_prefetch_bytes(void) {
-    static const int64_t bytes = [] {
-        const char *v = getenv("SPECLA_CUDA_NEXT_PREFETCH_KB");
-        if (!v || !*v) return (int64_t)MM_NEXT_PREFETCH_KB_DEFAULT * 1024;
-        char *end = nullptr;
-        const long long kb = strtoll(v, &end, 10);
-        return end && *end == '\0' && kb > 0 ? (int64_t)kb * 1024 : (int64_t)0;
-    }();
-    return bytes;
-}
-
-/* The first bytes of every unit of w, up to the budget spread evenly over its units. */
-static mm_prefetch_args mm_prefetch_for(const specla_tensor *w) {
-    mm_prefetch_args pf;
-    memset(&pf, 0, sizeof pf);
-    const int64_t budget = mm_next_prefetch_bytes();
-    if (!w || budget <= 0) return pf;
-    const mm_plan p = mm_plan_for(w->type, w->ne0, w->ne1);
-    const int64_t slot = (int64_t)MM_GROUP_ROWS * mm_unit_bytes(w->type);
-    const int64_t segments = (int64_t)p.row_groups * p.n_chunks;
-    const int64_t chunk = (int64_t)p.chunk_blocks * slot;
-    int64_t seg = budget / segments / 128 * 128; /* whole 128-byte lines */
-    if (seg > chunk) seg = chunk;
-    if (seg < 128 || segments > INT32_MAX) return pf;
-    pf.w = (const uint8_t *)w->data;
-    pf.group_bytes = (int64_t)p.n_blocks * slot;
-    pf.chunk_bytes = chunk;
-    pf.last_chunk_bytes = (int64_t)(p.n_blocks - (p.n_chunks - 1) * p.chunk_blocks) * slot;
-    pf.seg_bytes = (int)seg;
-    pf.n_chunks = p.n_chunks, pf.n_segments = (int)segments;
-    return pf;
-}
-
-struct cuda_matmul_sequence {
-    std::unordered_map<const void *, specla_tensor> next; /* a call's first weight -> the next call's largest */
-    const void *last = nullptr;                                   /* the previous call's first weight */
-};
-
-extern "C" cuda_matmul_sequence *cuda_matmul_sequence_create(void) { return new (std::nothrow) cuda_matmul_sequence(); }
-extern "C" void cuda_matmul_sequence_free(cuda_matmul_sequence *seq) { delete seq; }
-
 extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
                                          int n_batch, float *const *y, cuda_matmul_workspace ws) {
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
@@ -719,16 +664,19 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
     if (ws.bytes < l.total) return cudaErrorInvalidValue;
     uint8_t *base = (uint8_t *)ws.data;
 
-    /* The launches first (one per type and group of up to CUDA_MATMUL_GROUP_LAUNCH matrices), so that
-     * each can prefetch its successor's weights: the next launch of this call, or for the last one
-     * the first launch of the call that followed this one the last time (ws.sequence). */
-    struct planned {
-        int32_t type;
-        int split;    /* the type's activation split runs before this launch (F16/BF16 tensor cores) */
-        int largest;  /* the index in w of the launch's largest matrix: the one a predecessor prefetches */
-        mm_launch_args args;
-    } launches[CUDA_MATMUL_GROUP_MAX_LAUNCHES];
-    int n_launches = 0;
+    /* the first launch also zeroes the arrival counters: the quantize kernel, or the split kernel of
+     * the F16/BF16 tensor-core path when there is nothing to quantize (then the split of the first of
+     * those types runs first; a split runs just before its type's launches, the two types sharing
+     * the workspace's terms in stream order) */
+    cudaError_t err = cudaSuccess;
+    int counters_zeroed = 0;
+    if (need_q8_k || need_q8_0 || !need_split) {
+        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1);
+        counters_zeroed = 1;
+    }
+    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
+    if (err != cudaSuccess) return err;
+
     mm_acts act;
     act.x = x;
     act.codes = nullptr, act.scales = nullptr, act.bsums = (const int16_t *)(base + l.bsums_q8_k);
@@ -740,20 +688,23 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
         const int kind = mm_act_kind(type);
         act.codes = (const int8_t *)(base + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
         act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
-        int type_seen = 0;
-        for (int i = 0; i < n_mats; i++) {
-            if (w[i]->type != type) continue;
-            planned *L = type_seen ? &launches[n_launches - 1] : nullptr;
-            if (!L || L->args.n_mats == CUDA_MATMUL_GROUP_LAUNCH) {
-                if (n_launches == CUDA_MATMUL_GROUP_MAX_LAUNCHES) return cudaErrorInvalidValue;
-                L = &launches[n_launches++];
-                memset(L, 0, sizeof *L);
-                L->type = type, L->largest = i;
-                L->split = float_tc && (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) && !type_seen;
-                L->args.n_batch = n_batch, L->args.n = n, L->args.act = act;
-                type_seen = 1;
+        mm_launch_args args;
+        memset(&args, 0, sizeof args);
+        int split_done = 0; /* this type's terms are in the workspace */
+        for (int i = 0; i <= n_mats; i++) {
+            const int flush = i == n_mats || (args.n_mats == CUDA_MATMUL_GROUP_LAUNCH && w[i]->type == type);
+            if (flush && args.n_mats > 0) {
+                if (float_tc && (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) && !split_done) {
+                    err = mm_split(stream, type, x, n, n_batch, base, l, !counters_zeroed);
+                    if (err != cudaSuccess) return err;
+                    counters_zeroed = 1, split_done = 1;
+                }
+                args.n_batch = n_batch, args.n = n, args.act = act;
+                err = mm_launch(stream, type, args);
+                if (err != cudaSuccess) return err;
+                memset(&args, 0, sizeof args);
             }
-            mm_launch_args &args = L->args;
+            if (i == n_mats || w[i]->type != type) continue;
             const mm_plan p = mm_plan_for(type, w[i]->ne0, w[i]->ne1);
             mm_mat_args &m = args.mat[args.n_mats];
             m.w = (const uint8_t *)w[i]->data;
@@ -767,43 +718,7 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
             m.cta_begin = args.n_ctas;
             args.n_ctas += mm_tile_ctas(p.row_groups, p.n_chunks);
             args.n_mats++;
-            if (cuda_matmul_prepared_bytes(w[i]->type, w[i]->ne0, w[i]->ne1) >
-                cuda_matmul_prepared_bytes(w[L->largest]->type, w[L->largest]->ne0, w[L->largest]->ne1))
-                L->largest = i;
         }
-    }
-    specla_tensor after_copy;
-    const specla_tensor *after = nullptr; /* what followed this call the last time */
-    if (ws.sequence && mm_next_prefetch_bytes() > 0) {
-        cuda_matmul_sequence &seq = *ws.sequence;
-        if (seq.last) seq.next[seq.last] = *w[launches[0].largest];
-        seq.last = w[0]->data;
-        const auto it = seq.next.find(w[0]->data);
-        if (it != seq.next.end()) after_copy = it->second, after = &after_copy;
-    }
-    for (int j = 0; j < n_launches; j++)
-        launches[j].args.next = mm_prefetch_for(j + 1 < n_launches ? w[launches[j + 1].largest] : after);
-
-    /* the first launch also zeroes the arrival counters: the quantize kernel, or the split kernel of
-     * the F16/BF16 tensor-core path when there is nothing to quantize (then the split of the first of
-     * those types runs first; a split runs just before its type's launches, the two types sharing
-     * the workspace's terms in stream order) */
-    cudaError_t err = cudaSuccess;
-    int counters_zeroed = 0;
-    if (need_q8_k || need_q8_0 || !need_split) {
-        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1);
-        counters_zeroed = 1;
-    }
-    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
-    if (err != cudaSuccess) return err;
-    for (int j = 0; j < n_launches; j++) {
-        if (launches[j].split) {
-            err = mm_split(stream, launches[j].type, x, n, n_batch, base, l, !counters_zeroed);
-            if (err != cudaSuccess) return err;
-            counters_zeroed = 1;
-        }
-        err = mm_launch(stream, launches[j].type, launches[j].args);
-        if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
 }

@@ -22,23 +22,7 @@ typedef struct mm_mat_args {
     int cta_begin; /* the staged tensor-core kernel's first CTA of this matrix (mm_tile_ctas each) */
 } mm_mat_args;
 
-/* The next launch's weight, which this launch asks L2 for as its work ends (docs/cuda-matmul.md,
- * "Prefetching the next launch's weights"): of every (row group, chunk) unit of that matrix, the
- * first seg_bytes of the unit's slots, which the unit's warp or CTA reads first. A matmul's DRAM
- * stream otherwise stops between launches: in its tail, in the small kernels between two matmuls
- * and in the next one's ramp. Only a hint: nothing reads these bytes but the next launch's own
- * loads, so the results do not depend on it. w == NULL: nothing to prefetch. */
-typedef struct mm_prefetch_args {
-    const uint8_t *w;         /* the prepared weight */
-    int64_t group_bytes;      /* one row group's slots: n_blocks slots */
-    int64_t chunk_bytes;      /* one chunk's slots: chunk_blocks slots */
-    int64_t last_chunk_bytes; /* the last chunk of a row (it may be shorter) */
-    int seg_bytes;            /* a multiple of 16 */
-    int n_chunks, n_segments; /* n_segments = row_groups * n_chunks */
-} mm_prefetch_args;
-
 typedef struct mm_launch_args {
-    mm_prefetch_args next;
     mm_mat_args mat[CUDA_MATMUL_GROUP_LAUNCH];
     int n_mats, n_units, n_batch;
     int n_ctas; /* the staged tensor-core kernel's grid: the sum of the matrices' mm_tile_ctas */
@@ -103,28 +87,6 @@ MM_HD void mm_wait_prior_grid(void) {
 MM_HD void mm_allow_dependents(void) {
 #if MM_DEVICE_CODE
     grid_allow_dependents();
-#endif
-}
-
-/* Worker `worker` of n_workers (a warp unit, or a CTA of the staged kernel) issues its share of the
- * next launch's prefetch (mm_prefetch_args): segment s goes to worker s % n_workers, lane s /
- * n_workers % 32, so workers that end early prefetch early. Bulk L2 prefetches of at most 16 KB
- * each (sm_90 CUDA; elsewhere nothing). */
-MM_HD void mm_prefetch_next(const mm_prefetch_args &pf, int worker, int n_workers, int lane) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
-    if (!pf.w) return;
-    for (int64_t s = worker + (int64_t)lane * n_workers; s < pf.n_segments; s += 32 * (int64_t)n_workers) {
-        const int64_t g = s / pf.n_chunks;
-        const int c = (int)(s % pf.n_chunks);
-        const int64_t room = c == pf.n_chunks - 1 ? pf.last_chunk_bytes : pf.chunk_bytes;
-        int bytes = (int)(pf.seg_bytes < room ? pf.seg_bytes : room);
-        const uint8_t *p = pf.w + g * pf.group_bytes + c * pf.chunk_bytes;
-        for (; bytes > 0; bytes -= 16384, p += 16384)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes < 16384 ? bytes : 16384)
-                         : "memory");
-    }
-#else
-    (void)pf, (void)worker, (void)n_workers, (void)lane;
 #endif
 }
 

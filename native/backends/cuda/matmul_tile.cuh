@@ -488,7 +488,6 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
-    if (warp == 0) mm_prefetch_next(args.next, cta, args.n_ctas, lane);
     const mm_tile_place P = mm_tile_place_of(args, cta, warp);
     mm_tile_finish(P.M, P.pair, args.n_batch);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_END);
@@ -615,7 +614,6 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
         if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
     if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
-    if (warp == 0) mm_prefetch_next(args.next, cta, args.n_ctas, lane);
     mm_tile_finish(M, pair, args.n_batch);
     if (tid == 0) mm_trace(cta, MM_TRACE_END);
 #else
