@@ -102,3 +102,67 @@ def test_a_missing_model_is_named(tmp_path, script, flags):
     missing = tmp_path / "nope.gguf"
     proc = run_tool(script, "--model", str(missing), "--device", "cpu", *flags, expect_rc=2)
     assert "nope.gguf" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_gpu_e2e_with_the_draft_cost(tmp_path, tiny_model_path):
+    """--draft-cost runs a DFlash draft's proposal every step and keeps the oracle's tokens: the
+    acceptance (steps, tokens committed per step) is the oracle's own, the output still plain
+    decoding's, and the rows name the draft."""
+    from pyspecla.testing.drafts import write_test_draft
+
+    target = tiny_model_path("q8_0")
+    draft = write_test_draft(tmp_path / "draft.gguf", target, seed=1)
+    common = ["--model", target, "--device", "cpu", "--quick", "-n", "16", "--threads", "1", "--targets", "6",
+              "--recorded", "off", "--modes", "ddtree+specla"]
+    with_cost, without = tmp_path / "cost.jsonl", tmp_path / "oracle.jsonl"
+    run_tool("bench_gpu_e2e.py", *common, "--draft-cost", str(draft), "--draft-vocab", "0", "--out", str(with_cost))
+    run_tool("bench_gpu_e2e.py", *common, "--out", str(without))
+    costed = {row["mode"]: row for row in read_rows(with_cost)}
+    plain_oracle = {row["mode"]: row for row in read_rows(without)}
+    assert all(row["same_as_plain"] for row in costed.values())
+    assert costed["ddtree+specla"]["draft_cost"] == "draft.gguf" and costed["plain"]["draft_cost"] == "draft.gguf"
+    assert plain_oracle["ddtree+specla"]["draft_cost"] is None
+    for key in ("steps", "mean_accepted", "mean_tree_nodes"):
+        assert costed["ddtree+specla"][key] == plain_oracle["ddtree+specla"][key], key
+
+
+def test_draft_cost_oracle_runs_the_draft_and_returns_the_oracles_tokens():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from bench_gpu_e2e import DraftCostOracle
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+    class FakeDraft:
+        capture_layers = [3, 5]
+
+        def __init__(self):
+            self.calls = []
+
+        def propose(self, ctx, root, n_depths, top_k):
+            self.calls.append((root, n_depths, top_k))
+            return "draft tokens", "draft logprobs"
+
+    class FakeOracle:
+        generated = 0
+
+        def propose(self, ctx, root, n_depths, top_k):
+            return f"oracle tokens at {self.generated}", "oracle logprobs"
+
+    dflash, oracle = FakeDraft(), FakeOracle()
+    drafter = DraftCostOracle(oracle, dflash)
+    assert drafter.capture_layers == [3, 5]
+    assert not hasattr(drafter, "history")  # the loop sets a history only on drafts with a reduced vocabulary
+    drafter.generated = 7
+    assert oracle.generated == 7
+    assert drafter.propose(None, 11, 15, 4) == ("oracle tokens at 7", "oracle logprobs")
+    assert dflash.calls == [(11, 15, 4)]
+    dflash.history = []
+    drafter.history = [1, 2]
+    assert dflash.history == [1, 2]
+
+
+def test_bench_gpu_e2e_names_a_missing_draft(tmp_path, tiny_model_path):
+    proc = run_tool("bench_gpu_e2e.py", "--model", tiny_model_path("q8_0"), "--device", "cpu", "--quick",
+                    "--draft-cost", str(tmp_path / "no-draft.gguf"), expect_rc=2)
+    assert "no-draft.gguf" in proc.stderr and "Traceback" not in proc.stderr

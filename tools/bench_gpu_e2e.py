@@ -93,6 +93,38 @@ class ObservedContext:
         return self._ctx.verify_tree(tokens, parents, want_logits)
 
 
+class DraftCostOracle:
+    """The oracle's proposals at a DFlash draft's price: every step first runs the draft's own
+    proposal (feature ingest, the block forward, log-softmax and top-k on the device, the one
+    read-back), drops its tokens (a synthetic draft's guesses are noise) and returns the oracle's.
+    The acceptance stays the controlled one; the step pays what a real DFlash step pays, and the
+    target context captures the draft's feature layers as a real run does."""
+
+    def __init__(self, oracle, dflash):
+        self.oracle, self.dflash = oracle, dflash
+        self.capture_layers = list(dflash.capture_layers)
+
+    @property
+    def generated(self) -> int:
+        return self.oracle.generated
+
+    @generated.setter
+    def generated(self, n: int) -> None:
+        self.oracle.generated = n
+
+    @property
+    def history(self):  # absent (AttributeError) unless the draft scores a reduced vocabulary
+        return self.dflash.history
+
+    @history.setter
+    def history(self, value) -> None:
+        self.dflash.history = value
+
+    def propose(self, target_ctx, root_token: int, n_depths: int, top_k: int):
+        self.dflash.propose(target_ctx, root_token, n_depths, top_k)
+        return self.oracle.propose(target_ctx, root_token, n_depths, top_k)
+
+
 def hld_ms(trees, capacity: int) -> float:
     """Total ms of building the HLD schedules of these trees with the library's builder (the
     function verify_tree runs first), one ctypes call each."""
@@ -123,12 +155,15 @@ def run_plain(ctx, prompt, n_predict: int) -> dict:
             "host_waits_per_step": waits / steps if waits >= 0 else None}
 
 
-def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continuation, budget: int) -> dict:
-    from pyspecla.speculative.drafters import OracleDrafter
+def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continuation, budget: int,
+             draft=None, draft_vocab: int = 0) -> dict:
+    from pyspecla.speculative.drafters import DFlashDrafter, OracleDrafter
     from pyspecla.speculative.loop import SpecConfig, generate
 
     ctx.reset()
     drafter = OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
+    if draft is not None:  # a fresh draft context per run, as a run of its own would make
+        drafter = DraftCostOracle(drafter, DFlashDrafter(draft, n_ctx=ctx.n_ctx, vocab=draft_vocab or None))
     observed = ObservedContext(ctx)
     config = SpecConfig(mode="ddtree", specla=specla, budget=budget, tau=6.0, top_k=4,
                         max_depth=SPINE_DEPTH)
@@ -162,6 +197,11 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 3; quick 1)")
     parser.add_argument("--recorded", default="on,off", help="recorded steps: on, off or on,off (default both)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--draft-cost", default=None, metavar="DRAFT.gguf",
+                        help="a DFlash draft for the target: each speculative step also runs its proposal "
+                             "(tokens dropped) so the figures include the draft's cost (DraftCostOracle)")
+    parser.add_argument("--draft-vocab", type=int, default=32768,
+                        help="with --draft-cost: the draft scores this many of the head's rows (0: all)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
     parser.add_argument("--quick", action="store_true", help="24 tokens, an 8-token prompt, 1 repetition")
     parser.add_argument("--out", default=None, help="append the JSON rows here")
@@ -194,13 +234,24 @@ def main(argv=None) -> int:
     except (SpeclaError, OSError) as e:
         print(f"bench_gpu_e2e: {e}", file=sys.stderr)
         return 2
+    draft = None
+    if args.draft_cost:
+        from pyspecla.dflash_draft import DFlashDraft
+
+        try:
+            draft = DFlashDraft.load(args.draft_cost, model, n_threads=args.threads)
+        except (SpeclaError, OSError) as e:
+            print(f"bench_gpu_e2e: --draft-cost: {e}", file=sys.stderr)
+            return 2
     V = model.hparams.n_vocab
     prompt = np.random.default_rng(0).integers(0, V, n_prompt).tolist()
     # the oracle's answer and every run's reference, decoded plainly before anything is timed
     continuation = model.generate(prompt, n_predict + 16)
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
             "model": os.path.basename(args.model), "n_predict": n_predict, "n_prompt": n_prompt,
-            "budget": args.budget, "reps": reps, "quick": args.quick}
+            "budget": args.budget, "reps": reps, "quick": args.quick,
+            "draft_cost": os.path.basename(args.draft_cost) if draft is not None else None,
+            "draft_vocab": args.draft_vocab if draft is not None else None}
     n_ctx = n_prompt + n_predict + args.budget + 2
 
     # one context per (mode, recorded): the same parameters for every mode
@@ -208,9 +259,12 @@ def main(argv=None) -> int:
     for rec in recorded:
         for mode in modes:
             methods = MODES[mode] or MODES["ddtree+specla"]
+            # the draft's feature layers are captured by the speculative contexts only: plain
+            # decoding, the denominator, does not pay for them
+            capture = draft.target_layer_ids if draft is not None and mode != "plain" else None
             contexts[(mode, rec)] = model.new_context(n_ctx=n_ctx, max_tree_nodes=args.budget + 1,
                                                       verify_method=methods[1], commit_method=methods[2],
-                                                      recorded_steps=rec == "on")
+                                                      recorded_steps=rec == "on", capture_layers=capture)
 
     runs = [(mode, rec, t) for rec in recorded for mode in modes for t in ([None] if mode == "plain" else targets)]
     results = {run: [] for run in runs}
@@ -222,7 +276,7 @@ def main(argv=None) -> int:
                 results[run].append(run_plain(ctx, prompt, n_predict))
             else:
                 results[run].append(run_spec(model, ctx, MODES[mode][0], prompt, n_predict, ps[target], continuation,
-                                             args.budget))
+                                             args.budget, draft, args.draft_vocab))
             print(f"# rep {rep} {mode} recorded={rec} target={target}: "
                   f"{results[run][-1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
 
@@ -254,6 +308,8 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
     for ctx in contexts.values():
         ctx.close()
+    if draft is not None:
+        draft.close()
     model.close()
 
     print(f"# {base['device']}, {base['model']}, commit {base['commit']}, {n_predict} tokens, {reps} reps; "
