@@ -122,6 +122,9 @@ def test_bench_gpu_e2e_with_the_draft_cost(tmp_path, tiny_model_path):
     assert all(row["same_as_plain"] for row in costed.values())
     assert costed["ddtree+specla"]["draft_cost"] == "draft.gguf" and costed["plain"]["draft_cost"] == "draft.gguf"
     assert plain_oracle["ddtree+specla"]["draft_cost"] is None
+    # the draft's own launches and read-backs per step: counted on a GPU, None on the CPU
+    assert costed["ddtree+specla"]["draft_host_waits_per_step"] is None
+    assert "draft_host_waits_per_step" not in plain_oracle["ddtree+specla"]
     for key in ("steps", "mean_accepted", "mean_tree_nodes"):
         assert costed["ddtree+specla"][key] == plain_oracle["ddtree+specla"][key], key
 

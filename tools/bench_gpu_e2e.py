@@ -34,7 +34,13 @@ on the run's own trees), accept (the greedy walk and Context.accept; on a GPU ac
 its device work, which then finishes inside the next verify), host (the rest of the step: the
 loop's bookkeeping). Launches, kernels run and host waits per step (Context.step_counters, -1 on the CPU) are
 counted from the first verify to the end of the run (the final fold of the pending path included).
-Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does."""
+Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does.
+
+The draft's cost (--draft-cost DRAFT.gguf, a DFlash draft for the target, e.g. the synthetic one of
+the published 27B shape that tools/bench_draft_head.py writes): each speculative step also runs the
+draft's proposal, whose tokens are dropped (DraftCostOracle), and the speculative contexts capture
+its feature layers. The acceptance stays the oracle's; `draft_ms` then holds the draft's time, and
+the rows add the draft context's own launches and host waits per step."""
 
 from __future__ import annotations
 
@@ -171,6 +177,11 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
     launches, waits, kernels = ctx.step_counters()
     steps = max(stats.steps, 1)
     step_ms = stats.decode_s * 1e3 / steps
+    draft_counts = {}
+    if draft is not None:  # the draft context's own backend: its launches and its top-k read-backs
+        d_launches, d_waits = drafter.dflash.context.launch_counters()
+        draft_counts = {"draft_launches_per_step": d_launches / steps if d_launches >= 0 else None,
+                        "draft_host_waits_per_step": d_waits / steps if d_waits >= 0 else None}
     hld = hld_ms(observed.trees, budget + 1) / steps
     verify = (stats.verify_ms - stats.accept_ms) / steps
     breakdown = {"draft_ms": (stats.draft_ms - stats.tree_ms) / steps, "tree_ms": stats.tree_ms / steps,
@@ -183,7 +194,7 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
             "verify_ms_including_hld": verify,
             "launches_per_step": launches / steps if launches >= 0 else None,
             "kernels_per_step": kernels / steps if kernels >= 0 else None,
-            "host_waits_per_step": waits / steps if waits >= 0 else None}
+            "host_waits_per_step": waits / steps if waits >= 0 else None, **draft_counts}
 
 
 def main(argv=None) -> int:
@@ -299,6 +310,9 @@ def main(argv=None) -> int:
                    host_waits_per_step=rs[-1]["host_waits_per_step"],
                    same_as_plain=all(r["tokens"] == reference for r in rs))
         if mode != "plain":
+            if draft is not None:
+                row.update(draft_launches_per_step=rs[-1]["draft_launches_per_step"],
+                           draft_host_waits_per_step=rs[-1]["draft_host_waits_per_step"])
             row.update(target_accepted=target, oracle_p=round(ps[target], 5),
                        mean_tree_nodes=round(rs[-1]["mean_tree_nodes"], 3), side_branch_steps=rs[-1]["side_branch_steps"],
                        verify_ms_including_hld=round(statistics.median(r["verify_ms_including_hld"] for r in rs), 4),
