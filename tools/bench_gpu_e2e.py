@@ -144,6 +144,11 @@ def hld_ms(trees, capacity: int) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def per_step(count: int, steps: int) -> float | None:
+    """A backend counter per step; None where the backend does not count (-1: the CPU)."""
+    return count / steps if count >= 0 else None
+
+
 def run_plain(ctx, prompt, n_predict: int) -> dict:
     ctx.reset()
     out = [ctx.eval_argmax(prompt)]
@@ -156,9 +161,8 @@ def run_plain(ctx, prompt, n_predict: int) -> dict:
     steps = max(n_predict - 1, 1)
     return {"tokens": out, "tokens_per_s": (n_predict - 1) / decode_s, "steps": n_predict - 1,
             "mean_accepted": 1.0, "step_ms": decode_s * 1e3 / steps,
-            "launches_per_step": launches / steps if launches >= 0 else None,
-            "kernels_per_step": kernels / steps if kernels >= 0 else None,
-            "host_waits_per_step": waits / steps if waits >= 0 else None}
+            "launches_per_step": per_step(launches, steps), "kernels_per_step": per_step(kernels, steps),
+            "host_waits_per_step": per_step(waits, steps)}
 
 
 def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continuation, budget: int,
@@ -180,8 +184,9 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
     draft_counts = {}
     if draft is not None:  # the draft context's own backend: its launches and its top-k read-backs
         d_launches, d_waits = drafter.dflash.context.launch_counters()
-        draft_counts = {"draft_launches_per_step": d_launches / steps if d_launches >= 0 else None,
-                        "draft_host_waits_per_step": d_waits / steps if d_waits >= 0 else None}
+        draft_counts = {"draft_launches_per_step": per_step(d_launches, steps),
+                        "draft_host_waits_per_step": per_step(d_waits, steps)}
+        drafter.dflash.context.close()  # the run's own draft context (its device memory) ends with it
     hld = hld_ms(observed.trees, budget + 1) / steps
     verify = (stats.verify_ms - stats.accept_ms) / steps
     breakdown = {"draft_ms": (stats.draft_ms - stats.tree_ms) / steps, "tree_ms": stats.tree_ms / steps,
@@ -192,9 +197,8 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
             "mean_tree_nodes": float(np.mean(stats.tree_nodes_per_step)) if stats.tree_nodes_per_step else 0.0,
             "side_branch_steps": stats.side_branch_steps, "breakdown": breakdown,
             "verify_ms_including_hld": verify,
-            "launches_per_step": launches / steps if launches >= 0 else None,
-            "kernels_per_step": kernels / steps if kernels >= 0 else None,
-            "host_waits_per_step": waits / steps if waits >= 0 else None, **draft_counts}
+            "launches_per_step": per_step(launches, steps), "kernels_per_step": per_step(kernels, steps),
+            "host_waits_per_step": per_step(waits, steps), **draft_counts}
 
 
 def main(argv=None) -> int:

@@ -1199,7 +1199,14 @@ static double median(std::vector<double> v) {
 
 /* The median over `timed` passes (after `warmup` more) of the microseconds per call of pass(), which
  * makes `calls` calls on the default stream. */
-template <class Pass> static double median_us_per_call(int calls, Pass pass, int timed = 20, int warmup = 2) {
+constexpr int kTimedPasses = 20; /* the benchmarks' default, recorded in their rows */
+/* a -DMM_LOAD_ONLY build (matmul.cu): the one-token kernel's loads without its arithmetic, for timing */
+#if defined(MM_LOAD_ONLY)
+constexpr bool kLoadOnlyBuild = true;
+#else
+constexpr bool kLoadOnlyBuild = false;
+#endif
+template <class Pass> static double median_us_per_call(int calls, Pass pass, int timed = kTimedPasses, int warmup = 2) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -1386,9 +1393,8 @@ static void run_bench() {
         fprintf(stderr, "cuda_matmul_check: cannot write --trace %s\n", g_opt.trace.c_str());
         exit(2);
     }
-#if defined(MM_LOAD_ONLY)
-    printf("bench: a -DMM_LOAD_ONLY build: the one-token dp4a kernel loads its weights and does no arithmetic\n");
-#endif
+    if (kLoadOnlyBuild)
+        printf("bench: a -DMM_LOAD_ONLY build: the one-token dp4a kernel loads its weights and does no arithmetic\n");
     printf("  %-11s %-5s %6s %6s  %8s  %-14s", "matrix", "type", "ne0", "ne1", "MB", "read us (GB/s)");
     if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
     for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);
@@ -1444,18 +1450,13 @@ static void run_bench() {
                 fprintf(js,
                         "{\"commit\": \"%s\", \"device\": \"%s\", \"matrix\": \"%s\", \"type\": \"%s\", \"ne0\": %d, "
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
-                        "\"passes\": 20, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
+                        "\"passes\": %d, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
                         "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"tensor_cores\": %d, "
                         "\"target_units\": %d, \"read_probe_us\": %.3f, \"load_only\": %d}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
-                        weight_bytes, copies, us, gbps, copy_gbps, gbps / copy_gbps, us1 > 0 ? us / us1 : 0.0,
-                        g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type), read_us,
-#if defined(MM_LOAD_ONLY)
-                        1
-#else
-                        0
-#endif
-                );
+                        weight_bytes, copies, kTimedPasses, us, gbps, copy_gbps, gbps / copy_gbps,
+                        us1 > 0 ? us / us1 : 0.0, g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type),
+                        read_us, kLoadOnlyBuild ? 1 : 0);
             if (tf) {
                 specla_tensor dt = hw;
                 dt.data = dev[0];
@@ -1529,12 +1530,10 @@ int main(int argc, char **argv) {
             usage(("unknown or incomplete argument " + a).c_str());
     }
     if (g_opt.self_test && !g_opt.host_model) usage("--self-test runs with --host-model");
-#if defined(MM_LOAD_ONLY)
-    if (g_opt.check || g_opt.host_model) {
+    if (kLoadOnlyBuild && (g_opt.check || g_opt.host_model)) {
         fprintf(stderr, "cuda_matmul_check: this -DMM_LOAD_ONLY build computes nothing; run it with --no-check on a GPU\n");
         return 2;
     }
-#endif
     if (!g_opt.host_model) {
         int devices = 0;
         if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)

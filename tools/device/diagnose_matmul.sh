@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Device diagnosis of the quantized matmuls in one run_gpu.sh bench command (about 4 minutes): where
-# a launch's time goes, split three ways, per benchmarked matrix of the 27B shape.
+# Device diagnosis of the quantized matmuls in one run_gpu.sh bench command: where a launch's time
+# goes, split three ways, per benchmarked matrix of the 27B shape. Its length alone was never timed:
+# at fcad2f0 it ran after an A/B inside one 330 s step, and part 4 was cut off (give it a step of its
+# own, BENCH_STEP_S=500 or more).
 #
 #   1. the normal checker's benchmark at n = 1 and 23, with each matrix's read probe (a launch that
 #      only reads the same bytes: the floor of a launch that size)                  kernel "dp4a"...
