@@ -61,6 +61,11 @@
 
 #define MM_WARPS_PER_BLOCK 4
 #define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
+/* The dp4a kernel's CTAs are single warps (its warps share nothing): 960 units of a one-wave
+ * matrix then spread 7-8 warps over every SM, where 240 CTAs of 4 warps put 4 on some SMs and 8
+ * on others (the launch timelines' "per SM 4-8"). */
+#define MM_DP4A_WARPS_PER_BLOCK 1
+#define MM_DP4A_THREADS (MM_DP4A_WARPS_PER_BLOCK * 32)
 
 /* Kernels launched by this thread's matmul calls (cuda_matmul_kernel_launches): a call launches a
  * quantize or split kernel and one kernel per weight type, so the backend counts them from here. */
@@ -293,10 +298,12 @@ template <class Unit> __device__ __forceinline__ void mm_run_warp_unit(const mm_
 }
 
 template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS, mm_traits<TYPE>::min_blocks(NT)) mm_kernel(const mm_launch_args args) {
+__global__ void __launch_bounds__(MM_DP4A_THREADS,
+                                  mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
+    mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
     constexpr int G = mm_traits<TYPE>::load_group;
     const int lane = threadIdx.x & 31;
-    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    const int u = blockIdx.x * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
     if (lane == 0) mm_trace(u, MM_TRACE_START);
@@ -501,6 +508,13 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
     mm_kernels_launched++;
     return cudaGetLastError();
 }
+/* The dp4a kernel over n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA. */
+static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args) {
+    const unsigned grid = (unsigned)((args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK);
+    cuda_launch(kernel, dim3(grid), dim3(MM_DP4A_THREADS), 0, stream, args);
+    mm_kernels_launched++;
+    return cudaGetLastError();
+}
 
 /* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
  * whose dynamic shared memory passes 48 KB for Q6_K: the limit is raised once per instantiation. */
@@ -576,13 +590,13 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
         }
     }
     if (args.n_batch == 1)
-        return mm_start(mm_kernel<TYPE, 1>, grid, stream, args);
+        return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
     else if (args.n_batch == 2)
-        return mm_start(mm_kernel<TYPE, 2>, grid, stream, args);
+        return mm_start_dp4a(mm_kernel<TYPE, 2>, stream, args);
     else if (args.n_batch <= 4)
-        return mm_start(mm_kernel<TYPE, 4>, grid, stream, args);
+        return mm_start_dp4a(mm_kernel<TYPE, 4>, stream, args);
     else
-        return mm_start(mm_kernel<TYPE, 8>, grid, stream, args);
+        return mm_start_dp4a(mm_kernel<TYPE, 8>, stream, args);
 }
 
 static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_args &args) {
