@@ -41,7 +41,7 @@
  *
  * Benchmark (default on, GPU only): the 27B-shape matrices at n_batch 1..64, CUDA events, median of
  * 20 passes over enough copies of the weights to defeat the L2; prints a table and, with --json,
- * writes one JSON line per (matrix, n_batch). --no-overlap turns off the programmatic dependent
+ * appends one JSON line per (matrix, n_batch) to the file. --no-overlap turns off the programmatic dependent
  * launch (cuda_set_launch_overlap(0), launch.h) for the whole run, to measure what it gains; --tensor-cores M
  * benchmarks kernel choice M (0 dp4a, 1 staged = the default, 2 per-warp) for 2+ tokens; --matrix NAME
  * benchmarks only the shapes of that name (one launch pattern under compute-sanitizer, say). */
@@ -1383,7 +1383,9 @@ static void run_bench() {
     const double copy_gbps = measure_copy_gbps();
     printf("bench: %s, %d SMs, L2 %d MB; device-to-device copy %.0f GB/s (2 GiB, read + write)\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbps);
-    FILE *js = g_opt.json.empty() ? nullptr : fopen(g_opt.json.c_str(), "w");
+    /* appended, as every benchmark of the project appends to its rows file (a device call runs the
+     * checker once per matrix or variant into one $ROWS) */
+    FILE *js = g_opt.json.empty() ? nullptr : fopen(g_opt.json.c_str(), "a");
     if (!g_opt.json.empty() && !js) {
         fprintf(stderr, "cuda_matmul_check: cannot write --json %s\n", g_opt.json.c_str());
         exit(2);

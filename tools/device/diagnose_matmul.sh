@@ -38,11 +38,10 @@ for name in "${!flags[@]}"; do
 done
 
 echo "=== 1. benchmark with read probes (n = 1, 23)"
-timeout 150 "$HOME/diag-normal/cuda_matmul_check" --no-check --batches 1,23 --json "$HOME/diag-normal.jsonl" \
-  --commit "$commit" && cat "$HOME/diag-normal.jsonl" >> "$ROWS"
+timeout 150 "$HOME/diag-normal/cuda_matmul_check" --no-check --batches 1,23 --json "$ROWS" --commit "$commit"
 echo "=== 2. load-only one-token kernel"
-timeout 100 "$HOME/diag-load-only/cuda_matmul_check" --no-check --batches 1 --json "$HOME/diag-load-only.jsonl" \
-  --commit "$commit+load-only" && cat "$HOME/diag-load-only.jsonl" >> "$ROWS"
+timeout 100 "$HOME/diag-load-only/cuda_matmul_check" --no-check --batches 1 --json "$ROWS" \
+  --commit "$commit+load-only"
 echo "=== 3. launch timelines"
 timeout 100 "$HOME/diag-trace/cuda_matmul_check" --no-check --batches 1,23 --trace "$HOME/diag-trace.jsonl" > /dev/null 2>&1
 python3 tools/device/matmul_trace_report.py "$HOME/diag-trace.jsonl" --copy-gbps 4250 2>&1 | head -60

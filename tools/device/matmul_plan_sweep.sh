@@ -18,7 +18,7 @@ for u in $units; do
   build=$HOME/cuda-check-$u
   if [ -x "$build/cuda_matmul_check" ]; then
     echo "=== MM_TARGET_UNITS=$u"
-    "$build/cuda_matmul_check" --no-check --batches "$batches" --json "$build/rows.jsonl" --commit "$commit" && cat "$build/rows.jsonl" >> "$out"
+    "$build/cuda_matmul_check" --no-check --batches "$batches" --json "$out" --commit "$commit"
   else
     echo "=== MM_TARGET_UNITS=$u: build failed"; tail -5 "$build.log"
   fi
