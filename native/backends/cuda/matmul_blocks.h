@@ -312,7 +312,8 @@ typedef struct mm_side {
     uint32_t qh; /* Q5_0 */
 } mm_side;
 
-/* Read-only loads of weights and activation blocks (the non-coherent path on the device). */
+/* Read-only loads of the weights (the non-coherent path on the device; the weights never change
+ * while a kernel runs, so they may be issued before the grid dependency wait). */
 MM_HD uint32_t mm_ld_u32(const void *p) {
 #if MM_DEVICE_CODE
     return __ldg((const unsigned *)p);
@@ -341,16 +342,39 @@ MM_HD void mm_load16(const void *p, uint32_t out[4]) {
     memcpy(out, p, 16);
 #endif
 }
+/* Loads of what the previous kernel wrote (activation codes, bsums, F16/BF16 terms): plain loads,
+ * never __ldg. A matmul launched with programmatic dependent launch (launch.h) reads them only after
+ * griddepcontrol.wait, an asm volatile with a memory clobber that no ordinary load crosses. A
+ * read-only load (ld.global.nc) is an invariant load to the compiler, free to be issued before the
+ * wait: it happened on branch f16-ring (cuobjdump showed an activation LDG.CONSTANT ahead of
+ * ACQBULK; the GPU check caught the previous call's values). On the host: memcpy. */
+MM_HD void mm_load16_act(const void *p, uint32_t out[4]) {
+#if MM_DEVICE_CODE
+    const uint4 v = *(const uint4 *)p;
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+#else
+    memcpy(out, p, 16);
+#endif
+}
+MM_HD uint32_t mm_ld_act_u32(const void *p) {
+#if MM_DEVICE_CODE
+    return *(const uint32_t *)p;
+#else
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#endif
+}
 /* 32 activation codes (aligned) as 8 words */
 MM_HD void mm_load32(const int8_t *a, uint32_t out[8]) {
-    mm_load16(a, out);
-    mm_load16(a + 16, out + 4);
+    mm_load16_act(a, out);
+    mm_load16_act(a + 16, out + 4);
 }
 /* bsums[2j] + bsums[2j + 1] of one Q8_K block for j = 0..7, from its 16 int16 (32-byte aligned) */
 MM_HD void mm_bsum_pairs(const int16_t *bsums, int32_t out[8]) {
     uint32_t w[8];
-    mm_load16(bsums, w);
-    mm_load16(bsums + 8, w + 4);
+    mm_load16_act(bsums, w);
+    mm_load16_act(bsums + 8, w + 4);
     for (int j = 0; j < 8; j++) out[j] = (int32_t)(int16_t)(w[j] & 0xffffu) + (int32_t)(int16_t)(w[j] >> 16);
 }
 
@@ -448,7 +472,7 @@ MM_HD int32_t mm_q6_bsum(const uint32_t *bw, int g) { return (int16_t)(bw[g / 2]
 MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, const int16_t *bs, float da, float acc) {
     const uint32_t *ql = w, *qh = w + 32;
     uint32_t bw[8]; /* the 16 group sums as 8 words of two int16 (32-byte aligned: 16 per block) */
-    mm_load16(bs, bw), mm_load16(bs + 8, bw + 4);
+    mm_load16_act(bs, bw), mm_load16_act(bs + 8, bw + 4);
     int32_t s = 0;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -457,7 +481,7 @@ MM_HD float mm_block_q6_k(const uint32_t *w, mm_side side, const int8_t *a, cons
             /* the codes of elements 128h + 32m + 16jj .. + 15, m = 0..3 */
             uint32_t a0[4], a1[4], a2[4], a3[4];
             const int8_t *ah = a + 128 * h + 16 * jj;
-            mm_load16(ah, a0), mm_load16(ah + 32, a1), mm_load16(ah + 64, a2), mm_load16(ah + 96, a3);
+            mm_load16_act(ah, a0), mm_load16_act(ah + 32, a1), mm_load16_act(ah + 64, a2), mm_load16_act(ah + 96, a3);
             int32_t dot0 = 0, dot1 = 0, dot2 = 0, dot3 = 0;
 #pragma unroll
             for (int i = 0; i < 4; i++) {

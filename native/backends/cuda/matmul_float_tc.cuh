@@ -178,13 +178,9 @@ template <int TYPE> MM_HD void mm_ftc_mma(float c[4], const uint32_t a[4], const
 MM_HD uint4 mm_ftc_act16(const mm_acts &sa, int64_t n, int n_batch, int j, int b, int64_t e) {
     if (b >= n_batch) return make_uint4(0u, 0u, 0u, 0u);
     const uint16_t *p = sa.split + ((int64_t)j * n_batch + b) * n + e;
-#if MM_DEVICE_CODE
-    return __ldg((const uint4 *)p);
-#else
     uint32_t w[4];
-    memcpy(w, p, 16);
+    mm_load16_act(p, w); /* after the grid dependency wait (mm_load16_act says why) */
     return make_uint4(w[0], w[1], w[2], w[3]);
-#endif
 }
 
 MM_HD uint32_t mm_u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }

@@ -129,7 +129,7 @@ MM_HD void mm_mma_load(mm_mma_frag<TYPE> &f, const uint8_t *group_base, int k, i
 
 /* 4 activation codes of token b at element e (0 for a token past the batch) */
 MM_HD uint32_t mm_act_word(const mm_acts &act, int64_t n, int b, int n_batch, int64_t e) {
-    return b < n_batch ? mm_ld_u32(act.codes + (int64_t)b * n + e) : 0u;
+    return b < n_batch ? mm_ld_act_u32(act.codes + (int64_t)b * n + e) : 0u;
 }
 
 /* The levels word (signed bytes, bias removed) of legacy block rows for k-word kw (0..7) */
@@ -227,8 +227,8 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                 if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
                 /* bsums[2j] + bsums[2j + 1] of the thread's two C tokens (one word holds both) */
                 const int c0 = p0 + 8 * nt + 2 * t;
-                const uint32_t w0 = c0 < n_batch ? mm_ld_u32(act.bsums + (int64_t)c0 * (n / 16) + 16 * k + 2 * j) : 0u;
-                const uint32_t w1 = c0 + 1 < n_batch ? mm_ld_u32(act.bsums + (int64_t)(c0 + 1) * (n / 16) + 16 * k + 2 * j) : 0u;
+                const uint32_t w0 = c0 < n_batch ? mm_ld_act_u32(act.bsums + (int64_t)c0 * (n / 16) + 16 * k + 2 * j) : 0u;
+                const uint32_t w1 = c0 + 1 < n_batch ? mm_ld_act_u32(act.bsums + (int64_t)(c0 + 1) * (n / 16) + 16 * k + 2 * j) : 0u;
                 const int32_t pair0 = (int32_t)(int16_t)(w0 & 0xffffu) + (int32_t)(int16_t)(w0 >> 16);
                 const int32_t pair1 = (int32_t)(int16_t)(w1 & 0xffffu) + (int32_t)(int16_t)(w1 >> 16);
 #pragma unroll

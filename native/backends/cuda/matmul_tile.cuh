@@ -86,7 +86,7 @@ MM_HD void mm_copy16_async(void *dst_shared, const void *src, bool valid) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 #elif MM_DEVICE_CODE
-    *(uint4 *)dst_shared = valid ? __ldg((const uint4 *)src) : make_uint4(0u, 0u, 0u, 0u);
+    *(uint4 *)dst_shared = valid ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u); /* a plain load: src may be activations */
 #else
     if (valid) memcpy(dst_shared, src, 16);
     else memset(dst_shared, 0, 16);
@@ -97,7 +97,7 @@ MM_HD void mm_copy4_async(void *dst_shared, const void *src, bool valid) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
 #elif MM_DEVICE_CODE
-    *(unsigned *)dst_shared = valid ? __ldg((const unsigned *)src) : 0u;
+    *(unsigned *)dst_shared = valid ? *(const unsigned *)src : 0u;
 #else
     if (valid) memcpy(dst_shared, src, 4);
     else memset(dst_shared, 0, 4);
