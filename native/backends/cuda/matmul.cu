@@ -52,7 +52,10 @@
  * quantize and matmul kernels are launched with programmatic stream serialization. A matmul lets the
  * next kernel launch at its start and waits (griddepcontrol.wait) for the previous kernel of the
  * stream only after its first weight loads, before reading or writing anything but the constant
- * weights, so those loads overlap the kernels before it. The arithmetic is untouched. */
+ * weights, so those loads overlap the kernels before it. Only the weights are read with
+ * non-coherent loads, which the compiler may issue before the wait; what the previous kernel wrote
+ * takes plain loads (mm_load16_act; tools/check_load_rules.py keeps the rule). The arithmetic is
+ * untouched. */
 #include <stdlib.h>
 #include <string.h>
 
