@@ -169,3 +169,19 @@ def test_bench_gpu_e2e_names_a_missing_draft(tmp_path, tiny_model_path):
     proc = run_tool("bench_gpu_e2e.py", "--model", tiny_model_path("q8_0"), "--device", "cpu", "--quick",
                     "--draft-cost", str(tmp_path / "no-draft.gguf"), expect_rc=2)
     assert "no-draft.gguf" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_host_step_rows(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    run_tool("bench_host_step.py", "--reps", "3", "--inner", "2", "--out", str(out), "--commit", "abc1234")
+    rows = read_rows(out)
+    assert [r["mode"] for r in rows] == ["usable_proposal", "build_ddtree", "hld_build", "greedy_accept"]
+    for r in rows:
+        assert BASE_FIELDS <= set(r) and r["commit"] == "abc1234"
+        assert r["n_nodes"] == 23 and r["accepted"] == 6  # the 22-node budget, 5 drafted tokens + the bonus
+        assert 0 < r["q1_us"] <= r["median_us"] <= r["q3_us"]
+
+
+def test_bench_host_step_names_a_bad_count():
+    proc = run_tool("bench_host_step.py", "--reps", "0", expect_rc=2)
+    assert "--reps and --inner must be >= 1" in proc.stderr

@@ -135,6 +135,10 @@ def check_tree(tree: DraftTree, root, tokens, logprobs, budget, tau, chain_seed)
                         ("scores", np.float64), ("ranks", np.int32)):
         array = getattr(tree, name)
         assert array.dtype == dtype and array.shape == (n,), (name, array.dtype, array.shape)
+        assert not array.flags.writeable, name
+    # the builders skip DraftTree's own checks (tree._tree); the same arrays pass them
+    assert DraftTree(tokens=tree.tokens, parents=tree.parents, depths=tree.depths, scores=tree.scores,
+                     ranks=tree.ranks) == tree
     assert tree.tokens[0] == root and tree.parents[0] == -1 and tree.depths[0] == 0
     assert tree.scores[0] == 0.0 and tree.ranks[0] == -1
     assert n - 1 <= budget
@@ -295,6 +299,9 @@ def test_build_chain():
         chain = build_chain(ROOT, tokens, logprobs, max_depth)
         length = min(max_depth, 15)
         assert chain.n_nodes == length + 1
+        assert not any(getattr(chain, f).flags.writeable for f in ("tokens", "parents", "depths", "scores", "ranks"))
+        assert DraftTree(tokens=chain.tokens, parents=chain.parents, depths=chain.depths, scores=chain.scores,
+                         ranks=chain.ranks) == chain
         assert list(chain.tokens) == [ROOT] + list(tokens[:length, 0])
         assert list(chain.parents) == list(range(-1, length))
         assert list(chain.depths) == list(range(length + 1))

@@ -275,6 +275,15 @@ def build_chain(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarra
 
 
 def _tree(tokens, parents, depths, scores, ranks) -> DraftTree:
-    return DraftTree(tokens=np.asarray(tokens, dtype=np.int32), parents=np.asarray(parents, dtype=np.int32),
-                     depths=np.asarray(depths, dtype=np.int32), scores=np.asarray(scores, dtype=np.float64),
-                     ranks=np.asarray(ranks, dtype=np.int32))
+    """A builder's tree, made without DraftTree's checks: the builders above produce a root, parents
+    in topological order and consistent depths by construction (tests/test_ddtree.py checks them on
+    every tree it builds), and on a GPU step the checks cost as much as the build itself. The arrays
+    are fresh and read-only, as DraftTree's own."""
+    tree = object.__new__(DraftTree)
+    for name, values, dtype in (("tokens", tokens, np.int32), ("parents", parents, np.int32),
+                                ("depths", depths, np.int32), ("scores", scores, np.float64),
+                                ("ranks", ranks, np.int32)):
+        array = np.array(values, dtype=dtype)
+        array.setflags(write=False)
+        object.__setattr__(tree, name, array)
+    return tree
