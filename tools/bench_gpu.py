@@ -37,6 +37,14 @@ def commit() -> str:
         return "unknown"
 
 
+def append_rows(path: str | None, rows: list[dict]) -> None:
+    """One JSON object per line, appended (a device call's benchmarks share one rows file)."""
+    if path:
+        with open(path, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
 def device_name() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -191,10 +199,7 @@ def main(argv=None) -> int:
     ctx.close()
     model.close()
 
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    append_rows(args.out, rows)
     return 0
 
 

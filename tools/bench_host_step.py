@@ -18,7 +18,6 @@ here, so a row from here is a lower bound for that machine."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -29,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bench_gpu import commit  # noqa: E402
+from bench_gpu import append_rows, commit  # noqa: E402
 
 from pyspecla.speculative.accept import greedy_accept  # noqa: E402
 from pyspecla.speculative.hld import build_schedule_into, schedule_size  # noqa: E402
@@ -105,10 +104,7 @@ def main(argv: list[str]) -> int:
                      "q1_us": round(q[0], 2), "q3_us": round(q[2], 2), "reps": args.reps, "inner": args.inner})
         print(f"{name:<18} {median:>10.1f} {q[0]:>8.1f} {q[2]:>8.1f}")
     print(f"{'total':<18} {total:>10.1f}   (3 % of a 16.4 ms step: 492 us)")
-    if args.out:
-        with open(args.out, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    append_rows(args.out, rows)
     return 0
 
 
