@@ -12,7 +12,7 @@ Parts: `usable_proposal` (the loop's check of the drafter's numbers), `build_ddt
 a GPU it queues device work, which bench_gpu_e2e times). Issue 14 asks for host work <= 3 % of a
 step; on the H200 a recorded step at 5.4 accepted tokens is about 16.4 ms (docs/perf.md), so 3 %
 is about 490 us. The e2e rows of the device calls time the same parts inside real steps; the
-device's host (shared with builds in those calls) measured them 2-4x slower than this script does
+device's host (shared with builds in those calls) measured the tree 3-6x slower than this script does
 here, so a row from here is a lower bound for that machine."""
 
 from __future__ import annotations

@@ -503,20 +503,24 @@ static int mm_float_tensor_cores(void) {
 #endif
 }
 
-/* A launch of MM_THREADS-thread CTAs on `stream` (launch.h). */
+/* A launch of `threads`-thread CTAs on `stream` (launch.h), counted. */
+template <typename... KArgs>
+static cudaError_t mm_start_threads(void (*kernel)(KArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
+                                    typename launch_param<KArgs>::type... args) {
+    cuda_launch(kernel, dim3(grid), dim3(threads), 0, stream, args...);
+    mm_kernels_launched++;
+    return cudaGetLastError();
+}
+/* A launch of MM_THREADS-thread CTAs. */
 template <typename... KArgs>
 static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_t stream,
                             typename launch_param<KArgs>::type... args) {
-    cuda_launch(kernel, dim3(grid), dim3(MM_THREADS), 0, stream, args...);
-    mm_kernels_launched++;
-    return cudaGetLastError();
+    return mm_start_threads(kernel, grid, MM_THREADS, stream, args...);
 }
 /* The dp4a kernel over n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA. */
 static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK);
-    cuda_launch(kernel, dim3(grid), dim3(MM_DP4A_THREADS), 0, stream, args);
-    mm_kernels_launched++;
-    return cudaGetLastError();
+    return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
 /* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
