@@ -248,7 +248,8 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
 }
 
 /* After a warp stored its unit's partial sums: the last chunk of a split row group to arrive adds
- * the partial sums in chunk order (lane = row within the group) and re-arms the counter. */
+ * the partial sums in chunk order (mm_finish_rows: lane % 8 takes 4 rows, lane / 8 every fourth
+ * token) and re-arms the counter. */
 __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int lane, int n_batch) {
     if (M.n_chunks == 1) return;
     __threadfence();
@@ -258,27 +259,7 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
     arrived = __shfl_sync(MM_FULL_MASK, arrived, 0);
     if (arrived != (unsigned)M.n_chunks - 1) return;
     __threadfence();
-    const int row = rg * MM_GROUP_ROWS + lane;
-    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
-    if (row < M.ne1) {
-        /* the partials are loaded MM_FINISH_BATCH at a time (independent L2 reads in flight
-         * together, not one round trip per chunk: this runs at the very end of the kernel) and
-         * added strictly in chunk order */
-        constexpr int MM_FINISH_BATCH = 8;
-        for (int b = 0; b < n_batch; b++) {
-            const float *p = M.partials + (int64_t)b * M.n_chunks * rows_padded + row;
-            float s = 0.0f;
-            for (int c0 = 0; c0 < M.n_chunks; c0 += MM_FINISH_BATCH) {
-                float v[MM_FINISH_BATCH];
-#pragma unroll
-                for (int j = 0; j < MM_FINISH_BATCH; j++) v[j] = c0 + j < M.n_chunks ? __ldcg(p + (c0 + j) * rows_padded) : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MM_FINISH_BATCH; j++)
-                    if (c0 + j < M.n_chunks) s = c0 + j == 0 ? v[j] : mm_add(s, v[j]); /* p_0, then + p_1, ... */
-            }
-            M.y[(int64_t)b * M.ne1 + row] = s;
-        }
-    }
+    mm_finish_rows<16>(M, rg * MM_GROUP_ROWS, MM_GROUP_ROWS, n_batch, lane, 32);
     if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
 }
 

@@ -75,6 +75,62 @@ MM_HD void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
     }
 }
 
+/* The split-K finish of rows [row0, row0 + nrows) for every token: each output is its chunks' partial
+ * sums added in chunk order, p_0, then + p_1, ... (point 4 of matmul.cu), so the bits do not depend
+ * on how the work is shared. `nthreads` threads share it (thread `tid`): nrows / 4 of them cover the
+ * rows 4 at a time with 16-byte reads of the workspace (rows_padded is a multiple of 32, so a quad
+ * never crosses a token's rows), the other factor of nthreads / (nrows / 4) splits the tokens. Each
+ * thread keeps LOADS reads in flight across its tokens and chunks together, all asked for before any
+ * is added. A finish is the last work of its launch, and its reads are round trips to L2: one warp
+ * reading 4 bytes per lane, 8 chunks and one token at a time, spent 60 us on the 54 chunks x 16
+ * tokens of a 1024-row F16 matrix whose units took 5 (matmul_trace_report, draft_kv). Rows at or
+ * past ne1 are neither read nor written. */
+MM_HD float4 mm_ld_partial4(const float *p) {
+#if MM_DEVICE_CODE
+    return __ldcg((const float4 *)p); /* L2: other SMs' warps wrote them */
+#else
+    float4 v;
+    memcpy(&v, p, 16);
+    return v;
+#endif
+}
+template <int LOADS>
+MM_HD void mm_finish_rows(const mm_mat_args &M, int row0, int nrows, int n_batch, int tid, int nthreads) {
+    const int quads = nrows / 4, lanes = nthreads / quads;
+    const int q = tid % quads, first = tid / quads;
+    const int row = row0 + 4 * q;
+    if (first >= lanes || first >= n_batch || row >= M.ne1) return;
+    const int n_chunks = M.n_chunks;
+    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
+    const int total = (n_batch - first + lanes - 1) / lanes * n_chunks; /* (token, chunk) pairs, token-major */
+    int lb = first, lc = 0;                                             /* the next read's token and chunk */
+    int sb = first, sc = 0;                                             /* the next add's */
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int i0 = 0; i0 < total; i0 += LOADS) {
+        float4 v[LOADS];
+#pragma unroll
+        for (int j = 0; j < LOADS; j++)
+            if (i0 + j < total) {
+                v[j] = mm_ld_partial4(M.partials + ((int64_t)lb * n_chunks + lc) * rows_padded + row);
+                if (++lc == n_chunks) lc = 0, lb += lanes;
+            }
+#pragma unroll
+        for (int j = 0; j < LOADS; j++) {
+            if (i0 + j >= total) break;
+            if (sc == 0) s = v[j];
+            else s.x = mm_add(s.x, v[j].x), s.y = mm_add(s.y, v[j].y), s.z = mm_add(s.z, v[j].z), s.w = mm_add(s.w, v[j].w);
+            if (++sc == n_chunks) {
+                float *y = M.y + (int64_t)sb * M.ne1 + row;
+                y[0] = s.x;
+                if (row + 1 < M.ne1) y[1] = s.y;
+                if (row + 2 < M.ne1) y[2] = s.z;
+                if (row + 3 < M.ne1) y[3] = s.w;
+                sc = 0, sb += lanes;
+            }
+        }
+    }
+}
+
 /* Programmatic dependent launch (launch.h): the matmul kernels wait for the previous kernel only
  * after loading their first constant weights, so these are the host-compilable forms of launch.h's
  * device instructions (no-ops in the host model of tools/cuda_matmul_check.cu). Nothing written by an

@@ -437,9 +437,8 @@ template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
 #ifdef MM_KERNELS /* matmul.cu: the kernel */
 /* The split-K finish of the staged kernel, for the whole CTA: the last CTA of a row-group pair to arrive
  * (one arrival counter per pair, counters[pair]) adds the pair's partial sums in chunk order,
- * ((p_0 + p_1) + p_2) + ..., as mm_finish_unit does; thread tid takes row 64 pair + tid % 64 and every
- * second token from tid / 64, 4 tokens at a time with 4 chunks of each loaded together (16 L2 reads
- * in flight per thread, where a warp per row group took one token at a time). */
+ * ((p_0 + p_1) + p_2) + ..., as mm_finish_unit does (mm_finish_rows: thread tid takes the 4 rows
+ * 64 pair + 4 (tid % 16) and every eighth token from tid / 16, 16 reads of 16 bytes in flight). */
 __device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, int n_batch) {
     if (M.n_chunks == 1) return; /* the partial sums were y */
     __shared__ unsigned arrived;
@@ -449,32 +448,7 @@ __device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, i
     __syncthreads();
     if (arrived != (unsigned)M.n_chunks - 1) return; /* the whole CTA */
     __threadfence();
-    constexpr int U = 4, CB = 4;
-    const int row = pair * 2 * MM_GROUP_ROWS + (threadIdx.x & 63);
-    const int64_t rows_padded = (int64_t)M.row_groups * MM_GROUP_ROWS;
-    if (row < M.ne1) {
-        for (int b0 = threadIdx.x >> 6; b0 < n_batch; b0 += 2 * U) {
-            float s[U] = {};
-            for (int c0 = 0; c0 < M.n_chunks; c0 += CB) {
-                float v[U][CB];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int j = 0; j < CB; j++) {
-                        const int b = b0 + 2 * u, c = c0 + j;
-                        v[u][j] = b < n_batch && c < M.n_chunks ? __ldcg(M.partials + ((int64_t)b * M.n_chunks + c) * rows_padded + row) : 0.0f;
-                    }
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int j = 0; j < CB; j++)
-                        if (c0 + j < M.n_chunks) s[u] = c0 + j == 0 ? v[u][j] : mm_add(s[u], v[u][j]); /* p_0, then + p_1, ... */
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (b0 + 2 * u < n_batch) M.y[(int64_t)(b0 + 2 * u) * M.ne1 + row] = s[u];
-        }
-    }
+    mm_finish_rows<16>(M, pair * 2 * MM_GROUP_ROWS, 2 * MM_GROUP_ROWS, n_batch, threadIdx.x, MM_THREADS);
     if (threadIdx.x == 0) M.counters[pair] = 0; /* ready for the next launch that uses this slot */
 }
 
