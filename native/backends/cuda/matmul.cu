@@ -627,10 +627,10 @@ static cudaError_t mm_split(cudaStream_t stream, int32_t type, const float *x, i
     float *inv_scale = (float *)(ws + l.inv_scale);
     unsigned *counters = (unsigned *)(ws + l.counters);
     if (type == SPECLA_TYPE_F16)
-        return mm_start(mm_split_kernel<SPECLA_TYPE_F16>, (unsigned)n_batch, stream, x, (int64_t)n, n_batch, split,
-                        inv_scale, counters, n_counters);
-    return mm_start(mm_split_kernel<SPECLA_TYPE_BF16>, (unsigned)n_batch, stream, x, (int64_t)n, n_batch, split,
-                    inv_scale, counters, n_counters);
+        return mm_start_threads(mm_split_kernel<SPECLA_TYPE_F16>, (unsigned)n_batch, MM_SPLIT_THREADS, stream, x,
+                                (int64_t)n, n_batch, split, inv_scale, counters, n_counters);
+    return mm_start_threads(mm_split_kernel<SPECLA_TYPE_BF16>, (unsigned)n_batch, MM_SPLIT_THREADS, stream, x,
+                            (int64_t)n, n_batch, split, inv_scale, counters, n_counters);
 }
 
 extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x,

@@ -266,23 +266,27 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
 }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernels */
-/* The split of x[n_batch][n] for weight TYPE (a CTA of MM_THREADS per token: the token's max |x| by
- * a warp max and a shared-memory max over the 4 warps, exact in any order), and the zeroing of
+/* Threads per CTA of the split: its CTA walks a whole token twice (the max, then the terms), and at
+ * 128 threads the 40 dependent trips over a 5120-wide token kept the matmul after it waiting 15 us
+ * (matmul_trace_report, draft_kv at one token). */
+#define MM_SPLIT_THREADS 1024
+/* The split of x[n_batch][n] for weight TYPE (a CTA of MM_SPLIT_THREADS per token: the token's max |x| by
+ * a warp max and a shared-memory max over the CTA's warps, exact in any order), and the zeroing of
  * n_counters split-K arrival counters (grid-stride) when it is a call's first kernel. */
 template <int TYPE>
-__global__ void __launch_bounds__(MM_THREADS) mm_split_kernel(const float *__restrict__ x, int64_t n, int n_batch,
+__global__ void __launch_bounds__(MM_SPLIT_THREADS) mm_split_kernel(const float *__restrict__ x, int64_t n, int n_batch,
                                                               uint16_t *split, float *inv_scale, unsigned *counters,
                                                               int n_counters) {
-    __shared__ float warp_max[MM_THREADS / 32];
-    __shared__ int warp_finite[MM_THREADS / 32];
+    __shared__ float warp_max[MM_SPLIT_THREADS / 32];
+    __shared__ int warp_finite[MM_SPLIT_THREADS / 32];
     grid_begin(); /* x is the previous kernel's output, the split and counters its matmul's */
-    for (int64_t i = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x; i < n_counters; i += (int64_t)gridDim.x * MM_THREADS)
+    for (int64_t i = (int64_t)blockIdx.x * MM_SPLIT_THREADS + threadIdx.x; i < n_counters; i += (int64_t)gridDim.x * MM_SPLIT_THREADS)
         counters[i] = 0;
     const int b = blockIdx.x;
     const float *xb = x + (int64_t)b * n;
     float amax = 0.0f;
     int finite = 1;
-    for (int64_t i = threadIdx.x; i < n; i += MM_THREADS) {
+    for (int64_t i = threadIdx.x; i < n; i += MM_SPLIT_THREADS) {
         const float v = xb[i];
         finite &= mm_isfinite(v);
         amax = fmaxf(amax, fabsf(v));
@@ -292,11 +296,11 @@ __global__ void __launch_bounds__(MM_THREADS) mm_split_kernel(const float *__res
     if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax, warp_finite[threadIdx.x >> 5] = finite;
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < MM_THREADS / 32; w++) amax = fmaxf(amax, warp_max[w]), finite &= warp_finite[w];
+    for (int w = 0; w < MM_SPLIT_THREADS / 32; w++) amax = fmaxf(amax, warp_max[w]), finite &= warp_finite[w];
     const int e = TYPE == SPECLA_TYPE_F16 && finite ? mm_split_exponent(amax) : 0;
     const float s = mm_pow2(e);
     if (threadIdx.x == 0) inv_scale[b] = mm_pow2(-e);
-    for (int64_t i = threadIdx.x; i < n; i += MM_THREADS) {
+    for (int64_t i = threadIdx.x; i < n; i += MM_SPLIT_THREADS) {
         uint16_t terms[MM_FTC_MAX_TERMS];
         mm_split_element<TYPE>(xb[i], s, finite, terms);
 #pragma unroll
