@@ -680,6 +680,61 @@ static void check_tile_stage_loads() {
     check_tile_stage_loads_of<SPECLA_TYPE_Q6_K>(5 * 256, 70, 7101);
 }
 
+/* The split-K finish (matmul_launch.h's mm_finish_rows, as the per-warp kernels and the staged CTA
+ * call it) against the chunk-order sum written out here, bit for bit, on random partial sums spread
+ * over 2^-20..2^20 (so that another order rounds differently): every thread of every row group (32
+ * threads, 32 rows) or row-group pair (128 threads, 64 rows) in turn, outputs poisoned first, rows
+ * past ne1 never written. `swap_chunks` (the self-test) hands the finish the partials with chunks 1
+ * and 2 exchanged, the sum of a finish that adds out of order. */
+static void check_finish_rows(bool swap_chunks = false) {
+    printf("split-K finish (mm_finish_rows) against the chunk-order sum:\n");
+    static const int kChunks[] = {2, 3, 7, 54}, kTokens[] = {1, 5, 23, 64}, kRows[] = {1024, 990, 70};
+    Rng r(7300);
+    for (int per_cta = 0; per_cta < 2; per_cta++) {
+        const int nthreads = per_cta ? 128 : 32, nrows = per_cta ? 2 * MM_GROUP_ROWS : MM_GROUP_ROWS;
+        int bad = 0, cases = 0;
+        for (int n_chunks : kChunks)
+            for (int n_batch : kTokens)
+                for (int ne1 : kRows) {
+                    const int row_groups = (ne1 + MM_GROUP_ROWS - 1) / MM_GROUP_ROWS;
+                    const int64_t rows_padded = (int64_t)row_groups * MM_GROUP_ROWS;
+                    std::vector<float> partials((size_t)n_batch * n_chunks * rows_padded);
+                    for (float &v : partials) v = ldexpf(r.uniform(), (int)(r.next() % 41) - 20);
+                    std::vector<float> given = partials;
+                    if (swap_chunks && n_chunks > 2)
+                        for (int b = 0; b < n_batch; b++)
+                            for (int64_t o = 0; o < rows_padded; o++)
+                                std::swap(given[((size_t)b * n_chunks + 1) * rows_padded + o],
+                                          given[((size_t)b * n_chunks + 2) * rows_padded + o]);
+                    std::vector<float> y((size_t)n_batch * ne1 + 1, NAN); /* one more: a guard past the end */
+                    mm_mat_args M;
+                    memset(&M, 0, sizeof M);
+                    M.y = y.data(), M.partials = given.data(), M.ne1 = ne1, M.row_groups = row_groups;
+                    M.n_chunks = n_chunks;
+                    for (int64_t row0 = 0; row0 < rows_padded; row0 += nrows)
+                        for (int tid = 0; tid < nthreads; tid++)
+                            mm_finish_rows<16>(M, (int)row0, nrows, n_batch, tid, nthreads);
+                    cases++;
+                    for (int b = 0; b < n_batch; b++)
+                        for (int o = 0; o < ne1; o++) {
+                            const float *q = partials.data() + (size_t)b * n_chunks * rows_padded + o;
+                            float s = q[0];
+                            for (int c = 1; c < n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+                            const float got = y[(size_t)b * ne1 + o];
+                            if (memcmp(&got, &s, 4) != 0 && bad++ == 0)
+                                fail("finish, %d threads over %d rows: %d chunks, %d tokens, ne1 %d: y[%d][%d] = %.9g, "
+                                     "the chunk-order sum %.9g",
+                                     nthreads, nrows, n_chunks, n_batch, ne1, b, o, got, s);
+                        }
+                    if (!std::isnan(y.back()) && bad++ == 0)
+                        fail("finish, %d threads: %d chunks, %d tokens, ne1 %d: wrote past the last output", nthreads,
+                             n_chunks, n_batch, ne1);
+                }
+        printf("  %3d threads, %2d rows each: %d shapes, %s\n", nthreads, nrows, cases,
+               bad ? "MISMATCHES" : "equal in bits");
+    }
+}
+
 /* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
 static void check_mma_emulation(bool one_type = false) {
     printf("tensor-core kernel code, emulated on the host, against the host model:\n");
@@ -1574,8 +1629,15 @@ int main(int argc, char **argv) {
             caught += hit;
         }
         g_mma_fault = 0;
+        {
+            const int before = g_failures;
+            check_finish_rows(true);
+            const bool hit = g_failures > before;
+            printf("self-test: fault 7 (split-K finish over chunks 0, 2, 1, 3, ...) %s\n", hit ? "caught" : "NOT CAUGHT");
+            caught += hit;
+        }
         g_failures = 0;
-        if (caught != 6) {
+        if (caught != 7) {
             printf("self-test FAILED\n");
             return 1;
         }
@@ -1584,6 +1646,7 @@ int main(int argc, char **argv) {
         run_checks();
         check_ftc_error_vs_float64();
         check_tile_stage_loads();
+        check_finish_rows();
         if (g_opt.host_model) check_mma_emulation(), check_ftc_emulation();
     }
     if (g_opt.bench && !g_opt.host_model) run_bench();
