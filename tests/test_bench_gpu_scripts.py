@@ -84,7 +84,7 @@ def test_bench_gpu_e2e_quick_on_the_cpu(tmp_path, tiny_model_path):
              "--threads", "1", "--out", str(out))
     rows = read_rows(out)
     assert all(BASE_FIELDS <= row.keys() for row in rows)
-    assert all(row["same_as_plain"] for row in rows)
+    assert all(row["same_as_plain"] and row["warmup"] == 1 for row in rows)
     plain = [row for row in rows if row["mode"] == "plain"]
     spec = [row for row in rows if row["mode"] != "plain"]
     assert sorted(row["recorded_steps"] for row in plain) == [False, True]

@@ -34,7 +34,10 @@ on the run's own trees), accept (the greedy walk and Context.accept; on a GPU ac
 its device work, which then finishes inside the next verify), host (the rest of the step: the
 loop's bookkeeping). Launches, kernels run and host waits per step (Context.step_counters, -1 on the CPU) are
 counted from the first verify to the end of the run (the final fold of the pending path included).
-Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does.
+Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does. Before
+the repetitions each configuration runs --warmup times (24 tokens, untimed): a context records its
+graphs in its first run, and rows with one repetition counted that recording in their launches and
+time.
 
 The draft's cost (--draft-cost DRAFT.gguf, a DFlash draft for the target, e.g. the synthetic one of
 the published 27B shape that tools/bench_draft_head.py writes): each speculative step also runs the
@@ -210,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n-prompt", type=int, default=None, help="prompt tokens (default 32; quick 8)")
     parser.add_argument("--budget", type=int, default=22, help="DDTree nodes besides the root (default 22)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 3; quick 1)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed runs of each configuration (24 tokens) before the repetitions (default 1)")
     parser.add_argument("--recorded", default="on,off", help="recorded steps: on, off or on,off (default both)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--draft-cost", default=None, metavar="DRAFT.gguf",
@@ -238,8 +243,8 @@ def main(argv=None) -> int:
         ps = {t: solve_p(t) for t in targets}
     except ValueError as e:
         parser.error(f"--targets: {e}")
-    if n_predict < 2 or n_prompt < 1 or reps < 1 or args.budget < SPINE_DEPTH:
-        parser.error(f"-n must be >= 2, --n-prompt and --reps >= 1, --budget >= {SPINE_DEPTH} (the spine)")
+    if n_predict < 2 or n_prompt < 1 or reps < 1 or args.warmup < 0 or args.budget < SPINE_DEPTH:
+        parser.error(f"-n must be >= 2, --n-prompt and --reps >= 1, --warmup >= 0, --budget >= {SPINE_DEPTH} (the spine)")
 
     from pyspecla import Model
     from pyspecla.errors import SpeclaError
@@ -264,7 +269,7 @@ def main(argv=None) -> int:
     continuation = model.generate(prompt, n_predict + 16)
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
             "model": os.path.basename(args.model), "n_predict": n_predict, "n_prompt": n_prompt,
-            "budget": args.budget, "reps": reps, "quick": args.quick,
+            "budget": args.budget, "reps": reps, "warmup": args.warmup, "quick": args.quick,
             "draft_cost": os.path.basename(args.draft_cost) if draft is not None else None,
             "draft_vocab": args.draft_vocab if draft is not None else None}
     n_ctx = n_prompt + n_predict + args.budget + 2
@@ -282,6 +287,15 @@ def main(argv=None) -> int:
                                                       recorded_steps=rec == "on", capture_layers=capture)
 
     runs = [(mode, rec, t) for rec in recorded for mode in modes for t in ([None] if mode == "plain" else targets)]
+    # a context's first run records its graphs (decode, verify, accept): runs that count only steady
+    # steps come after one untimed run of each configuration
+    for _ in range(args.warmup):
+        for mode, rec, target in runs:
+            if mode == "plain":
+                run_plain(contexts[(mode, rec)], prompt, min(n_predict, 24))
+            else:
+                run_spec(model, contexts[(mode, rec)], MODES[mode][0], prompt, min(n_predict, 24), ps[target],
+                         continuation, args.budget, draft, args.draft_vocab)
     results = {run: [] for run in runs}
     for rep in range(reps):
         for run in (runs if rep % 2 == 0 else runs[::-1]):
