@@ -10,7 +10,9 @@
 # e.g.
 #   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
 #     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
-# Patches are `patch -p1` diffs against this tree, a branch's own changes from its merge base
+# The patches are applied to this tree in place while the script runs: nothing else in the same call
+# may build from the tree meanwhile (a checker built in the background beside this script compiled a
+# patched source and was labelled main). Patches are `patch -p1` diffs against this tree, a branch's own changes from its merge base
 # (git diff main...BRANCH -- native tools > ab/NAME.patch: with two dots, a diff from an older branch
 # would also revert what main gained since); they travel as untracked files. NAME=env:VAR=VALUE[,VAR=VALUE...] is main's library run with those
 # environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build. AB_PYTEST=0 skips the

@@ -115,19 +115,19 @@ MM_HD void mm_finish_rows(const mm_mat_args &M, int row0, int nrows, int n_batch
                 if (++lc == n_chunks) lc = 0, lb += lanes;
             }
 #pragma unroll
-        for (int j = 0; j < LOADS; j++) {
-            if (i0 + j >= total) break;
-            if (sc == 0) s = v[j];
-            else s.x = mm_add(s.x, v[j].x), s.y = mm_add(s.y, v[j].y), s.z = mm_add(s.z, v[j].z), s.w = mm_add(s.w, v[j].w);
-            if (++sc == n_chunks) {
-                float *y = M.y + (int64_t)sb * M.ne1 + row;
-                y[0] = s.x;
-                if (row + 1 < M.ne1) y[1] = s.y;
-                if (row + 2 < M.ne1) y[2] = s.z;
-                if (row + 3 < M.ne1) y[3] = s.w;
-                sc = 0, sb += lanes;
+        for (int j = 0; j < LOADS; j++) /* guarded, not left by break: hipcc then unrolls it too */
+            if (i0 + j < total) {
+                if (sc == 0) s = v[j];
+                else s.x = mm_add(s.x, v[j].x), s.y = mm_add(s.y, v[j].y), s.z = mm_add(s.z, v[j].z), s.w = mm_add(s.w, v[j].w);
+                if (++sc == n_chunks) {
+                    float *y = M.y + (int64_t)sb * M.ne1 + row;
+                    y[0] = s.x;
+                    if (row + 1 < M.ne1) y[1] = s.y;
+                    if (row + 2 < M.ne1) y[2] = s.z;
+                    if (row + 3 < M.ne1) y[3] = s.w;
+                    sc = 0, sb += lanes;
+                }
             }
-        }
     }
 }
 
