@@ -61,7 +61,6 @@ struct specla_draft_context {
     /* scratch */
     float *features;    /* [chunk][n_target_layers * E_t] */
     float *ctx_rows;    /* [chunk][E] */
-    float *k_rows;      /* [max(chunk, B)][nkv * D] */
     float *hidden;      /* [B][E] residual stream of the block */
     float *normed;      /* [B][E] */
     float *q;           /* [B][nh * D] */

@@ -59,7 +59,7 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     if (be) {
         free_array(be, dc->k_cache, dc->n_layer);
         free_array(be, dc->v_cache, dc->n_layer);
-        void *bufs[] = {dc->features, dc->ctx_rows, dc->k_rows, dc->hidden, dc->normed, dc->q, dc->mix,
+        void *bufs[] = {dc->features, dc->ctx_rows, dc->hidden, dc->normed, dc->q, dc->mix,
                         dc->branch, dc->ffn_a, dc->ffn_b, dc->logits, dc->positions, dc->block_ints, dc->top};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(be, bufs[i]);
         logit_rows_release(&dc->logit_rows, be);
@@ -128,7 +128,6 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)imax(rows, BLOCK_INT_KINDS * B));
         dc->features = alloc_floats(be, dc->chunk * W);
         dc->ctx_rows = alloc_floats(be, (int64_t)dc->chunk * E);
-        dc->k_rows = alloc_floats(be, rows * kv_row);
         dc->hidden = alloc_floats(be, (int64_t)B * E);
         dc->normed = alloc_floats(be, (int64_t)B * E);
         dc->q = alloc_floats(be, (int64_t)B * nh * D);
@@ -143,7 +142,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         const size_t top_bytes = (sizeof(int32_t) + sizeof(float)) * (size_t)(B - 1) * (size_t)dc->top_capacity;
         dc->top = be->ops->alloc(be, top_bytes);
         dc->host_top = malloc(top_bytes);
-        ok = dc->host_ints && dc->features && dc->ctx_rows && dc->k_rows && dc->hidden && dc->normed && dc->q &&
+        ok = dc->host_ints && dc->features && dc->ctx_rows && dc->hidden && dc->normed && dc->q &&
              dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->logits && dc->positions && dc->block_ints &&
              dc->top && dc->host_top;
     }
@@ -201,21 +200,24 @@ SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_contex
                              &dc->logit_head, op);
 }
 
-/* K (normed, rotated) and V rows of `n` inputs x[n][E] at `positions` (backend memory) for draft
- * layer il, written to cache rows first .. first+n-1. */
-static void write_kv_rows(specla_draft_context *dc, int il, const float *x, int n, int first,
-                          const int32_t *positions) {
+/* The projections of `n` inputs x[n][E] at `positions` (backend memory) that draft layer il needs:
+ * its K and V rows, written to cache rows first .. first+n-1 (K then normed and rotated in place),
+ * and with q_out its queries too. One matmul group: the projections share their input, so a GPU
+ * splits the activations once and runs one launch for all of them (the same bits as one call each). */
+static void project_layer(specla_draft_context *dc, int il, const float *x, int n, int first,
+                          const int32_t *positions, float *q_out) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
     const specla_draft_layer_weights *w = &dc->weights.layers[il];
     const int D = hp->head_dim, nkv = hp->n_head_kv;
     const int64_t kv_row = (int64_t)nkv * D;
     const backend *be = dc->be;
-    be->ops->matmul(be, &w->attn_k, x, n, dc->k_rows);
-    be->ops->rms_norm(be, dc->k_rows, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, dc->k_rows);
-    be->ops->rope_neox(be, dc->k_rows, positions, n, nkv, D, D, hp->rope_freq_base);
-    be->ops->copy(be, dc->k_cache[il] + first * kv_row, dc->k_rows, sizeof(float) * (size_t)(n * kv_row));
-    be->ops->matmul(be, &w->attn_v, x, n, dc->v_cache[il] + first * kv_row);
+    float *k = dc->k_cache[il] + first * kv_row;
+    const specla_tensor *mats[3] = {&w->attn_k, &w->attn_v, &w->attn_q};
+    float *const outs[3] = {k, dc->v_cache[il] + first * kv_row, q_out};
+    be->ops->matmul_group(be, q_out ? 3 : 2, mats, x, n, outs);
+    be->ops->rms_norm(be, k, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, k);
+    be->ops->rope_neox(be, k, positions, n, nkv, D, D, hp->rope_freq_base);
 }
 
 /* Context rows of target positions [first, first + n), n <= chunk, into every layer's cache. */
@@ -238,7 +240,7 @@ static void ingest_chunk(specla_draft_context *dc, const specla_context *target,
             }
     be->ops->matmul(be, &dc->weights.fc, dc->features, n, dc->ctx_rows);
     be->ops->rms_norm(be, dc->ctx_rows, (const float *)dc->weights.hidden_norm.data, n, E, hp->rms_eps, dc->ctx_rows);
-    for (int il = 0; il < hp->n_layer; il++) write_kv_rows(dc, il, dc->ctx_rows, n, first, dc->positions);
+    for (int il = 0; il < hp->n_layer; il++) project_layer(dc, il, dc->ctx_rows, n, first, dc->positions, NULL);
 }
 
 /* Brings the cache up to the target's n_past: keeps the rows of positions the target has not
@@ -288,12 +290,11 @@ static void run_block(specla_draft_context *dc, int n_past, int32_t root_token) 
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_draft_layer_weights *w = &dc->weights.layers[il];
         ops->rms_norm(be, dc->hidden, (const float *)w->attn_norm.data, B, E, hp->rms_eps, dc->normed);
-        ops->matmul(be, &w->attn_q, dc->normed, B, dc->q);
-        ops->rms_norm(be, dc->q, (const float *)w->attn_q_norm.data, B * nh, D, hp->rms_eps, dc->q);
-        ops->rope_neox(be, dc->q, positions, B, nh, D, D, hp->rope_freq_base);
         /* KV injection: the block's own K/V go to cache rows n_past .. n_past+B-1, right after the
          * context rows (the next ingestion overwrites them with context rows) */
-        write_kv_rows(dc, il, dc->normed, B, n_past, positions);
+        project_layer(dc, il, dc->normed, B, n_past, positions, dc->q);
+        ops->rms_norm(be, dc->q, (const float *)w->attn_q_norm.data, B * nh, D, hp->rms_eps, dc->q);
+        ops->rope_neox(be, dc->q, positions, B, nh, D, D, hp->rope_freq_base);
 
         const int swa = m->layer_is_swa[il];
         const int first = swa ? swa_first : 0;
