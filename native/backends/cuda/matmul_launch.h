@@ -81,10 +81,10 @@ MM_HD void mm_store(const mm_mat_args &M, int c, int row, int b, float v) {
  * rows 4 at a time with 16-byte reads of the workspace (rows_padded is a multiple of 32, so a quad
  * never crosses a token's rows), the other factor of nthreads / (nrows / 4) splits the tokens. Each
  * thread keeps LOADS reads in flight across its tokens and chunks together, all asked for before any
- * is added. A finish is the last work of its launch, and its reads are round trips to L2: one warp
- * reading 4 bytes per lane, 8 chunks and one token at a time, spent 60 us on the 54 chunks x 16
- * tokens of a 1024-row F16 matrix whose units took 5 (matmul_trace_report, draft_kv). Rows at or
- * past ne1 are neither read nor written. */
+ * is added. A finish is the last work of its launch and its reads are round trips to L2, so its
+ * time is its reads in flight: with 4 bytes per lane and one token at a time it was the longest
+ * part of the small matrices' launches (docs/perf.md, tenth pass). Rows at or past ne1 are neither
+ * read nor written. */
 MM_HD float4 mm_ld_partial4(const float *p) {
 #if MM_DEVICE_CODE
     return __ldcg((const float4 *)p); /* L2: other SMs' warps wrote them */
