@@ -94,6 +94,10 @@ def test_bench_gpu_e2e_quick_on_the_cpu(tmp_path, tiny_model_path):
         assert row["mean_accepted"] >= 1 and row["tokens_per_s"] > 0 and row["speedup_vs_plain"] > 0
         assert set(row["breakdown_ms"]) == {"draft_ms", "tree_ms", "hld_ms", "verify_ms", "accept_ms", "host_ms"}
         assert row["breakdown_ms"]["verify_ms"] > 0 and row["breakdown_ms"]["hld_ms"] > 0
+        b = row["breakdown_ms"]
+        assert row["host_work_ms"] == pytest.approx(b["tree_ms"] + b["hld_ms"] + b["accept_ms"] + b["host_ms"], abs=1e-3)
+        assert row["host_work_share"] == pytest.approx(row["host_work_ms"] / row["step_ms"], abs=1e-3)
+        assert 0 < row["host_work_share"] < 1
 
 
 @pytest.mark.parametrize("script,flags", [("bench_gpu_spec.py", ["--quick"]), ("bench_gpu_e2e.py", ["--quick"]),

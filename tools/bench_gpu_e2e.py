@@ -32,7 +32,8 @@ drafter's proposal), tree (building the DDTree), verify (verify_tree; it builds 
 inside, whose cost `hld_ms` is measured apart, after the run, by timing the library's builder
 on the run's own trees), accept (the greedy walk and Context.accept; on a GPU accept only queues
 its device work, which then finishes inside the next verify), host (the rest of the step: the
-loop's bookkeeping). Launches, kernels run and host waits per step (Context.step_counters, -1 on the CPU) are
+loop's bookkeeping); `host_work_ms` sums tree, HLD, accept and host, `host_work_share` divides it by
+the step (issue 14 keeps it at 3 % at most). Launches, kernels run and host waits per step (Context.step_counters, -1 on the CPU) are
 counted from the first verify to the end of the run (the final fold of the pending path included).
 Tokens/s counts the decode phase (after the prompt pass), as the loop's own figure does. Before
 the repetitions each configuration runs --warmup times (24 tokens, untimed): a context records its
@@ -145,6 +146,10 @@ def hld_ms(trees, capacity: int) -> float:
     for p in parents:
         check(lib.specla_hld_build(int32_ptr(p), len(p), capacity, int32_ptr(schedule), len(schedule)))
     return (time.perf_counter() - t0) * 1e3
+
+
+# the parts of breakdown_ms that are the host's work (draft and verify are device work and its wait)
+HOST_WORK_PARTS = ("tree_ms", "hld_ms", "accept_ms", "host_ms")
 
 
 def per_step(count: int, steps: int) -> float | None:
@@ -336,6 +341,10 @@ def main(argv=None) -> int:
                        verify_ms_including_hld=round(statistics.median(r["verify_ms_including_hld"] for r in rs), 4),
                        breakdown_ms={k: round(statistics.median(r["breakdown"][k] for r in rs), 4)
                                      for k in rs[0]["breakdown"]})
+            # issue 14's host budget: the host's own work per step (the tree, the HLD schedule, the
+            # accept walk with its queued launches, the loop's bookkeeping) over the step
+            host_work = sum(row["breakdown_ms"][k] for k in HOST_WORK_PARTS)
+            row.update(host_work_ms=round(host_work, 4), host_work_share=round(host_work / row["step_ms"], 4))
         rows.append(row)
         print(json.dumps(row), flush=True)
     for ctx in contexts.values():
