@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A run_gpu.sh bench command that measures one commit the way docs/perf.md's passes report it, in
+# one device call beside llama.cpp's llama-bench (which run_gpu.sh builds in the background and runs
+# last):
+#
+#   BUDGET_S=480 LLAMA_RESERVE_S=35 bash tools/device/run_gpu.sh "bash tools/device/measure.sh COMMIT"
+#
+# (about 400 s of wall time at 774475e). The GPU-timed parts run first, while llama.cpp builds:
+# bench_gpu (decode, the N-token curve at depth 0 and 4096), bench_specla (the SpecLA ops, 1 and 48
+# layers), cuda_matmul_check (every check, then the draft's and two small attention matrices). The
+# host-timed parts (bench_gpu_spec's accept, bench_gpu_e2e's tree / accept / host) wait for that build
+# to end, at most 150 s, so that they run on an idle host. The synthetic DFlash draft of the 27B shape
+# is written on the device meanwhile (31 s) for the e2e run with the draft's cost. Rows go to $ROWS
+# with commit COMMIT (the device's .git is the session's first commit, so it is passed in).
+set -u
+commit=${1:?COMMIT}
+: "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
+cd "$(dirname "$0")/../.." || exit 1
+draft=$HOME/models/27b-dflash-draft-L5-h32-kv8-d128-f16.gguf
+t0=$(date +%s)
+stage() { echo "=== [+$(( $(date +%s) - t0 ))s] $*"; }
+
+( bash tools/device/build_cuda_checks.sh "$HOME/measure-check" 90 > "$HOME/measure-check.log" 2>&1
+  echo $? > "$HOME/measure-check.rc" ) &
+check_pid=$!
+if [ ! -f "$draft" ]; then
+  ( python3 -c "from pyspecla.testing.drafts import write_test_draft; write_test_draft('$draft', '$MODEL', seed=1, quant='f16', n_layer=5, n_head=32, n_head_kv=8, head_dim=128)" \
+      > "$HOME/measure-draft.log" 2>&1; echo $? > "$HOME/measure-draft.rc" ) &
+else
+  echo 0 > "$HOME/measure-draft.rc"
+fi
+
+stage "bench_gpu"
+python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" --commit "$commit" 2>&1 | tail -30
+stage "bench_specla"
+python3 tools/bench_specla.py --device cuda --layers 1,48 --commit "$commit" --out "$ROWS" 2>&1 | tail -16
+stage "cuda_matmul_check"
+wait "$check_pid"
+if [ "$(cat "$HOME/measure-check.rc")" = 0 ]; then
+  timeout 150 "$HOME/measure-check/cuda_matmul_check" --no-bench 2>&1 | tail -4
+  for m in draft_kv draft_q draft_up draft_down attn_k attn_v; do
+    timeout 60 "$HOME/measure-check/cuda_matmul_check" --no-check --matrix "$m" --batches 1,16,23 --json "$ROWS" \
+      --commit "$commit" 2>&1 | grep -E "^  (draft|attn)"
+  done
+else
+  echo "cuda_matmul_check did not build"; tail -20 "$HOME/measure-check.log"
+fi
+stage "waiting for llama.cpp's build (at most 150 s)"
+for _ in $(seq 150); do [ -f "$HOME/.llama-build.rc" ] && break; sleep 1; done
+uptime
+stage "bench_gpu_spec"
+python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0,4096 --commit "$commit" --out "$ROWS" 2>&1 | tail -20
+stage "bench_gpu_e2e, oracle drafter"
+python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n 256 --modes plain,ddtree+specla \
+  --reps 2 --commit "$commit" --out "$ROWS" 2>&1 | tail -12
+stage "bench_gpu_e2e with the draft's cost"
+wait
+if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
+  python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --draft-cost "$draft" --targets 6 --recorded on \
+    --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -6
+else
+  echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
+fi
+stage "end"
