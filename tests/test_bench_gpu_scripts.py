@@ -189,3 +189,8 @@ def test_bench_host_step_rows(tmp_path):
 def test_bench_host_step_names_a_bad_count():
     proc = run_tool("bench_host_step.py", "--reps", "0", expect_rc=2)
     assert "--reps and --inner must be >= 1" in proc.stderr
+
+
+def test_bench_host_step_names_a_bad_step():
+    proc = run_tool("bench_host_step.py", "--step-ms", "0", expect_rc=2)
+    assert "--step-ms must be > 0" in proc.stderr

@@ -292,25 +292,25 @@ def main(argv=None) -> int:
                                                       recorded_steps=rec == "on", capture_layers=capture)
 
     runs = [(mode, rec, t) for rec in recorded for mode in modes for t in ([None] if mode == "plain" else targets)]
+
+    def run_once(run, n: int) -> dict:
+        mode, rec, target = run
+        ctx = contexts[(mode, rec)]
+        if mode == "plain":
+            return run_plain(ctx, prompt, n)
+        return run_spec(model, ctx, MODES[mode][0], prompt, n, ps[target], continuation, args.budget, draft,
+                        args.draft_vocab)
+
     # a context's first run records its graphs (decode, verify, accept): runs that count only steady
     # steps come after one untimed run of each configuration
     for _ in range(args.warmup):
-        for mode, rec, target in runs:
-            if mode == "plain":
-                run_plain(contexts[(mode, rec)], prompt, min(n_predict, 24))
-            else:
-                run_spec(model, contexts[(mode, rec)], MODES[mode][0], prompt, min(n_predict, 24), ps[target],
-                         continuation, args.budget, draft, args.draft_vocab)
+        for run in runs:
+            run_once(run, min(n_predict, 24))
     results = {run: [] for run in runs}
     for rep in range(reps):
         for run in (runs if rep % 2 == 0 else runs[::-1]):
             mode, rec, target = run
-            ctx = contexts[(mode, rec)]
-            if mode == "plain":
-                results[run].append(run_plain(ctx, prompt, n_predict))
-            else:
-                results[run].append(run_spec(model, ctx, MODES[mode][0], prompt, n_predict, ps[target], continuation,
-                                             args.budget, draft, args.draft_vocab))
+            results[run].append(run_once(run, n_predict))
             print(f"# rep {rep} {mode} recorded={rec} target={target}: "
                   f"{results[run][-1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
 

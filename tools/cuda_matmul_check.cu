@@ -547,6 +547,15 @@ static void emulate_dispatch(const mm_launch_args &args) { /* the tile count mat
     }
 }
 
+/* The split-K sum of output (token b, row o) as the order defines it: p_0, then + p_1, ... over the
+ * chunks of partials[n_batch][n_chunks][rows_padded]. */
+static float chunk_order_sum(const float *partials, int n_chunks, int64_t rows_padded, int b, int o) {
+    const float *q = partials + (size_t)b * n_chunks * rows_padded + o;
+    float s = q[0];
+    for (int c = 1; c < n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+    return s;
+}
+
 /* One emulated matmul call of one matrix: its launch arguments (activations quantized on the host,
  * partial sums in a host buffer), run(args) for the kernel's code, then the split-K sums added in
  * chunk order as mm_finish_unit adds them. */
@@ -569,12 +578,7 @@ static void emulate_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, 
     run(args, p);
     if (p.n_chunks > 1)
         for (int b = 0; b < n_batch; b++)
-            for (int o = 0; o < ne1; o++) {
-                const float *q = partials.data() + (size_t)b * p.n_chunks * rows_padded + o;
-                float s = q[0];
-                for (int c = 1; c < p.n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
-                y[(size_t)b * ne1 + o] = s;
-            }
+            for (int o = 0; o < ne1; o++) y[(size_t)b * ne1 + o] = chunk_order_sum(partials.data(), p.n_chunks, rows_padded, b, o);
 }
 
 /* y[n_batch][ne1] through the per-warp tensor-core kernel's code (emulated). */
@@ -717,9 +721,7 @@ static void check_finish_rows(bool swap_chunks = false) {
                     cases++;
                     for (int b = 0; b < n_batch; b++)
                         for (int o = 0; o < ne1; o++) {
-                            const float *q = partials.data() + (size_t)b * n_chunks * rows_padded + o;
-                            float s = q[0];
-                            for (int c = 1; c < n_chunks; c++) s = mm_add(s, q[(size_t)c * rows_padded]);
+                            const float s = chunk_order_sum(partials.data(), n_chunks, rows_padded, b, o);
                             const float got = y[(size_t)b * ne1 + o];
                             if (memcmp(&got, &s, 4) != 0 && bad++ == 0)
                                 fail("finish, %d threads over %d rows: %d chunks, %d tokens, ne1 %d: y[%d][%d] = %.9g, "

@@ -266,9 +266,9 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
 }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernels */
-/* Threads per CTA of the split: its CTA walks a whole token twice (the max, then the terms), and at
- * 128 threads the 40 dependent trips over a 5120-wide token kept the matmul after it waiting 15 us
- * (matmul_trace_report, draft_kv at one token). */
+/* Threads per CTA of the split: its CTA walks a whole token twice (the max, then the terms) while the
+ * matmul after it waits, so the walk is spread wide: 5 elements per thread on a 5120-wide token
+ * (docs/perf.md, tenth pass: 128 threads kept that matmul waiting 15 us). */
 #define MM_SPLIT_THREADS 1024
 /* The split of x[n_batch][n] for weight TYPE (a CTA of MM_SPLIT_THREADS per token: the token's max |x| by
  * a warp max and a shared-memory max over the CTA's warps, exact in any order), and the zeroing of
