@@ -6,6 +6,10 @@ step) plus a row for the whole step.
     python tools/profile_gpu_step.py --model 27b.gguf --out rows.jsonl [--tokens 4]
     python tools/profile_gpu_step.py --model 27b.gguf --tree      # the 23-node DDTree verify of
                                                                   # bench_gpu_spec.py, SpecLA on
+    python tools/profile_gpu_step.py --model 27b.gguf --spec-draft draft.gguf
+        # whole speculative steps as bench_gpu_e2e.py --draft-cost runs them (oracle acceptance at
+        # 6 tokens per step, DDTree of 23 nodes with SpecLA, recorded steps, the DFlash draft's
+        # proposal each step): rows per step; the draft's kernels are the F16 ones and its split
 
 Per-kernel times need SPECLA_CUDA_PDL=0. With launch overlap on (the default on sm_90), every kernel
 starts while its predecessor runs and waits inside, so its span includes that wait: at 0167a20 the
@@ -37,12 +41,16 @@ def main(argv=None) -> int:
     parser.add_argument("--depth", type=int, default=16, help="tokens already in the context before each step")
     parser.add_argument("--tree", action="store_true",
                         help="profile a verify of bench_gpu_spec.py's 23-node DDTree (HLD chains, deferred commit)")
+    parser.add_argument("--spec-draft", default=None, metavar="DRAFT.gguf",
+                        help="profile speculative steps with this DFlash draft's cost (bench_gpu_e2e.py --draft-cost)")
     args = parser.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.init()
     model = Model.load(args.model, device="cuda")
+    if args.spec_draft:
+        return profile_spec_steps(model, args)
     if args.batch < 1 or args.depth < 8:
         parser.error("--batch must be >= 1 and --depth >= 8")
     parents = None
@@ -77,25 +85,37 @@ def main(argv=None) -> int:
         for t in range(args.tokens):
             step(t)
         wall = (time.perf_counter() - t0) / args.tokens
+    mode = "tree" if parents else "decode" if args.batch == 1 else "batch"
+    return write_rows(args, prof, mode, args.tokens, wall, {"batch": args.batch, "depth": args.depth})
+
+
+def kernel_times(prof):
+    """{kernel name: [calls, device microseconds]} over a profile's CUDA events."""
     per_name = defaultdict(lambda: [0, 0.0])
     for event in prof.events():
         if event.device_type.name == "CUDA" or getattr(event, "device_time", 0):
             per_name[event.name][0] += 1
             per_name[event.name][1] += event.device_time if hasattr(event, "device_time") else event.cuda_time
-    kernel_us = sum(v[1] for v in per_name.values()) / args.tokens
+    return per_name
+
+
+def write_rows(args, prof, mode: str, n_steps: int, wall: float, fields: dict) -> int:
+    """One row for the whole step and one per kernel name, per step (a decode token, a batch, a
+    verify or a speculative step), printed and appended to --out."""
+    per_name = kernel_times(prof)
+    kernel_us = sum(v[1] for v in per_name.values()) / n_steps
     overlap = os.environ.get("SPECLA_CUDA_PDL", "1") != "0"
     if overlap:
         print("profile_gpu_step: launch overlap is on (SPECLA_CUDA_PDL unset): kernel spans include their waits; "
               "set SPECLA_CUDA_PDL=0 for per-kernel times", file=sys.stderr)
     rows = [{"commit": args.commit, "model": os.path.basename(args.model), "launch_overlap": overlap,
-             "mode": "tree-profile" if parents else "decode-profile" if args.batch == 1 else "batch-profile",
-             "batch": args.batch, "depth": args.depth,
+             "mode": f"{mode}-profile", **fields,
              "wall_ms_per_token": round(wall * 1e3, 3), "kernel_ms_per_token": round(kernel_us / 1e3, 3),
-             "kernels_per_token": sum(v[0] for v in per_name.values()) / args.tokens}]
+             "kernels_per_token": sum(v[0] for v in per_name.values()) / n_steps}]
     for name, (calls, us) in sorted(per_name.items(), key=lambda kv: -kv[1][1]):
-        rows.append({"mode": "tree-kernel" if parents else "decode-kernel" if args.batch == 1 else "batch-kernel", "batch": args.batch, "kernel": name[:120], "calls_per_token": calls / args.tokens,
-                     "us_per_token": round(us / args.tokens, 1), "mean_us": round(us / calls, 2),
-                     "share_of_kernel_time": round(us / args.tokens / kernel_us, 4)})
+        rows.append({"mode": f"{mode}-kernel", **fields, "kernel": name[:120], "calls_per_token": calls / n_steps,
+                     "us_per_token": round(us / n_steps, 1), "mean_us": round(us / calls, 2),
+                     "share_of_kernel_time": round(us / n_steps / kernel_us, 4)})
     for row in rows[:40]:
         print(json.dumps(row))
     if args.out:
@@ -103,6 +123,34 @@ def main(argv=None) -> int:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
     return 0
+
+
+def profile_spec_steps(model, args) -> int:
+    """Speculative steps with the DFlash draft's cost, as bench_gpu_e2e.py --draft-cost runs them
+    (6 accepted tokens per step, recorded steps): one untimed run records the graphs, then one
+    profiled run; "per token" in the rows is per speculative step."""
+    import numpy as np
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench_gpu_e2e import MODES, run_spec, solve_p  # noqa: E402  (tools/ is this script's directory)
+    from pyspecla.dflash_draft import DFlashDraft
+
+    draft = DFlashDraft.load(args.spec_draft, model)
+    n_prompt, n_predict, budget = 32, max(args.tokens, 24), 22
+    prompt = np.random.default_rng(0).integers(0, model.hparams.n_vocab, n_prompt).tolist()
+    continuation = model.generate(prompt, n_predict + 16)
+    methods = MODES["ddtree+specla"]
+    ctx = model.new_context(n_ctx=n_prompt + n_predict + budget + 2, max_tree_nodes=budget + 1,
+                            verify_method=methods[1], commit_method=methods[2], recorded_steps=True,
+                            capture_layers=draft.target_layer_ids)
+    p = solve_p(6.0)
+    run_spec(model, ctx, True, prompt, 24, p, continuation, budget, draft, 32768)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = run_spec(model, ctx, True, prompt, n_predict, p, continuation, budget, draft, 32768)
+    steps = max(result["steps"], 1)
+    return write_rows(args, prof, "spec", steps, result["step_ms"] / 1e3,
+                      {"steps": steps, "mean_accepted": round(result["mean_accepted"], 3),
+                       "draft": os.path.basename(args.spec_draft)})
 
 
 if __name__ == "__main__":
