@@ -43,6 +43,9 @@ def main(argv=None) -> int:
                         help="profile a verify of bench_gpu_spec.py's 23-node DDTree (HLD chains, deferred commit)")
     parser.add_argument("--spec-draft", default=None, metavar="DRAFT.gguf",
                         help="profile speculative steps with this DFlash draft's cost (bench_gpu_e2e.py --draft-cost)")
+    parser.add_argument("--timeline", default=None, metavar="OUT.jsonl",
+                        help="with --spec-draft: also write every GPU activity and the steps' phases (draft, "
+                             "verify, accept: host ranges) as JSON lines with start and end in microseconds")
     args = parser.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -125,6 +128,59 @@ def write_rows(args, prof, mode: str, n_steps: int, wall: float, fields: dict) -
     return 0
 
 
+class phase_ranges:
+    """With `on`, labels each step's phases as host ranges of the profile: the drafter's proposal
+    (DFlashDrafter.propose), the verify (Context.verify_tree) and the accept (Context.accept)."""
+
+    def __init__(self, on: bool):
+        self.on, self.saved = on, []
+
+    def __enter__(self):
+        if not self.on:
+            return self
+        from torch.profiler import record_function
+
+        from pyspecla.model import Context
+        from pyspecla.speculative.drafters.dflash import DFlashDrafter
+
+        def labelled(cls, name, label):
+            original = getattr(cls, name)
+
+            def wrapper(*a, **k):
+                with record_function(label):
+                    return original(*a, **k)
+            self.saved.append((cls, name, original))
+            setattr(cls, name, wrapper)
+        labelled(DFlashDrafter, "propose", "phase:draft")
+        labelled(Context, "verify_tree", "phase:verify")
+        labelled(Context, "accept", "phase:accept")
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, original in self.saved:
+            setattr(cls, name, original)
+        return False
+
+
+def write_timeline(prof, path: str) -> None:
+    """GPU activities (kernels, copies) and phase ranges, one JSON object per line: kind, name,
+    start and end (microseconds, the profiler's one clock)."""
+    with open(path, "w") as f:
+        for e in prof.events():
+            r = e.time_range
+            if e.name.startswith("phase:"):
+                kind = "phase"
+            elif e.device_type.name == "CUDA":
+                kind = "gpu"
+            elif e.name.startswith("cuda") and ("Launch" in e.name or "Memcpy" in e.name or "Synchronize" in e.name
+                                                or "Graph" in e.name or "Event" in e.name):
+                kind = "api"
+            else:
+                continue
+            f.write(json.dumps({"kind": kind, "name": e.name[:80], "start": round(r.start, 2),
+                                "end": round(r.end, 2)}) + "\n")
+
+
 def profile_spec_steps(model, args) -> int:
     """Speculative steps with the DFlash draft's cost, as bench_gpu_e2e.py --draft-cost runs them
     (6 accepted tokens per step, recorded steps): one untimed run records the graphs, then one
@@ -145,8 +201,11 @@ def profile_spec_steps(model, args) -> int:
                             capture_layers=draft.target_layer_ids)
     p = solve_p(6.0)
     run_spec(model, ctx, True, prompt, 24, p, continuation, budget, draft, 32768)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.timeline else [])
+    with profile(activities=activities) as prof, phase_ranges(bool(args.timeline)):
         result = run_spec(model, ctx, True, prompt, n_predict, p, continuation, budget, draft, 32768)
+    if args.timeline:
+        write_timeline(prof, args.timeline)
     steps = max(result["steps"], 1)
     return write_rows(args, prof, "spec", steps, result["step_ms"] / 1e3,
                       {"steps": steps, "mean_accepted": round(result["mean_accepted"], 3),
