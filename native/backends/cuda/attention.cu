@@ -67,6 +67,10 @@
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
 #define ATT_TILE_PAIRS 24 /* (query, head) pairs per block of a batch's shared segments: 4 queries x 6
                            * heads on the 27B shape (G = 6), so each K/V row is read once per 4 queries */
+#define ATT_SHARE_MIN_ROWS 1024 /* rows a tile's queries must all see before their common segments are
+                                 * shared: below, one block per query and segment (23 queries x 4 KV
+                                 * heads x at most 8 segments on the 27B shape) keeps them parallel, where
+                                 * a shared block's 24 pairs walked the rows 4x longer */
 /* resident blocks per SM the tile kernel's registers leave room for: 3 (168 registers) where ptxas fits
  * it without spilling (sm_90; gfx11); 2 for sm_75, whose ptxas spilled 4 bytes at 168 */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -428,9 +432,10 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
 /* SPLIT for a batch (T > 1): block (seg, kvh * n_hgroups + hg, tile * qt + jq) serves segment seg of
  * the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
  * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
- * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows:
- * causal, (seg + 1) * ATT_SEG <= the smallest positions[t] + 1 of the tile; tree, (seg + 1) * ATT_SEG
- * <= n_prefix (the prefix rows are direct). Block jq = 0 reduces a shared segment once for all (query,
+ * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows
+ * and those rows are many: n_shared >= ATT_SHARE_MIN_ROWS and (seg + 1) * ATT_SEG <= n_shared, where
+ * n_shared is, causal, the smallest positions[t] + 1 of the tile, and, tree, n_prefix (the prefix rows
+ * are direct). Block jq = 0 reduces a shared segment once for all (query,
  * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
  * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
  * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
@@ -469,7 +474,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     }
     __syncthreads();
     const int n_shared = parents ? n_prefix : tile_min_rows;
-    const bool shared = (seg + 1) * ATT_SEG <= n_shared;
+    const bool shared = n_shared >= ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
     const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
     if (tid == 0 && (!shared || counts)) { /* query t's rows (and chain) */
         query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
