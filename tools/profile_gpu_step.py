@@ -169,6 +169,8 @@ def write_timeline(prof, path: str) -> None:
         for e in prof.events():
             r = e.time_range
             if e.name.startswith("phase:"):
+                if e.device_type.name == "CUDA":
+                    continue  # the profiler's GPU-side copy of a host range
                 kind = "phase"
             elif e.device_type.name == "CUDA":
                 kind = "gpu"

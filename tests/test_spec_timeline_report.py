@@ -1,0 +1,61 @@
+"""tools/spec_timeline_report.py on a hand-made timeline: busy time is the union of GPU activities
+clipped to each range, gaps and API times are attributed to the range they start in."""
+
+import io
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+import spec_timeline_report as report  # noqa: E402
+
+
+def timeline():
+    ev = [
+        {"kind": "phase", "name": "phase:draft", "start": 0.0, "end": 100.0},
+        {"kind": "gpu", "name": "a", "start": 10.0, "end": 30.0},
+        {"kind": "gpu", "name": "b", "start": 20.0, "end": 40.0},   # overlaps a: busy 10..40
+        {"kind": "gpu", "name": "c", "start": 90.0, "end": 120.0},  # clipped at the range's end
+        {"kind": "api", "name": "cudaLaunchKernelExC", "start": 1.0, "end": 4.0},
+        {"kind": "api", "name": "cudaMemcpyAsync", "start": 50.0, "end": 95.0},
+        {"kind": "phase", "name": "phase:verify", "start": 150.0, "end": 250.0},
+        {"kind": "gpu", "name": "d", "start": 200.0, "end": 260.0},
+    ]
+    return ev
+
+
+def test_merged_intervals_and_coverage():
+    merged = report.merged_intervals([(20, 40), (10, 30), (90, 120)])
+    assert merged == [[10, 40], [90, 120]]
+    assert report.covered(merged, 0, 100) == 40
+    assert report.covered(merged, 35, 95) == 10
+    assert report.covered(merged, 40, 90) == 0
+
+
+def test_phase_stats():
+    stats = report.phase_stats(timeline())
+    draft, = stats["phase:draft"]
+    assert draft["wall_us"] == 100 and draft["gpu_busy_us"] == 40
+    assert draft["gpu_activities"] == 3 and draft["first_gpu_after_us"] == 10
+    assert draft["launch_api_us"] == 3 and draft["wait_api_us"] == 45
+    verify, = stats["phase:verify"]
+    assert verify["gpu_busy_us"] == 50 and verify["gpu_activities"] == 1 and verify["launch_api_us"] == 0
+
+
+def test_report_marks_gaps(tmp_path):
+    out = io.StringIO()
+    report.report(timeline(), out=out)
+    text = out.getvalue()
+    assert "gap 50.0 us" in text  # b ends at 40, c starts at 90
+    assert "GPU busy 110 us" in text  # 10..40, 90..120, 200..250 over the span 0..250
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in timeline()))
+    assert report.main([str(path)]) == 0
+
+
+def test_bad_file_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{not json\n")
+    assert report.main([str(path)]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err

@@ -1,0 +1,118 @@
+"""Summarise a timeline of speculative steps (tools/profile_gpu_step.py --spec-draft ... --timeline):
+for each phase kind (draft, verify, accept: host ranges), the median host wall, the GPU busy time
+inside it (the union of GPU activities, clipped to the range), the GPU activities that start
+inside it and the runtime API time spent in it (launches; copies and synchronisations); then the
+whole span's GPU busy share, and one draft range activity by activity with its GPU idle gaps.
+
+    python tools/spec_timeline_report.py timeline.jsonl[.gz]"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+GAP_US = 5.0  # GPU idle gaps listed in the detailed draft range
+
+
+def read_timeline(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def merged_intervals(spans: list[tuple[float, float]]) -> list[list[float]]:
+    """The union of [start, end) spans as sorted disjoint intervals."""
+    merged: list[list[float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+def covered(intervals: list[list[float]], a: float, b: float) -> float:
+    """How much of [a, b) the disjoint sorted intervals cover."""
+    total = 0.0
+    for start, end in intervals:
+        if end <= a:
+            continue
+        if start >= b:
+            break
+        total += min(end, b) - max(start, a)
+    return total
+
+
+def phase_stats(events: list[dict]) -> dict[str, list[dict]]:
+    """Per phase name, one dict of figures per range."""
+    gpu = sorted((e["start"], e["end"]) for e in events if e["kind"] == "gpu")
+    busy = merged_intervals(gpu)
+    api = [e for e in events if e["kind"] == "api"]
+    per_phase: dict[str, list[dict]] = defaultdict(list)
+    for e in (e for e in events if e["kind"] == "phase"):
+        a, b = e["start"], e["end"]
+        starts = [s for s, _ in gpu if a <= s < b]
+        inside = [x for x in api if a <= x["start"] < b]
+        per_phase[e["name"]].append({
+            "wall_us": b - a,
+            "gpu_busy_us": covered(busy, a, b),
+            "gpu_activities": len(starts),
+            "launch_api_us": sum(x["end"] - x["start"] for x in inside if "Launch" in x["name"]),
+            "wait_api_us": sum(x["end"] - x["start"] for x in inside
+                               if "Synchronize" in x["name"] or "Memcpy" in x["name"]),
+            "first_gpu_after_us": (starts[0] - a) if starts else None,
+        })
+    return per_phase
+
+
+def report(events: list[dict], out=sys.stdout) -> None:
+    for name, ranges in phase_stats(events).items():
+        def median(key):
+            values = [r[key] for r in ranges if r[key] is not None]
+            return statistics.median(values) if values else float("nan")
+        print(f"{name}: {len(ranges)} ranges; median wall {median('wall_us'):.1f} us, GPU busy inside "
+              f"{median('gpu_busy_us'):.1f}, GPU activities started inside {median('gpu_activities'):.0f}, "
+              f"launch API {median('launch_api_us'):.1f} us, copy / sync API {median('wait_api_us'):.1f} us, "
+              f"first GPU start {median('first_gpu_after_us'):.1f} us after the range's", file=out)
+    phases = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "phase")
+    if not phases:
+        return
+    gpu = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "gpu")
+    busy = merged_intervals([(s, t) for s, t, _ in gpu])
+    a, b = phases[0][0], phases[-1][1]
+    print(f"span {b - a:.0f} us: GPU busy {covered(busy, a, b):.0f} us ({covered(busy, a, b) / (b - a):.1%})",
+          file=out)
+    drafts = [p for p in phases if p[2] == "phase:draft"]
+    if not drafts:
+        return
+    a, b, _ = drafts[len(drafts) // 2]
+    print(f"one draft range ({b - a:.0f} us): GPU activities (start after the range's, duration, name), "
+          f"idle gaps over {GAP_US:.0f} us marked", file=out)
+    last_end = a
+    for start, end, name in (g for g in gpu if a <= g[0] < b):
+        if start - last_end > GAP_US:
+            print(f"   ---- gap {start - last_end:.1f} us", file=out)
+        print(f"   {start - a:8.1f} {end - start:7.1f} {name[:70]}", file=out)
+        last_end = max(last_end, end)
+    print(f"   the range ends at {b - a:.1f}; the last GPU activity at {last_end - a:.1f}", file=out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("timeline", help="JSON lines from profile_gpu_step.py --timeline (optionally .gz)")
+    args = parser.parse_args(argv)
+    try:
+        events = read_timeline(args.timeline)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"spec_timeline_report: {args.timeline}: {e}", file=sys.stderr)
+        return 2
+    report(events)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
