@@ -176,3 +176,29 @@ def test_recorded_decode_runs_the_kernels_the_eager_decode_counts(model):
     assert launches_r == 1, f"the recorded decode step ran {launches_r} launches, not one replay"
     assert kernels_r == launches_e, (f"the recording holds {kernels_r} kernels, the op-by-op step launched "
                                      f"{launches_e}")
+
+
+def test_a_step_waits_for_the_device_once(model):
+    """Issue 14: a step's host waits are its result's read-back and nothing else. A decode step and
+    a verify (recorded and eager) each read back their argmax, one wait; an accept waits for nothing
+    (its device work finishes inside the next verify)."""
+    prompt = np.random.default_rng(7).integers(0, model.hparams.n_vocab, 11).tolist()
+    for recorded in (True, False):
+        ctx = model.new_context(n_ctx=256, max_tree_nodes=8, recorded_steps=recorded)
+        ctx.eval(prompt)
+        for t in range(4):  # recorded: the first decode records the step, the later ones replay it
+            ctx.launch_counters()
+            ctx.eval_argmax([t + 1])
+            waits = ctx.launch_counters()[1]
+            assert waits == 1, f"recorded={recorded}: decode {t} waited {waits} times (want 1: the argmax)"
+        parents = [-1, 0, 1, 1, 3]
+        for step in range(4):  # recorded: eager, recorded, then replayed
+            ctx.launch_counters()
+            ctx.verify_tree([5, 6, 7, 8, 9], parents)
+            waits = ctx.launch_counters()[1]
+            assert waits == 1, f"recorded={recorded}: verify {step} waited {waits} times (want 1: the argmax)"
+            ctx.accept([0, 1, 3])
+            waits = ctx.launch_counters()[1]
+            assert waits == 0, f"recorded={recorded}: accept {step} waited {waits} times"
+        ctx.close()
+
