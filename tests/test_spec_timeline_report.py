@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import spec_timeline_report as report  # noqa: E402
@@ -34,7 +36,7 @@ def test_merged_intervals_and_coverage():
 
 
 def test_phase_stats():
-    stats = report.phase_stats(timeline())
+    stats = report.phase_stats(report.Timeline(timeline()))
     draft, = stats["phase:draft"]
     assert draft["wall_us"] == 100 and draft["gpu_busy_us"] == 40
     assert draft["gpu_activities"] == 3 and draft["first_gpu_after_us"] == 10
@@ -45,7 +47,7 @@ def test_phase_stats():
 
 def test_report_marks_gaps(tmp_path):
     out = io.StringIO()
-    report.report(timeline(), out=out)
+    report.report(report.Timeline(timeline()), out=out)
     text = out.getvalue()
     assert "gap 50.0 us" in text  # b ends at 40, c starts at 90
     assert "GPU busy 110 us" in text  # 10..40, 90..120, 200..250 over the span 0..250
@@ -59,3 +61,14 @@ def test_bad_file_is_a_clear_error(tmp_path, capsys):
     path.write_text("{not json\n")
     assert report.main([str(path)]) == 2
     assert "bad.jsonl" in capsys.readouterr().err
+
+
+def test_profile_timeline_needs_the_speculative_mode(capsys):
+    """profile_gpu_step.py's --timeline labels speculative steps: without --spec-draft it is refused
+    before anything loads (no GPU needed to check)."""
+    import profile_gpu_step
+
+    with pytest.raises(SystemExit) as e:
+        profile_gpu_step.main(["--model", "absent.gguf", "--timeline", "t.jsonl"])
+    assert e.value.code == 2
+    assert "--timeline goes with --spec-draft" in capsys.readouterr().err

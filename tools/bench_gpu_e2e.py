@@ -71,6 +71,9 @@ MODES = {  # name: (specla, verify_method, commit_method); None = plain decoding
     "ddtree-dense": (False, "dense_checkpoints", "checkpoint_restore"),
 }
 SPINE_DEPTH = 15  # SpecConfig.max_depth: the rank-0 spine a DDTree seeds with
+N_PROMPT = 32  # prompt tokens of a run (--n-prompt; quick: 8)
+BUDGET = 22  # DDTree nodes besides the root (--budget)
+DRAFT_VOCAB = 32768  # rows of the head a --draft-cost draft scores (--draft-vocab)
 
 
 def solve_p(target: float, depth: int = SPINE_DEPTH) -> float:
@@ -215,8 +218,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     parser.add_argument("--targets", default="4,6,8", help="mean tokens committed per step to aim at (default 4,6,8)")
     parser.add_argument("-n", "--n-predict", type=int, default=None, help="tokens per run (default 256; quick 24)")
-    parser.add_argument("--n-prompt", type=int, default=None, help="prompt tokens (default 32; quick 8)")
-    parser.add_argument("--budget", type=int, default=22, help="DDTree nodes besides the root (default 22)")
+    parser.add_argument("--n-prompt", type=int, default=None, help=f"prompt tokens (default {N_PROMPT}; quick 8)")
+    parser.add_argument("--budget", type=int, default=BUDGET, help=f"DDTree nodes besides the root (default {BUDGET})")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 3; quick 1)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed runs of each configuration (24 tokens) before the repetitions (default 1)")
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
     parser.add_argument("--draft-cost", default=None, metavar="DRAFT.gguf",
                         help="a DFlash draft for the target: each speculative step also runs its proposal "
                              "(tokens dropped) so the figures include the draft's cost (DraftCostOracle)")
-    parser.add_argument("--draft-vocab", type=int, default=32768,
+    parser.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB,
                         help="with --draft-cost: the draft scores this many of the head's rows (0: all)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
     parser.add_argument("--quick", action="store_true", help="24 tokens, an 8-token prompt, 1 repetition")
@@ -233,7 +236,7 @@ def main(argv=None) -> int:
     parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
     args = parser.parse_args(argv)
     n_predict = args.n_predict or (24 if args.quick else 256)
-    n_prompt = args.n_prompt or (8 if args.quick else 32)
+    n_prompt = args.n_prompt or (8 if args.quick else N_PROMPT)
     reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     modes = [m for m in args.modes.split(",") if m]
     recorded = [r for r in args.recorded.split(",") if r]

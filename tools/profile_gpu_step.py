@@ -47,6 +47,8 @@ def main(argv=None) -> int:
                         help="with --spec-draft: also write every GPU activity and the steps' phases (draft, "
                              "verify, accept: host ranges) as JSON lines with start and end in microseconds")
     args = parser.parse_args(argv)
+    if args.timeline and not args.spec_draft:
+        parser.error("--timeline goes with --spec-draft (it labels the speculative steps' phases)")
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -190,22 +192,26 @@ def profile_spec_steps(model, args) -> int:
     import numpy as np
     from torch.profiler import ProfilerActivity, profile
 
-    from bench_gpu_e2e import MODES, run_spec, solve_p  # noqa: E402  (tools/ is this script's directory)
+    from bench_gpu_e2e import BUDGET, DRAFT_VOCAB, MODES, N_PROMPT, run_spec, solve_p  # noqa: E402  (tools/)
     from pyspecla.dflash_draft import DFlashDraft
 
     draft = DFlashDraft.load(args.spec_draft, model)
-    n_prompt, n_predict, budget = 32, max(args.tokens, 24), 22
-    prompt = np.random.default_rng(0).integers(0, model.hparams.n_vocab, n_prompt).tolist()
+    n_predict = max(args.tokens, 24)
+    prompt = np.random.default_rng(0).integers(0, model.hparams.n_vocab, N_PROMPT).tolist()
     continuation = model.generate(prompt, n_predict + 16)
     methods = MODES["ddtree+specla"]
-    ctx = model.new_context(n_ctx=n_prompt + n_predict + budget + 2, max_tree_nodes=budget + 1,
+    ctx = model.new_context(n_ctx=N_PROMPT + n_predict + BUDGET + 2, max_tree_nodes=BUDGET + 1,
                             verify_method=methods[1], commit_method=methods[2], recorded_steps=True,
                             capture_layers=draft.target_layer_ids)
     p = solve_p(6.0)
-    run_spec(model, ctx, True, prompt, 24, p, continuation, budget, draft, 32768)
+
+    def run(n: int) -> dict:
+        return run_spec(model, ctx, True, prompt, n, p, continuation, BUDGET, draft, DRAFT_VOCAB)
+
+    run(24)  # records the graphs
     activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.timeline else [])
     with profile(activities=activities) as prof, phase_ranges(bool(args.timeline)):
-        result = run_spec(model, ctx, True, prompt, n_predict, p, continuation, budget, draft, 32768)
+        result = run(n_predict)
     if args.timeline:
         write_timeline(prof, args.timeline)
     steps = max(result["steps"], 1)

@@ -47,19 +47,29 @@ def covered(intervals: list[list[float]], a: float, b: float) -> float:
     return total
 
 
-def phase_stats(events: list[dict]) -> dict[str, list[dict]]:
+class Timeline:
+    """A timeline's events sorted once: GPU activities (start, end, name), their busy intervals,
+    the phase ranges (start, end, name) and the runtime API calls."""
+
+    def __init__(self, events: list[dict]):
+        self.gpu = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "gpu")
+        self.busy = merged_intervals([(s, t) for s, t, _ in self.gpu])
+        self.phases = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "phase")
+        self.api = [e for e in events if e["kind"] == "api"]
+
+    def gpu_starting_in(self, a: float, b: float) -> list[tuple[float, float, str]]:
+        return [g for g in self.gpu if a <= g[0] < b]
+
+
+def phase_stats(tl: Timeline) -> dict[str, list[dict]]:
     """Per phase name, one dict of figures per range."""
-    gpu = sorted((e["start"], e["end"]) for e in events if e["kind"] == "gpu")
-    busy = merged_intervals(gpu)
-    api = [e for e in events if e["kind"] == "api"]
     per_phase: dict[str, list[dict]] = defaultdict(list)
-    for e in (e for e in events if e["kind"] == "phase"):
-        a, b = e["start"], e["end"]
-        starts = [s for s, _ in gpu if a <= s < b]
-        inside = [x for x in api if a <= x["start"] < b]
-        per_phase[e["name"]].append({
+    for a, b, name in tl.phases:
+        starts = [s for s, _, _ in tl.gpu_starting_in(a, b)]
+        inside = [x for x in tl.api if a <= x["start"] < b]
+        per_phase[name].append({
             "wall_us": b - a,
-            "gpu_busy_us": covered(busy, a, b),
+            "gpu_busy_us": covered(tl.busy, a, b),
             "gpu_activities": len(starts),
             "launch_api_us": sum(x["end"] - x["start"] for x in inside if "Launch" in x["name"]),
             "wait_api_us": sum(x["end"] - x["start"] for x in inside
@@ -69,8 +79,8 @@ def phase_stats(events: list[dict]) -> dict[str, list[dict]]:
     return per_phase
 
 
-def report(events: list[dict], out=sys.stdout) -> None:
-    for name, ranges in phase_stats(events).items():
+def report(tl: Timeline, out=sys.stdout) -> None:
+    for name, ranges in phase_stats(tl).items():
         def median(key):
             values = [r[key] for r in ranges if r[key] is not None]
             return statistics.median(values) if values else float("nan")
@@ -78,22 +88,19 @@ def report(events: list[dict], out=sys.stdout) -> None:
               f"{median('gpu_busy_us'):.1f}, GPU activities started inside {median('gpu_activities'):.0f}, "
               f"launch API {median('launch_api_us'):.1f} us, copy / sync API {median('wait_api_us'):.1f} us, "
               f"first GPU start {median('first_gpu_after_us'):.1f} us after the range's", file=out)
-    phases = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "phase")
-    if not phases:
+    if not tl.phases:
         return
-    gpu = sorted((e["start"], e["end"], e["name"]) for e in events if e["kind"] == "gpu")
-    busy = merged_intervals([(s, t) for s, t, _ in gpu])
-    a, b = phases[0][0], phases[-1][1]
-    print(f"span {b - a:.0f} us: GPU busy {covered(busy, a, b):.0f} us ({covered(busy, a, b) / (b - a):.1%})",
-          file=out)
-    drafts = [p for p in phases if p[2] == "phase:draft"]
+    a, b = tl.phases[0][0], tl.phases[-1][1]
+    busy = covered(tl.busy, a, b)
+    print(f"span {b - a:.0f} us: GPU busy {busy:.0f} us ({busy / (b - a):.1%})", file=out)
+    drafts = [p for p in tl.phases if p[2] == "phase:draft"]
     if not drafts:
         return
     a, b, _ = drafts[len(drafts) // 2]
     print(f"one draft range ({b - a:.0f} us): GPU activities (start after the range's, duration, name), "
           f"idle gaps over {GAP_US:.0f} us marked", file=out)
     last_end = a
-    for start, end, name in (g for g in gpu if a <= g[0] < b):
+    for start, end, name in tl.gpu_starting_in(a, b):
         if start - last_end > GAP_US:
             print(f"   ---- gap {start - last_end:.1f} us", file=out)
         print(f"   {start - a:8.1f} {end - start:7.1f} {name[:70]}", file=out)
@@ -110,7 +117,7 @@ def main(argv=None) -> int:
     except (OSError, json.JSONDecodeError) as e:
         print(f"spec_timeline_report: {args.timeline}: {e}", file=sys.stderr)
         return 2
-    report(events)
+    report(Timeline(events))
     return 0
 
 
