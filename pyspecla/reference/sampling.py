@@ -53,5 +53,11 @@ def softmax(x) -> list[float]:
 
 
 def probabilities(processed, temperature: float) -> list[float]:
-    """The final distribution at temperature > 0."""
-    return softmax([v / temperature for v in processed])
+    """The final distribution at temperature > 0, normalised by the correctly rounded sum
+    (math.fsum): a running sum over a large vocabulary drifts by up to V rounding steps, which
+    would make the oracle less exact than what it checks."""
+    x = [v / temperature for v in processed]
+    m = max(x)
+    e = [math.exp(v - m) for v in x]
+    total = math.fsum(e)
+    return [v / total for v in e]
