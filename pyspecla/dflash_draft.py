@@ -27,7 +27,7 @@ class DraftContext:
     incrementally; rebuilt from position 0 when the target context was reset, rolled back or
     swapped for another). Create with `DFlashDraft.new_context()`."""
 
-    def __init__(self, draft: "DFlashDraft", n_ctx: int, max_batch: int):
+    def __init__(self, draft: "DFlashDraft", n_ctx: int, max_batch: int, recorded_steps: bool = True):
         if n_ctx <= 0:
             raise UsageError(f"n_ctx must be positive, got {n_ctx}")
         self.draft = draft
@@ -35,7 +35,7 @@ class DraftContext:
         backend, index = _native.parse_device(getattr(draft.target_model, "device", "auto"))
         params = _native.ContextParams(n_ctx=n_ctx, max_batch=max_batch, n_threads=draft.n_threads,
                                        cpu_kernels=_native.CPU_KERNELS[draft.cpu_kernels], backend=backend,
-                                       device=index)
+                                       device=index, no_recorded_steps=0 if recorded_steps else 1)
         handle = ctypes.c_void_p()
         _native.check(_native.lib.specla_draft_context_create(draft._handle, ctypes.byref(params),
                                                                     ctypes.byref(handle)))
@@ -155,9 +155,11 @@ class DFlashDraft:
         capture_layers."""
         return list(self.hparams.target_layer_ids)
 
-    def new_context(self, n_ctx: int = 4096, max_batch: int = 64) -> DraftContext:
-        """n_ctx: the most target positions the draft follows (as the target context's n_ctx)."""
-        return DraftContext(self, n_ctx, max_batch)
+    def new_context(self, n_ctx: int = 4096, max_batch: int = 64, recorded_steps: bool = True) -> DraftContext:
+        """n_ctx: the most target positions the draft follows (as the target context's n_ctx). On a
+        GPU a proposal (all but the ingestion of new feature rows) is recorded once per depths, top-k
+        and LM head and replayed (recorded_steps=False runs every op eagerly; the same results)."""
+        return DraftContext(self, n_ctx, max_batch, recorded_steps)
 
     def close(self, _free=_native.lib.specla_draft_model_free) -> None:
         if getattr(self, "_handle", None):

@@ -33,6 +33,7 @@ class Context:
         self.n_ctx = n_ctx
         self.max_batch = min(max_batch, n_ctx)
         self.max_tree_nodes = max_tree_nodes
+        self.recorded_steps = recorded_steps  # a draft context made for this one follows it (bench_gpu_e2e)
         kernels = _native.CPU_KERNELS.get(cpu_kernels)
         if kernels is None:
             raise UsageError(f"cpu_kernels must be one of {sorted(_native.CPU_KERNELS)}, got {cpu_kernels!r}")

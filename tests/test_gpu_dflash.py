@@ -135,6 +135,48 @@ def test_a_propose_waits_for_the_device_once(pair_path):
         assert ctx.launch_counters() == (0, 0), "a propose call used the target context's backend"
 
 
+def test_a_recorded_proposal_equals_the_eager_one(pair_path):
+    """A proposal is recorded once per (depths, top-k, LM head) and replayed: its block, head and
+    top-k read n_past, the root token and the sliding window's start from device data. Replayed,
+    it gives the eager proposal's bits while the 8-row window moves down the cache, 1..7 rows are
+    ingested between calls, a side branch is accepted, the key changes and the target is reset; a
+    call with nothing to ingest is one launch (the replay) and one wait."""
+    target, draft_file = pair_path("swa-window-8")
+    model, draft = open_pair(target, draft_file, "cuda")
+    V = model.hparams.n_vocab
+    tokens = prompt(V, 120, seed=41)
+    ctx = model.new_context(n_ctx=160, max_tree_nodes=8, capture_layers=draft.target_layer_ids)
+    recorded = draft.new_context(n_ctx=160, max_batch=6)
+    eager = draft.new_context(n_ctx=160, max_batch=6, recorded_steps=False)
+
+    def same(step: str, depths: int = 15, k: int = 8):
+        root = tokens[ctx.n_past % len(tokens)]
+        got, want = recorded.propose(ctx, root, depths, k), eager.propose(ctx, root, depths, k)
+        assert np.array_equal(got[0], want[0]), f"{step}: ids"
+        assert np.array_equal(got[1].view(np.uint32), want[1].view(np.uint32)), f"{step}: log-probs"
+
+    ctx.eval(tokens[:3])
+    same("n_past 3 (recorded here)")
+    at = 3
+    for step, n in enumerate([1, 7, 2, 5, 3, 6, 4]):  # n_past 4 .. 31: the window passes row 0
+        ctx.eval(tokens[at:at + n])
+        at += n
+        same(f"step {step}, n_past {ctx.n_past}")
+    recorded.launch_counters()
+    same("nothing to ingest")
+    launches, waits = recorded.launch_counters()
+    assert (launches, waits) == (1, 1), f"a replayed proposal with nothing to ingest: {launches} launches, {waits} waits"
+    ctx.verify_tree(tokens[at:at + 4], [-1, 0, 1, 0])
+    ctx.accept([0, 3])  # a side branch: the target moved its rows, the draft re-ingests them
+    same("after a side branch")
+    same("another key: 6 depths, top 3", depths=6, k=3)
+    same("the first key again")
+    ctx.reset()
+    ctx.eval(tokens[50:90])
+    same("after a reset, 40 rows")
+    assert ctx.device == "cuda" and recorded.device == "cuda"
+
+
 def test_reduced_head_rows_are_gathered_on_the_device(pair_path):
     target, draft_file = pair_path("swa-window-8")
     model, draft = open_pair(target, draft_file, "cuda")

@@ -19,8 +19,8 @@ the spine; p is solved from 1 + sum_{i=1..15} p^i = target, and every row report
 Modes: `plain` (Context.eval_argmax one token at a time: the plain path; a GPU replays its
 recorded decode step), `ddtree+specla` (HLD chains + deferred factor commit) and `ddtree-dense`
 (dense per-node checkpoints + restore), each with recorded steps on and off
-(new_context(recorded_steps=...): graph replay vs eager, for plain decode steps and for the
-speculative steps' verifies alike, docs/gpu-steps.md; the CPU records nothing, the rows are there
+(new_context(recorded_steps=...): graph replay vs eager, for plain decode steps, the speculative
+steps' verifies and a --draft-cost draft's proposals alike, docs/gpu-steps.md; the CPU records nothing, the rows are there
 all the same). Every context is made with the same parameters (tree capacity, methods),
 once per mode, and reset before each run. Runs alternate between modes within a repetition and
 the order flips every repetition; tokens/s is the median over --reps repetitions, and
@@ -184,7 +184,8 @@ def run_spec(model, ctx, specla: bool, prompt, n_predict: int, p: float, continu
     ctx.reset()
     drafter = OracleDrafter(p, continuation, model.hparams.n_vocab, seed=0)
     if draft is not None:  # a fresh draft context per run, as a run of its own would make
-        drafter = DraftCostOracle(drafter, DFlashDrafter(draft, n_ctx=ctx.n_ctx, vocab=draft_vocab or None))
+        drafter = DraftCostOracle(drafter, DFlashDrafter(draft, n_ctx=ctx.n_ctx, vocab=draft_vocab or None,
+                                                         recorded_steps=ctx.recorded_steps))
     observed = ObservedContext(ctx)
     config = SpecConfig(mode="ddtree", specla=specla, budget=budget, tau=6.0, top_k=4,
                         max_depth=SPINE_DEPTH)

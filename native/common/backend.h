@@ -30,9 +30,17 @@ extern "C" {
 
 typedef struct backend backend;
 
-/* Keys of recorded steps: the decode step, and verify steps of up to STEP_VERIFY_SLOTS node counts
- * (key STEP_VERIFY + slot; the context says which node count and LM head a slot was recorded for). */
-enum { STEP_DECODE = 0, STEP_VERIFY = 1, STEP_VERIFY_SLOTS = 4, STEP_KINDS = STEP_VERIFY + STEP_VERIFY_SLOTS };
+/* Keys of recorded steps: the decode step, verify steps of up to STEP_VERIFY_SLOTS node counts
+ * (key STEP_VERIFY + slot; the context says which node count and LM head a slot was recorded for),
+ * and a DFlash draft context's proposal (its own backend instance; the draft context says for which
+ * depths, top-k and LM head). */
+enum {
+    STEP_DECODE = 0,
+    STEP_VERIFY = 1,
+    STEP_VERIFY_SLOTS = 4,
+    STEP_PROPOSE = STEP_VERIFY + STEP_VERIFY_SLOTS,
+    STEP_KINDS = STEP_PROPOSE + 1
+};
 
 /* Sizes a backend instance must be ready for, so it can reserve its workspace once. */
 typedef struct backend_limits {
@@ -178,9 +186,14 @@ typedef struct backend_ops {
                         int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n);
 
     /* --- attention ------------------------------------------------------------------------------ */
-    /* causal: query t sees cache rows 0 .. positions[t] (GQA h -> h / (nh / nkv)), scale 1/sqrt(D) */
+    /* causal: query t sees cache rows first .. first + positions[t] (GQA h -> h / (nh / nkv)), scale
+     * 1/sqrt(D), where first is *first_row (one int in backend memory, read when the op runs; NULL: 0),
+     * a window's start that a recorded step can move; the rows are reduced by their place in the
+     * window (0 .. positions[t]), so a window at `first` gives the bits of a cache that starts there.
+     * n_kv (host) bounds positions[t] + 1 (a GPU sizes its grid for it) */
     void (*attention)(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                      const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+                      const int32_t *first_row, const int32_t *positions, int T, int n_kv, int nh, int nkv, int D,
+                      float *out);
     /* tree: node t sees rows 0 .. n_prefix-1, then n_prefix + a for its ancestors a and itself;
      * n_prefix (one int) and parents (topological) in backend memory, read when the op runs; max_rows
      * (host) bounds n_prefix + T (a GPU sizes its grid for it: a recorded verify passes the cache's

@@ -632,6 +632,10 @@ SPECLA_API specla_status specla_draft_model_create(const specla_draft_hparams *h
                                                    const specla_draft_weights *weights, const specla_model *target,
                                                    specla_draft_model **out_model);
 SPECLA_API void specla_draft_model_free(specla_draft_model *model);
+/* params: n_ctx (most target positions the draft follows), max_batch (feature rows ingested per pass),
+ * n_threads, cpu_kernels, backend, device and no_recorded_steps as for a target context (0: a GPU
+ * records a proposal after its ingestion once per depths, top-k and LM head, and replays it; same
+ * results); the other fields are ignored. */
 SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *model,
                                                      const specla_context_params *params,
                                                      specla_draft_context **out_context);

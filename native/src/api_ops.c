@@ -368,7 +368,7 @@ SPECLA_API specla_status specla_op_attention(const specla_op_options *opt, const
     const float *vd = (const float *)OP_IN(&c, v_cache, cache_bytes);
     const int32_t *pd = (const int32_t *)OP_IN(&c, positions, sizeof(int32_t) * (size_t)T);
     float *od = (float *)OP_OUT(&c, out, q_bytes);
-    if (op_ready(&c)) c.be->ops->attention(c.be, qd, kd, vd, pd, T, n_kv, nh, nkv, D, od);
+    if (op_ready(&c)) c.be->ops->attention(c.be, qd, kd, vd, NULL, pd, T, n_kv, nh, nkv, D, od);
     return op_end(&c);
 }
 

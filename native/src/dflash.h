@@ -67,13 +67,17 @@ struct specla_draft_context {
     float *mix;         /* [B][nh * D] attention output */
     float *branch;      /* [B][E] */
     float *ffn_a, *ffn_b; /* [B][F] */
+    float *block_k, *block_v; /* [B][nkv * D] the block's K (normed, rotated) and V, then scattered into
+                                 the cache rows of its positions: a recorded proposal writes through
+                                 device row ids, not through pointers that move with n_past */
     float *logits;      /* [B - 1][V] */
     specla_tensor logit_head; /* rows of the target's LM head the block is scored over (all by default) */
     logit_row_set logit_rows;
     int32_t *positions; /* [max(chunk, B)] rope positions of the context rows being ingested */
-    int32_t *block_ints; /* [BLOCK_INT_KINDS][B] of the block, uploaded at once: its rope positions,
-                            token ids, and last visible cache row per row (relative to the window
-                            start) for sliding-window and for full layers */
+    int32_t *block_ints; /* [BLOCK_INT_KINDS][B] of the block, then one int, uploaded at once: its rope
+                            positions (= its cache rows), token ids, and last visible cache row per row
+                            (relative to the window start) for sliding-window and for full layers;
+                            then the sliding window's first cache row (block_window_first) */
     int32_t *host_ints; /* host [max(chunk, BLOCK_INT_KINDS * B)]: what positions / block_ints are
                            filled from */
     void *top;          /* propose's answer before it is read back in one piece: its n_depths x top_k
@@ -81,9 +85,18 @@ struct specla_draft_context {
                            (B - 1) x top_capacity of each */
     void *host_top;     /* host, the same size: where that one read-back lands */
     int32_t top_capacity; /* entries per row `top` holds */
+    /* Recorded proposals: the block, the head and the top-k of a propose call read everything that
+     * changes per call (n_past, the root token, the window) from block_ints, so a backend that
+     * records steps records them once per key and replays them (STEP_PROPOSE). */
+    int32_t no_recorded_steps;  /* 1: every proposal runs eagerly (the params', or recording failed) */
+    int32_t recorded_depths, recorded_top_k; /* the recording's key (0 depths: none yet) */
+    const void *recorded_head;  /* ... with the LM head it scores over */
+    int64_t recorded_head_rows;
 };
 
 /* The rows of block_ints. */
 enum { BLOCK_POSITIONS = 0, BLOCK_TOKENS = 1, BLOCK_ROWS_SWA = 2, BLOCK_ROWS_FULL = 3, BLOCK_INT_KINDS = 4 };
+/* block_ints' ints in all: the rows above, then the sliding window's first cache row */
+#define BLOCK_INTS(B) (BLOCK_INT_KINDS * (B) + 1)
 
 #endif

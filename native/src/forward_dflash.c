@@ -22,7 +22,14 @@
  * target's, which may still be moving rows of an accepted path). Which rows are still current is
  * known from the target's rewrite log (context_unchanged_rows), never by reading the device. A
  * propose call uploads its small index arrays and reads back one thing: the [n_depths][top_k] ids
- * and log-probs, in one piece (the only host wait of the call on a GPU). */
+ * and log-probs, in one piece (the only host wait of the call on a GPU).
+ *
+ * Recorded proposals: ingestion runs eagerly (its row count changes per call), the rest of a call
+ * (the block, the head, the top-k) is the same sequence of launches at every n_past. The block's
+ * K/V go to the cache through its positions (block_ints, uploaded per call, read on the device), the
+ * sliding window's start likewise, and attention grids are sized for the cache's capacity (blocks
+ * past a query's rows leave). So a backend that records steps records that part once per (depths,
+ * top-k, LM head) and replays it; recording off (no_recorded_steps) runs the same ops eagerly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +66,8 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     if (be) {
         free_array(be, dc->k_cache, dc->n_layer);
         free_array(be, dc->v_cache, dc->n_layer);
-        void *bufs[] = {dc->features, dc->ctx_rows, dc->hidden, dc->normed, dc->q, dc->mix,
-                        dc->branch, dc->ffn_a, dc->ffn_b, dc->logits, dc->positions, dc->block_ints, dc->top};
+        void *bufs[] = {dc->features, dc->ctx_rows, dc->hidden, dc->normed, dc->q, dc->mix, dc->branch, dc->ffn_a,
+                        dc->ffn_b, dc->block_k, dc->block_v, dc->logits, dc->positions, dc->block_ints, dc->top};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(be, bufs[i]);
         logit_rows_release(&dc->logit_rows, be);
         be->ops->destroy(be);
@@ -71,7 +78,8 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
 }
 
 /* params: n_ctx = most target positions the draft can follow; max_batch = feature rows ingested per
- * pass (<= 0: 64); n_threads, cpu_kernels as for a target context. Other fields are ignored. */
+ * pass (<= 0: 64); n_threads, cpu_kernels, backend, device and no_recorded_steps as for a target
+ * context. Other fields are ignored. */
 SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *model,
                                                      const specla_context_params *params,
                                                      specla_draft_context **out_context) {
@@ -108,6 +116,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     dc->n_ctx = params->n_ctx;
     dc->n_rows = params->n_ctx + B;
     dc->chunk = chunk;
+    dc->no_recorded_steps = params->no_recorded_steps != 0;
     /* the draft's weights, and the target's embedding and LM head, where this backend reads them */
     if ((st = draft_weights_for(model, be, &dc->weights)) != SPECLA_OK ||
         (st = model_weights_for(model->target, be, &dc->target_weights)) != SPECLA_OK) {
@@ -125,7 +134,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         ok = dc->k_cache[il] && dc->v_cache[il];
     }
     if (ok) {
-        dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)imax(rows, BLOCK_INT_KINDS * B));
+        dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)imax(rows, BLOCK_INTS(B)));
         dc->features = alloc_floats(be, dc->chunk * W);
         dc->ctx_rows = alloc_floats(be, (int64_t)dc->chunk * E);
         dc->hidden = alloc_floats(be, (int64_t)B * E);
@@ -135,16 +144,18 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         dc->branch = alloc_floats(be, (int64_t)B * E);
         dc->ffn_a = alloc_floats(be, (int64_t)B * hp->n_ff);
         dc->ffn_b = alloc_floats(be, (int64_t)B * hp->n_ff);
+        dc->block_k = alloc_floats(be, (int64_t)B * kv_row);
+        dc->block_v = alloc_floats(be, (int64_t)B * kv_row);
         dc->logits = alloc_floats(be, (int64_t)(B - 1) * V);
         dc->positions = alloc_ints(be, rows);
-        dc->block_ints = alloc_ints(be, (int64_t)BLOCK_INT_KINDS * B);
+        dc->block_ints = alloc_ints(be, BLOCK_INTS(B));
         dc->top_capacity = DRAFT_TOP_CAPACITY;
         const size_t top_bytes = (sizeof(int32_t) + sizeof(float)) * (size_t)(B - 1) * (size_t)dc->top_capacity;
         dc->top = be->ops->alloc(be, top_bytes);
         dc->host_top = malloc(top_bytes);
         ok = dc->host_ints && dc->features && dc->ctx_rows && dc->hidden && dc->normed && dc->q &&
-             dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->logits && dc->positions && dc->block_ints &&
-             dc->top && dc->host_top;
+             dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->block_k && dc->block_v && dc->logits &&
+             dc->positions && dc->block_ints && dc->top && dc->host_top;
     }
     if (!ok) {
         specla_draft_context_free(dc);
@@ -201,23 +212,21 @@ SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_contex
 }
 
 /* The projections of `n` inputs x[n][E] at `positions` (backend memory) that draft layer il needs:
- * its K and V rows, written to cache rows first .. first+n-1 (K then normed and rotated in place),
- * and with q_out its queries too. One matmul group: the projections share their input, so a GPU
- * splits the activations once and runs one launch for all of them (the same bits as one call each). */
-static void project_layer(specla_draft_context *dc, int il, const float *x, int n, int first,
-                          const int32_t *positions, float *q_out) {
+ * its K and V rows into k_out and v_out (K then normed and rotated in place), and with q_out its
+ * queries too. One matmul group: the projections share their input, so a GPU splits the activations
+ * once and runs one launch for all of them (the same bits as one call each). */
+static void project_layer(specla_draft_context *dc, int il, const float *x, int n, const int32_t *positions,
+                          float *k_out, float *v_out, float *q_out) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
     const specla_draft_layer_weights *w = &dc->weights.layers[il];
     const int D = hp->head_dim, nkv = hp->n_head_kv;
-    const int64_t kv_row = (int64_t)nkv * D;
     const backend *be = dc->be;
-    float *k = dc->k_cache[il] + first * kv_row;
     const specla_tensor *mats[3] = {&w->attn_k, &w->attn_v, &w->attn_q};
-    float *const outs[3] = {k, dc->v_cache[il] + first * kv_row, q_out};
+    float *const outs[3] = {k_out, v_out, q_out};
     be->ops->matmul_group(be, q_out ? 3 : 2, mats, x, n, outs);
-    be->ops->rms_norm(be, k, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, k);
-    be->ops->rope_neox(be, k, positions, n, nkv, D, D, hp->rope_freq_base);
+    be->ops->rms_norm(be, k_out, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, k_out);
+    be->ops->rope_neox(be, k_out, positions, n, nkv, D, D, hp->rope_freq_base);
 }
 
 /* Context rows of target positions [first, first + n), n <= chunk, into every layer's cache. */
@@ -240,7 +249,9 @@ static void ingest_chunk(specla_draft_context *dc, const specla_context *target,
             }
     be->ops->matmul(be, &dc->weights.fc, dc->features, n, dc->ctx_rows);
     be->ops->rms_norm(be, dc->ctx_rows, (const float *)dc->weights.hidden_norm.data, n, E, hp->rms_eps, dc->ctx_rows);
-    for (int il = 0; il < hp->n_layer; il++) project_layer(dc, il, dc->ctx_rows, n, first, dc->positions, NULL);
+    const int64_t at = (int64_t)first * hp->n_head_kv * hp->head_dim; /* cache rows first .. first + n - 1 */
+    for (int il = 0; il < hp->n_layer; il++)
+        project_layer(dc, il, dc->ctx_rows, n, dc->positions, dc->k_cache[il] + at, dc->v_cache[il] + at, NULL);
 }
 
 /* Brings the cache up to the target's n_past: keeps the rows of positions the target has not
@@ -265,42 +276,52 @@ static void ingest(specla_draft_context *dc, const specla_context *target) {
     }
 }
 
-/* The block through every layer; leaves the final residual stream in dc->hidden. */
-static void run_block(specla_draft_context *dc, int n_past, int32_t root_token) {
+/* Every index array of the block, in one upload (block_ints): what a recorded proposal reads of n_past
+ * and the root token. */
+static void upload_block(specla_draft_context *dc, int n_past, int32_t root_token) {
+    const specla_draft_hparams *hp = &dc->model->hp;
+    const int B = hp->block_size;
+    const int swa_first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
+    int32_t *ints = dc->host_ints;
+    for (int j = 0; j < B; j++) {
+        ints[BLOCK_POSITIONS * B + j] = n_past + j; /* also the cache row of block row j */
+        ints[BLOCK_TOKENS * B + j] = j == 0 ? root_token : hp->mask_token_id;
+        ints[BLOCK_ROWS_SWA * B + j] = n_past + j - swa_first; /* causal in the block */
+        ints[BLOCK_ROWS_FULL * B + j] = n_past + B - 1;        /* every row */
+    }
+    ints[BLOCK_INT_KINDS * B] = swa_first;
+    dc->be->ops->upload(dc->be, dc->block_ints, ints, sizeof(int32_t) * (size_t)BLOCK_INTS(B));
+}
+
+/* The block through every layer; leaves the final residual stream in dc->hidden. Reads n_past only
+ * from block_ints (upload_block), so the same launches serve every call. full_rows_bound and
+ * swa_rows_bound bound the rows one query of a full / sliding-window layer attends: the cache's
+ * capacity when recorded, the call's own otherwise (a smaller grid, the same bits). */
+static void run_block(specla_draft_context *dc, int full_rows_bound, int swa_rows_bound) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
     const backend *be = dc->be;
     const backend_ops *ops = be->ops;
     const int B = hp->block_size, E = hp->n_embd, D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    const int F = hp->n_ff;
-    const int64_t kv_row = (int64_t)nkv * D;
-
-    /* every index array of the block in one upload (block_ints) */
-    const int swa_first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
-    int32_t *ints = dc->host_ints;
-    for (int j = 0; j < B; j++) {
-        ints[BLOCK_POSITIONS * B + j] = n_past + j;
-        ints[BLOCK_TOKENS * B + j] = j == 0 ? root_token : hp->mask_token_id;
-        ints[BLOCK_ROWS_SWA * B + j] = n_past + j - swa_first; /* causal in the block */
-        ints[BLOCK_ROWS_FULL * B + j] = n_past + B - 1;        /* every row */
-    }
-    ops->upload(be, dc->block_ints, ints, sizeof(int32_t) * (size_t)(BLOCK_INT_KINDS * B));
+    const int F = hp->n_ff, kv_row = nkv * D;
     const int32_t *positions = dc->block_ints + BLOCK_POSITIONS * B;
+    const int32_t *window_first = dc->block_ints + BLOCK_INT_KINDS * B;
     ops->get_rows(be, &dc->target_weights.token_embd, dc->block_ints + BLOCK_TOKENS * B, B, dc->hidden);
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_draft_layer_weights *w = &dc->weights.layers[il];
         ops->rms_norm(be, dc->hidden, (const float *)w->attn_norm.data, B, E, hp->rms_eps, dc->normed);
-        /* KV injection: the block's own K/V go to cache rows n_past .. n_past+B-1, right after the
-         * context rows (the next ingestion overwrites them with context rows) */
-        project_layer(dc, il, dc->normed, B, n_past, positions, dc->q);
+        /* KV injection: the block's own K/V go to cache rows n_past .. n_past+B-1 (its positions),
+         * right after the context rows (the next ingestion overwrites them with context rows) */
+        project_layer(dc, il, dc->normed, B, positions, dc->block_k, dc->block_v, dc->q);
+        ops->scatter_rows(be, dc->k_cache[il], kv_row, positions, dc->block_k, B, kv_row);
+        ops->scatter_rows(be, dc->v_cache[il], kv_row, positions, dc->block_v, B, kv_row);
         ops->rms_norm(be, dc->q, (const float *)w->attn_q_norm.data, B * nh, D, hp->rms_eps, dc->q);
         ops->rope_neox(be, dc->q, positions, B, nh, D, D, hp->rope_freq_base);
 
         const int swa = m->layer_is_swa[il];
-        const int first = swa ? swa_first : 0;
-        ops->attention(be, dc->q, dc->k_cache[il] + first * kv_row, dc->v_cache[il] + first * kv_row,
-                       dc->block_ints + (swa ? BLOCK_ROWS_SWA : BLOCK_ROWS_FULL) * B, B, n_past + B - first, nh, nkv,
-                       D, dc->mix);
+        ops->attention(be, dc->q, dc->k_cache[il], dc->v_cache[il], swa ? window_first : NULL,
+                       dc->block_ints + (swa ? BLOCK_ROWS_SWA : BLOCK_ROWS_FULL) * B, B,
+                       swa ? swa_rows_bound : full_rows_bound, nh, nkv, D, dc->mix);
         ops->matmul(be, &w->attn_output, dc->mix, B, dc->branch);
         ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
 
@@ -314,6 +335,45 @@ static void run_block(specla_draft_context *dc, int n_past, int32_t root_token) 
     }
 }
 
+/* The block, then rows 1..n_depths through the draft's output_norm and the target's LM head matrix,
+ * or the rows of it this context scores (not the target's output_norm: the draft's final norm
+ * replaces it), then each row's top_k into top_ids / top_logprobs (backend memory). */
+static void enqueue_proposal(specla_draft_context *dc, int n_depths, int top_k, int full_rows_bound,
+                             int swa_rows_bound, int32_t *top_ids, float *top_logprobs) {
+    const specla_draft_hparams *hp = &dc->model->hp;
+    const backend *be = dc->be;
+    const int E = hp->n_embd;
+    run_block(dc, full_rows_bound, swa_rows_bound);
+    be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
+                      dc->normed);
+    be->ops->matmul(be, &dc->logit_head, dc->normed, n_depths, dc->logits);
+    be->ops->topk_log_softmax(be, dc->logits, n_depths, (int)dc->logit_head.ne1, top_k, top_ids, top_logprobs);
+}
+
+/* A proposal as one recorded step: replayed when one was recorded for these depths, top-k and head,
+ * else recorded now and replayed. 1 when it ran so; 0 when the backend could not record (nothing ran;
+ * this context proposes eagerly from now on). */
+static int replay_proposal(specla_draft_context *dc, int n_depths, int top_k, int32_t *top_ids,
+                           float *top_logprobs) {
+    const backend *be = dc->be;
+    const specla_draft_hparams *hp = &dc->model->hp;
+    const int same_key = dc->recorded_depths == n_depths && dc->recorded_top_k == top_k &&
+                         dc->recorded_head == dc->logit_head.data && dc->recorded_head_rows == dc->logit_head.ne1;
+    if (same_key && be->ops->replay(be, STEP_PROPOSE)) return 1;
+    const int swa_bound = hp->sliding_window + hp->block_size < dc->n_rows ? hp->sliding_window + hp->block_size
+                                                                            : dc->n_rows;
+    be->ops->capture_begin(be);
+    enqueue_proposal(dc, n_depths, top_k, dc->n_rows, swa_bound, top_ids, top_logprobs);
+    if (be->ops->capture_end(be, STEP_PROPOSE) == SPECLA_OK && be->ops->replay(be, STEP_PROPOSE)) {
+        dc->recorded_depths = n_depths, dc->recorded_top_k = top_k;
+        dc->recorded_head = dc->logit_head.data, dc->recorded_head_rows = dc->logit_head.ne1;
+        return 1;
+    }
+    dc->recorded_depths = 0;
+    dc->no_recorded_steps = 1;
+    return 0;
+}
+
 SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const specla_context *target,
                                               int32_t root_token, int32_t n_depths, int32_t top_k, int32_t *tokens,
                                               float *logprobs) {
@@ -321,7 +381,7 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_propose: NULL argument");
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
-    const int B = hp->block_size, V = m->target->hp.n_vocab, E = hp->n_embd;
+    const int B = hp->block_size, V = m->target->hp.n_vocab;
     if (target->model != m->target)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
                            "specla_draft_propose: the target context belongs to another model than the one the draft "
@@ -369,23 +429,22 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
                                pos);
 
     ingest(dc, target);
-    run_block(dc, n_past, root_token);
-
-    /* rows 1..n_depths: the draft's output_norm, then the target's LM head matrix, or the rows of it
-     * this context scores (not the target's output_norm: the draft's final norm replaces it) */
+    upload_block(dc, n_past, root_token);
+    /* the rows this call's queries see: full layers n_past + B, sliding-window layers their window */
+    const int swa_first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
+    const int full_rows = n_past + B, swa_rows = n_past + B - swa_first;
     const backend *be = dc->be;
-    be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
-                      dc->normed);
-    be->ops->matmul(be, &dc->logit_head, dc->normed, n_depths, dc->logits);
-    if (be->ops->host_memory) {
-        be->ops->topk_log_softmax(be, dc->logits, n_depths, n_scored, top_k, tokens, logprobs);
+    if (be->ops->host_memory) { /* the answer straight into the caller's arrays */
+        enqueue_proposal(dc, n_depths, top_k, full_rows, swa_rows, tokens, logprobs);
         return be->ops->sync(be);
     }
     /* ids and log-probs side by side in backend memory, read back in one piece */
     const size_t n = (size_t)n_depths * (size_t)top_k;
     int32_t *top_ids = (int32_t *)dc->top;
     float *top_logprobs = (float *)(top_ids + n);
-    be->ops->topk_log_softmax(be, dc->logits, n_depths, n_scored, top_k, top_ids, top_logprobs);
+    const int recorded = be->ops->replay && !dc->no_recorded_steps &&
+                         replay_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
+    if (!recorded) enqueue_proposal(dc, n_depths, top_k, full_rows, swa_rows, top_ids, top_logprobs);
     const specla_status st = be->ops->download(be, dc->host_top, dc->top, (sizeof(int32_t) + sizeof(float)) * n);
     if (st != SPECLA_OK) return st;
     memcpy(tokens, dc->host_top, sizeof(int32_t) * n);

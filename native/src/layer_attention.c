@@ -51,7 +51,7 @@ void attention_layer(specla_context *ctx, int il, const float *x, const batch_vi
         ops->attention_tree(be, s->q, k_cache, v_cache, bv->positions, ctx->params.n_ctx, bv->parents, T, nh, nkv, D,
                             s->mix);
     else
-        ops->attention(be, s->q, k_cache, v_cache, bv->positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
+        ops->attention(be, s->q, k_cache, v_cache, NULL, bv->positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
     if (variant.gated) ops->sigmoid_mul(be, s->mix, s->gate, (int64_t)T * nh * D);
 
     ops->matmul(be, &w->attn_output, s->mix, T, out);

@@ -127,9 +127,12 @@ static void gather_rows(const backend *be, float *dst, int64_t dst_block, const 
                         int n_blocks, const row_field *fields, int n_fields, const int32_t *rows, int n) {
     cpu_gather_rows(dst, dst_block, src, src_block, n_blocks, fields, n_fields, rows, n);
 }
+/* first_row is host memory here (the backend's memory): the window starts there */
 static void attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                      const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
-    cpu_attention(ex_of(be), q, k_cache, v_cache, positions, T, n_kv, nh, nkv, D, out);
+                      const int32_t *first_row, const int32_t *positions, int T, int n_kv, int nh, int nkv, int D,
+                      float *out) {
+    const int64_t first = first_row ? (int64_t)*first_row * nkv * D : 0;
+    cpu_attention(ex_of(be), q, k_cache + first, v_cache + first, positions, T, n_kv, nh, nkv, D, out);
 }
 /* n_prefix and P are host memory here (the backend's memory): read as the op runs */
 static void attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,

@@ -4,7 +4,8 @@
  * sin in double as the CPU oracle does, then the rotation a*c - b*s, a*s + b*c as separate float
  * operations (__fmul_rn / __fsub_rn / __fadd_rn), the oracle's arithmetic.
  *
- * Attention. Query t of head h sees a LOGICAL sequence of cache rows: causal, rows 0..positions[t];
+ * Attention. Query t of head h sees a LOGICAL sequence of cache rows: causal, rows 0..positions[t] of
+ * a window that starts at cache row *first_row (device data, 0 without; a DFlash draft's sliding window);
  * tree, rows 0..n_prefix-1 then n_prefix + a for node t's ancestors a root first and t itself (the
  * parent chain is walked on the device; n_prefix is read from device memory, and the grid is sized
  * for max_rows, so one recorded verify serves every prefix length: blocks past n_prefix + T exit). One device function reduces that sequence, indexed by
@@ -358,19 +359,31 @@ static __device__ __forceinline__ void store_partials(const att_shared<HG> &sh, 
     }
 }
 
+/* A causal window's start (first_row: one int in device memory, NULL for 0): the cache pointers move
+ * to its first row, so logical position i is row first + i and the reduction is that of a cache
+ * starting there. Read after grid_begin: the value was uploaded before the launch, in stream order. */
+static __device__ __forceinline__ void window_start(const int32_t *first_row, int nkv, int D, const float **k_cache,
+                                                    const float **v_cache) {
+    if (!first_row) return;
+    const int64_t offset = (int64_t)*first_row * nkv * D;
+    *k_cache += offset;
+    *v_cache += offset;
+}
+
 /* Block (x, kvh * n_hgroups + hg, t). seg_blocks > 0: SPLIT, block x computes segments x, x +
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
  * memory: 2 * T ints). */
 template <int HG>
 static __global__ void __launch_bounds__(ATT_THREADS, 1)
-    attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
-                     const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
+    attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
+                     const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
                      float scale, int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                      float *out) {
     grid_begin();
     __shared__ att_shared<HG> sh;
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
+    window_start(first_row, nkv, D, &k_cache, &v_cache);
     /* query t of the whole call; tp indexes the partials of this launch's queries t0 .. */
     const int t = blockIdx.z + t0, tp = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * HG, ng = min(HG, G - hg * HG);
@@ -446,14 +459,15 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
  * attention_merge_kernel. Tree: dynamic shared memory of 2 * T ints (parents, the query's chain). */
 template <int P>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
-    attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *positions,
-                          const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
+    attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
+                          const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
                           int n_hgroups, int hb, int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml,
                           int32_t *part_rows, float scale) {
     grid_begin();
     __shared__ att_shared<P> sh;
     __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
+    window_start(first_row, nkv, D, &k_cache, &v_cache);
     const int seg = blockIdx.x, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
     /* the tile's queries and this block's query jq, in this launch's numbering */
@@ -567,8 +581,8 @@ extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
  * block holds). */
 template <int HG>
 static void launch_attention_heads(const backend *be, const char *name, const float *q, const float *k_cache,
-                                   const float *v_cache, const int32_t *positions, const int32_t *parents,
-                                   const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
+                                   const float *v_cache, const int32_t *first_row, const int32_t *positions,
+                                   const int32_t *parents, const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
                                    float *out) {
     const cuda_backend *cb = cuda_of(be);
     const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
@@ -590,12 +604,12 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
             if (T > 1)
                 cuda_launch(attention_tile_kernel<ATT_TILE_PAIRS>,
                             dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
-                            tree_bytes, cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv,
-                            D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
+                            tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
+                            nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
                 cuda_launch(attention_kernel<HG>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
-                            cuda_stream(be), q, k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D,
-                            n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
+                            cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
+                            nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
             cuda_launch(attention_merge_kernel, dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS),
                         dim3(ATT_MERGE_THREADS), merge_shared_bytes, cuda_stream(be), part_acc, part_ml, part_rows, nh,
@@ -605,13 +619,14 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         return;
     }
     cuda_launch(attention_kernel<HG>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
-                k_cache, v_cache, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
+                k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
                 NULL, out);
     cuda_note_launch(be, name);
 }
 
 static void launch_attention(const backend *be, const char *name, const float *q, const float *k_cache,
-                             const float *v_cache, const int32_t *positions, const int32_t *parents,
+                             const float *v_cache, const int32_t *first_row, const int32_t *positions,
+                             const int32_t *parents,
                              const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float *out) {
     if (T <= 0 || nh <= 0) return;
     if (D > ATT_MAX_D || D <= 0 || nkv <= 0 || nh % nkv != 0) {
@@ -625,20 +640,22 @@ static void launch_attention(const backend *be, const char *name, const float *q
      * it more (27B: 12 blocks, not 4 walking 6 heads each); a batch has blocks from its queries and
      * reads each K/V row once for ATT_MAX_G heads */
     if (T == 1)
-        launch_attention_heads<ATT_DECODE_G>(be, name, q, k_cache, v_cache, positions, parents, n_prefix, max_rows, T,
-                                             nh, nkv, D, scale, out);
+        launch_attention_heads<ATT_DECODE_G>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix,
+                                             max_rows, T, nh, nkv, D, scale, out);
     else
-        launch_attention_heads<ATT_MAX_G>(be, name, q, k_cache, v_cache, positions, parents, n_prefix, max_rows, T, nh,
-                                          nkv, D, scale, out);
+        launch_attention_heads<ATT_MAX_G>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix,
+                                          max_rows, T, nh, nkv, D, scale, out);
 }
 
 extern "C" void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                               const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out) {
-    launch_attention(be, "attention", q, k_cache, v_cache, positions, NULL, NULL, n_kv, T, nh, nkv, D, out);
+                               const int32_t *first_row, const int32_t *positions, int T, int n_kv, int nh, int nkv,
+                               int D, float *out) {
+    launch_attention(be, "attention", q, k_cache, v_cache, first_row, positions, NULL, NULL, n_kv, T, nh, nkv, D, out);
 }
 
 extern "C" void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                                     const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh,
                                     int nkv, int D, float *out) {
-    launch_attention(be, "attention_tree", q, k_cache, v_cache, NULL, parents, n_prefix, max_rows, T, nh, nkv, D, out);
+    launch_attention(be, "attention_tree", q, k_cache, v_cache, NULL, NULL, parents, n_prefix, max_rows, T, nh, nkv, D,
+                     out);
 }

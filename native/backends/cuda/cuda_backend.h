@@ -69,7 +69,8 @@ void cuda_gather_rows(const backend *be, float *dst, int64_t dst_block, const fl
 void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,
                     float freq_base);
 void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
-                    const int32_t *positions, int T, int n_kv, int nh, int nkv, int D, float *out);
+                    const int32_t *first_row, const int32_t *positions, int T, int n_kv, int nh, int nkv, int D,
+                    float *out);
 void cuda_attention_tree(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                          const int32_t *n_prefix, int max_rows, const int32_t *parents, int T, int nh, int nkv, int D,
                          float *out);

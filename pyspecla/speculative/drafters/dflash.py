@@ -13,12 +13,12 @@ class DFlashDrafter:
     first n ids, control tokens and the generation's own tokens only (draft_vocab.py; the loop
     keeps `history`); log-probs are then over that set. None or 0: the whole head."""
 
-    def __init__(self, draft, n_ctx: int = 4096, vocab: int | None = None):
+    def __init__(self, draft, n_ctx: int = 4096, vocab: int | None = None, recorded_steps: bool = True):
         check_draft_vocab(vocab)
         self.draft = draft
         self.capture_layers = list(draft.target_layer_ids)
         self.max_depth = int(draft.hparams.block_size) - 1
-        self.context = draft.new_context(n_ctx=n_ctx)
+        self.context = draft.new_context(n_ctx=n_ctx, recorded_steps=recorded_steps)
         self.vocabulary = reduced_vocabulary(draft.target_model, self.context, vocab)
         if self.vocabulary is not None:
             self.history: list[int] = []  # set by the loop: prompt + emitted tokens

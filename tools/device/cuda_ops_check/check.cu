@@ -212,13 +212,13 @@ static void test_attention(int nh, int nkv, int D, int n_past, int T, bool scatt
     auto K = randv((size_t)n_kv * nkv * D), V = randv((size_t)n_kv * nkv * D), Q = randv((size_t)T * nh * D);
     std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = scattered ? n_past - (97 * t) % 400 : n_past + t;
     std::vector<float> ref((size_t)T * nh * D);
-    CPU->ops->attention(CPU, Q.data(), K.data(), V.data(), pos.data(), T, n_kv, nh, nkv, D, ref.data());
+    CPU->ops->attention(CPU, Q.data(), K.data(), V.data(), NULL, pos.data(), T, n_kv, nh, nkv, D, ref.data());
     float *dK = updev(K), *dV = updev(V), *dQ = updev(Q); int32_t *dp = updevi(pos);
     float *o1 = dev(ref.size()), *o2 = dev(ref.size()), *o3 = dev(nh * D);
     char name[128];
     // unsplit
     size_t saved = G.workspace_bytes; G.workspace_bytes = 0;
-    cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o1);
+    cuda_attention(&G.base, dQ, dK, dV, NULL, dp, T, n_kv, nh, nkv, D, o1);
     G.workspace_bytes = saved;
     auto u = get(o1, ref.size());
     // against the CPU oracle through a float64 softmax: the element-wise 2e-5 check failed where the
@@ -227,18 +227,51 @@ static void test_attention(int nh, int nkv, int D, int n_past, int T, bool scatt
     cmp_f64(name, u, ref, attention_f64(Q, K, V, T, nh, nkv, D, [&](int t) {
         std::vector<int> r(pos[t] + 1); for (int i = 0; i <= pos[t]; i++) r[i] = i; return r; }));
     int saved_sm = G.sm_count; G.sm_count = 100000; // force split
-    cuda_attention(&G.base, dQ, dK, dV, dp, T, n_kv, nh, nkv, D, o2);
+    cuda_attention(&G.base, dQ, dK, dV, NULL, dp, T, n_kv, nh, nkv, D, o2);
     G.sm_count = saved_sm;
     snprintf(name, 128, "  split == unsplit"); cmp(name, get(o2, ref.size()), u, 0, true);
     // every query alone (T=1, the decode shape) == the same query in the batch (split and unsplit)
     std::vector<float> alone(ref.size());
     for (int t = 0; t < T; t++) {
-        cuda_attention(&G.base, dQ + (size_t)t * nh * D, dK, dV, dp + t, 1, n_kv, nh, nkv, D, o3);
+        cuda_attention(&G.base, dQ + (size_t)t * nh * D, dK, dV, NULL, dp + t, 1, n_kv, nh, nkv, D, o3);
         auto one = get(o3, nh * D);
         std::copy(one.begin(), one.end(), alone.begin() + (size_t)t * nh * D);
     }
     snprintf(name, 128, "  each query alone == in batch");
     cmp(name, alone, u, 0, true);
+}
+
+// A window that starts at cache row `first` (device data, a DFlash draft's sliding window): the same bits
+// as the cache's rows from `first` on passed as the cache, split and unsplit; and a second window start
+// through the same pointer, as a recorded step that moves its window replays.
+static void test_attention_window(int nh, int nkv, int D, int first, int n_window, int T) {
+    const int n_kv = first + n_window + 8;
+    const size_t row = (size_t)nkv * D;
+    auto K = randv((size_t)n_kv * row), V = randv((size_t)n_kv * row), Q = randv((size_t)T * nh * D);
+    std::vector<int32_t> pos(T); for (int t = 0; t < T; t++) pos[t] = n_window - T + t; // causal in the block
+    float *dK = updev(K), *dV = updev(V), *dQ = updev(Q); int32_t *dp = updevi(pos);
+    int32_t *dfirst = updevi(std::vector<int32_t>{first});
+    const size_t n_out = (size_t)T * nh * D;
+    float *o1 = dev(n_out), *o2 = dev(n_out);
+    char name[128];
+    for (int split = 0; split < 2; split++) {
+        size_t saved = G.workspace_bytes; int saved_sm = G.sm_count;
+        if (split) G.sm_count = 100000; else G.workspace_bytes = 0;
+        cuda_attention(&G.base, dQ, dK, dV, dfirst, dp, T, n_kv, nh, nkv, D, o1);
+        cuda_attention(&G.base, dQ, dK + first * row, dV + first * row, NULL, dp, T, n_kv - first, nh, nkv, D, o2);
+        G.workspace_bytes = saved; G.sm_count = saved_sm;
+        snprintf(name, 128, "attention window first=%d rows=%d T=%d %s == the cache from there", first, n_window, T,
+                 split ? "split" : "unsplit");
+        cmp(name, get(o1, n_out), get(o2, n_out), 0, true);
+    }
+    // the window moved by the value only (one pointer, as a replayed recording reads it)
+    const int moved = first / 2;
+    up(dfirst, &moved, sizeof moved);
+    cuda_attention(&G.base, dQ, dK, dV, dfirst, dp, T, n_kv, nh, nkv, D, o1);
+    cuda_attention(&G.base, dQ, dK + moved * row, dV + moved * row, NULL, dp, T, n_kv - moved, nh, nkv, D, o2);
+    snprintf(name, 128, "  window moved to %d by its value == the cache from there", moved);
+    cmp(name, get(o1, n_out), get(o2, n_out), 0, true);
+    cudaFree(dK); cudaFree(dV); cudaFree(dQ); cudaFree(dp); cudaFree(dfirst); cudaFree(o1); cudaFree(o2);
 }
 
 // Tree: nodes 0..T-1 with parents; K/V rows n_prefix + node. Compare node t to causal decode of its path.
@@ -286,7 +319,7 @@ static void test_tree(int nh, int nkv, int D, int n_prefix, const std::vector<in
         for (int i = 0; i < n2; i++) { int src = i < n_prefix ? i : n_prefix + path[i - n_prefix]; memcpy(&K2[i * row], &K[src * row], row * 4); memcpy(&V2[i * row], &V[src * row], row * 4); }
         std::vector<int32_t> pos = {n2 - 1};
         float *dK2 = updev(K2), *dV2 = updev(V2); int32_t *dpos = updevi(pos);
-        cuda_attention(&G.base, dQ + (size_t)node * nh * D, dK2, dV2, dpos, 1, n2, nh, nkv, D, o3);
+        cuda_attention(&G.base, dQ + (size_t)node * nh * D, dK2, dV2, NULL, dpos, 1, n2, nh, nkv, D, o3);
         auto one = get(o3, nh * D);
         std::copy(one.begin(), one.end(), decoded.begin() + (size_t)node * nh * D);
         cudaFree(dK2); cudaFree(dV2); cudaFree(dpos);
@@ -351,6 +384,8 @@ int main() {
     test_attention(4, 4, 16, 1100, 17);
     test_attention(12, 4, 32, 2047, 64);
     test_attention(6, 2, 80, 1500, 2);
+    test_attention_window(32, 8, 128, 900, 2064, 16); // the DFlash draft's block over a 2048-row window
+    test_attention_window(8, 2, 64, 37, 300, 1);
     test_tree(8, 2, 128, 100);
     test_tree(24, 4, 256, 2500);
     test_tree(4, 1, 16, 0);
