@@ -57,6 +57,7 @@ static void destroy(backend *be) {
     for (int i = 0; i < STEP_KINDS; i++)
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
+    if (ci->pub.tree_sync) cudaFree(ci->pub.tree_sync);
     if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -366,6 +367,15 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
                            (double)bytes / 1e6);
+    }
+    /* the tree verify's tickets and flags start at zero and are left at zero by every call */
+    const size_t sync_bytes = cuda_tree_sync_bytes(limits);
+    if (sync_bytes && (cudaMalloc(&ci->pub.tree_sync, sync_bytes) != cudaSuccess ||
+                       cudaMemset(ci->pub.tree_sync, 0, sync_bytes) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        destroy(&ci->pub.base);
+        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for %zu bytes of tree state",
+                           sync_bytes);
     }
     *out = &ci->pub.base;
     return SPECLA_OK;
