@@ -675,9 +675,11 @@ __global__ void __launch_bounds__(GDN_THREADS, WAVES_BLOCKS_PER_SM)
 }
 
 /* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
- * the last nodes of the chains; thread 0 writes each path root first into shared memory (the walk
- * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
- * paths are written once per path, with the same bits. */
+ * the last nodes of the chains; block z of the grid takes leaves z, z + gridDim.z, ... (the
+ * parallel form, one leaf per block, beside the wave-parallel chain verify; gridDim.z = 1 walks
+ * them all in one block, beside the serial one). Thread 0 writes each path root first into shared
+ * memory (the walk ends with a block barrier, so the next leaf's path waits for every reader).
+ * Nodes on several paths are written once per path, by one block or several, with the same bits. */
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
@@ -695,7 +697,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     const int32_t *node_depth = hld_dev_array(schedule, HLD_OFF_NODE_DEPTH);
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     const float *durable = state + (int64_t)L.h * S * S;
-    for (int c = 0; c < n_chains; c++) {
+    for (int c = (int)blockIdx.z; c < n_chains; c += (int)gridDim.z) {
         const int leaf = order[chain_offsets[c + 1] - 1];
         const int len = node_depth[leaf] + 1;
         if (threadIdx.x == 0)
@@ -949,7 +951,9 @@ template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) 
     return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
 }
 
-/* SPECLA_CUDA_TREE_WAVES=0 selects the serial chain kernel for comparisons (the same bits). */
+/* SPECLA_CUDA_TREE_WAVES=0 selects the serial forms for comparisons (the same bits): the chain kernel
+ * walking every chain of a head in one block, and the root-to-leaf baseline walking every leaf in one
+ * block. Default: chains in parallel blocks (gdn_tree_waves_kernel), a block per leaf. */
 static bool tree_waves_enabled(void) {
     static int enabled = -1;
     if (enabled < 0) {
@@ -1040,8 +1044,12 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     if (max_nodes < 1) return refuse(be, "gdn_tree_root_to_leaf: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
+    /* a block per leaf beside the wave-parallel verify (a tree has at most max_nodes leaves; blocks past
+     * its leaf count leave at once), one block walking every leaf beside the serial one */
+    dim3 grid = gdn_grid(S, Hv);
+    grid.z = tree_waves_enabled() ? (unsigned)max_nodes : 1u;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
+    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, grid, dim3(GDN_THREADS), shared, cuda_stream(be),                   \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
