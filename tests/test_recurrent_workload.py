@@ -115,18 +115,24 @@ STEPS_27B = ((FOUR_ARY, [0, 1, 5, 21]), (SPINE, [0, 1, 2, 3, 4, 5, 6, 22]), (FOU
 
 
 @pytest.mark.gpu
-def test_wide_trees_at_the_27b_head_shape_give_the_same_bits_on_the_gpu():
-    """SpecLA's chain verify (on a GPU its chains walk in parallel blocks that hand boundary states
-    to each other) against root-to-leaf replay and dense checkpoints, outputs and durable states
-    bit for bit, at the head shape and tree widths of the benchmarks."""
+def test_wide_trees_at_the_27b_head_shape_give_the_same_bits_on_the_gpu(monkeypatch):
+    """SpecLA's chain verify against root-to-leaf replay and dense checkpoints, outputs and durable
+    states bit for bit, at the head shape and tree widths of the benchmarks; each in the CUDA
+    backend's serial forms and its parallel ones (SPECLA_CUDA_TREE_WAVES=1 when the instance is made:
+    chains in parallel blocks that hand boundary states to each other, a block per leaf)."""
     inputs = make_inputs(4, SHAPE_27B)
     pairs = [("hld_chains", "deferred_factors"), ("root_to_leaf", "replay"), ("dense_checkpoints", "checkpoint_restore")]
-    runs = {pair: run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda") for pair in pairs}
-    first = runs[pairs[0]]
+    runs = {}
+    for waves in ("0", "1"):
+        monkeypatch.setenv("SPECLA_CUDA_TREE_WAVES", waves)
+        for pair in pairs:
+            runs[(waves, pair)] = run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda")
+    first_key = ("0", pairs[0])
+    first = runs[first_key]
     assert not any(np.isnan(a).any() for a in first)
-    for pair, got in runs.items():
+    for key, got in runs.items():
         bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
-        assert not bad, f"{pair} differs from {pairs[0]} in arrays {bad}"
+        assert not bad, f"{key} differs from {first_key} in arrays {bad}"
 
 
 def test_workload_names_bad_input():

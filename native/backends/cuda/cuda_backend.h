@@ -27,7 +27,10 @@ typedef struct cuda_backend {
                         blocks, attention partial sums, tree boundary states) */
     size_t workspace_bytes;
     int32_t *tree_sync; /* the wave-parallel tree verify's tickets and boundary flags (recurrent.cu),
-                           zeroed at creation and kept across calls; NULL without tree limits */
+                           zeroed at creation and kept across calls; NULL without tree limits or
+                           without tree_waves */
+    int tree_waves;     /* 1: the tree ops' parallel forms (SPECLA_CUDA_TREE_WAVES=1 at creation; off
+                           by default until measured on a GPU), 0: the serial ones */
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }

@@ -42,7 +42,7 @@
  * window from the rows before it, so outputs do not depend on the chunking.
  *
  * Workspace: only cuda_gdn_tree_chains uses it, for boundary states (the serial kernel parks the first
- * few in shared memory; the wave-parallel one, the default, hands every one over through it): per value head in flight
+ * few in shared memory; the wave-parallel one hands every one over through it): per value head in flight
  * gdn_slots_per_head(max_nodes) = max(1, (max_nodes - 1) / 2) slots of S * S floats (a boundary
  * node has at least two children, so a tree of N nodes has at most (N - 1) / 2 of them). All Hv heads
  * in flight need Hv * max(1, (max_nodes - 1) / 2) * S * S * 4 bytes (27B, max_nodes 64: 48 * 31 *
@@ -50,7 +50,6 @@
  * one head's slots. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "cuda_backend.h"
 #include "launch.h"
@@ -537,7 +536,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     });
 }
 
-/* The wave-parallel form of the same verify (the default where the backend has its tree_sync state):
+/* The wave-parallel form of the same verify (with cuda_backend.tree_waves, SPECLA_CUDA_TREE_WAVES=1):
  * every chain walks in blocks of its own, so chains that hang off different nodes of their parent
  * chain run at the same time, and a verify's serial walk is its longest root path (plus one
  * hand-off per light edge, at most log2 N of them) instead of all N nodes.
@@ -951,17 +950,11 @@ template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) 
     return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
 }
 
-/* SPECLA_CUDA_TREE_WAVES=0 selects the serial forms for comparisons (the same bits): the chain kernel
- * walking every chain of a head in one block, and the root-to-leaf baseline walking every leaf in one
- * block. Default: chains in parallel blocks (gdn_tree_waves_kernel), a block per leaf. */
-static bool tree_waves_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *e = getenv("SPECLA_CUDA_TREE_WAVES");
-        enabled = !(e && e[0] == '0');
-    }
-    return enabled != 0;
-}
+/* The parallel forms of the tree ops (cuda_backend.tree_waves, SPECLA_CUDA_TREE_WAVES=1 when the
+ * instance was created): chains in parallel blocks (gdn_tree_waves_kernel) and a block per leaf for
+ * the root-to-leaf baseline; otherwise the serial forms, every chain (leaf) of a head in one block.
+ * The same bits either way. */
+static bool tree_waves_enabled(const backend *be) { return cuda_of(be)->tree_waves != 0; }
 
 template <int KPL>
 static void launch_tree_waves(const backend *be, const int32_t *schedule, const float *q, const float *k,
@@ -996,7 +989,7 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     /* the flags were sized for the instance's limits: a call within them fits */
     const size_t flags_needed = sizeof(int32_t) * (WAVES_FLAGS + (size_t)heads_per_launch * gdn_rowblocks(S) *
                                                                    (size_t)slots_per_head);
-    if (cuda_of(be)->tree_sync && tree_waves_enabled() && flags_needed <= cuda_tree_sync_bytes(&cuda_of(be)->limits))
+    if (cuda_of(be)->tree_sync && tree_waves_enabled(be) && flags_needed <= cuda_tree_sync_bytes(&cuda_of(be)->limits))
         return launch_tree_waves<KPL>(be, schedule, q, k, v, g, beta, Hk, Hv, S, state, pending, out, delta_out,
                                       heads_per_launch, slots_per_head, max_nodes);
     const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
@@ -1047,7 +1040,7 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     /* a block per leaf beside the wave-parallel verify (a tree has at most max_nodes leaves; blocks past
      * its leaf count leave at once), one block walking every leaf beside the serial one */
     dim3 grid = gdn_grid(S, Hv);
-    grid.z = tree_waves_enabled() ? (unsigned)max_nodes : 1u;
+    grid.z = tree_waves_enabled(be) ? (unsigned)max_nodes : 1u;
 #define LAUNCH(KPL)                                                                                                    \
     cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, grid, dim3(GDN_THREADS), shared, cuda_stream(be),                   \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
