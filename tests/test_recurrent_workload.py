@@ -23,9 +23,9 @@ METHOD_PAIRS = [("hld_chains", "deferred_factors"), ("hld_chains", "factors_now"
                 ("hld_chains", "replay"), ("dense_checkpoints", "checkpoint_restore")]
 
 
-def make_inputs(seed: int = 0) -> dict:
+def make_inputs(seed: int = 0, shape: RecurrentShape = SHAPE) -> dict:
     rng = np.random.default_rng(seed)
-    s, L, N = SHAPE, SHAPE.n_layers, SHAPE.max_nodes
+    s, L, N = shape, shape.n_layers, shape.max_nodes
 
     def l2(a):
         return (a / np.sqrt((a * a).sum(-1, keepdims=True) + 1e-6)).astype(np.float32)
@@ -40,17 +40,18 @@ def make_inputs(seed: int = 0) -> dict:
             "conv_state": rng.standard_normal((L, s.K - 1, s.C)).astype(np.float32)}
 
 
-def run_workload(inputs, verify_method, commit_method, **kw) -> list[np.ndarray]:
+def run_workload(inputs, verify_method, commit_method, shape: RecurrentShape = SHAPE, steps=STEPS,
+                 **kw) -> list[np.ndarray]:
     """The steps and the finish; every verify output of every layer, then the final states."""
-    w = RecurrentWorkload(SHAPE, inputs, verify_method, commit_method, **kw)
+    w = RecurrentWorkload(shape, inputs, verify_method, commit_method, **kw)
     got = []
-    for tree, path in STEPS:
+    for tree, path in steps:
         w.set_tree(tree)
         w.verify()
-        got += [w.read(what, l) for l in range(SHAPE.n_layers) for what in ("gdn_out", "conv_out")]
+        got += [w.read(what, l) for l in range(shape.n_layers) for what in ("gdn_out", "conv_out")]
         w.accept(path)
     w.finish()
-    got += [w.read(what, l) for l in range(SHAPE.n_layers) for what in ("gdn_state", "conv_state")]
+    got += [w.read(what, l) for l in range(shape.n_layers) for what in ("gdn_state", "conv_state")]
     w.close()
     return got
 
@@ -100,6 +101,38 @@ def test_every_method_pair_gives_the_same_bits(backend):
     for pair, got in runs.items():
         bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
         assert not bad, f"{pair} differs from {METHOD_PAIRS[0]} in arrays {bad}"
+
+
+# The 27B's recurrent heads (Hk 16, Hv 48, S 128: 384 blocks of 16 rows per layer), two layers, and
+# trees with many chains: a 4-ary tree of 33 nodes (25 chains in 3 waves: on a GPU most run at the
+# same time, each waiting for its parent chain's boundary state) and a 16-node spine with a leaf off
+# every spine node (a DDTree's shape). Accepted paths end on a side branch, then down the spine.
+SHAPE_27B = RecurrentShape(n_layers=2, Hk=16, Hv=48, S=128, C=2 * 16 * 128 + 48 * 128, K=4, max_nodes=33)
+FOUR_ARY = [-1] + [(i - 1) // 4 for i in range(1, 33)]
+SPINE = [-1] + list(range(15)) + list(range(16))
+STEPS_27B = ((FOUR_ARY, [0, 1, 5, 21]), (SPINE, [0, 1, 2, 3, 4, 5, 6, 22]), (FOUR_ARY, [0, 2, 9]),
+             (SPINE, list(range(16))))
+
+
+@pytest.mark.gpu
+def test_wide_trees_at_the_27b_head_shape_give_the_same_bits_on_the_gpu(monkeypatch):
+    """SpecLA's chain verify against root-to-leaf replay and dense checkpoints, outputs and durable
+    states bit for bit, at the head shape and tree widths of the benchmarks; each in the CUDA
+    backend's serial forms and its parallel ones (SPECLA_CUDA_TREE_WAVES=1 when the instance is made:
+    chains in parallel blocks that hand boundary states to each other, a block per leaf)."""
+    inputs = make_inputs(4, SHAPE_27B)
+    pairs = [("hld_chains", "deferred_factors"), ("root_to_leaf", "replay"), ("dense_checkpoints", "checkpoint_restore")]
+    runs = {}
+    for waves in ("0", "1"):
+        monkeypatch.setenv("SPECLA_CUDA_TREE_WAVES", waves)
+        for pair in pairs:
+            runs[(waves, pair)] = run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda")
+    first_key = ("0", pairs[0])
+    first = runs[first_key]
+    assert not any(np.isnan(a).any() for a in first)
+    for key, got in runs.items():
+        bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
+        assert not bad, f"{key} differs from {first_key} in arrays {bad}"
 
 
 def test_workload_names_bad_input():

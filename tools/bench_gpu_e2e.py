@@ -280,7 +280,8 @@ def main(argv=None) -> int:
             "model": os.path.basename(args.model), "n_predict": n_predict, "n_prompt": n_prompt,
             "budget": args.budget, "reps": reps, "warmup": args.warmup, "quick": args.quick,
             "draft_cost": os.path.basename(args.draft_cost) if draft is not None else None,
-            "draft_vocab": args.draft_vocab if draft is not None else None}
+            "draft_vocab": args.draft_vocab if draft is not None else None,
+            "cuda_tree_waves": os.environ.get("SPECLA_CUDA_TREE_WAVES") == "1"}  # parallel chains (recurrent.cu)
     n_ctx = n_prompt + n_predict + args.budget + 2
 
     # one context per (mode, recorded): the same parameters for every mode

@@ -196,7 +196,8 @@ def main(argv=None) -> int:
         print(f"bench_gpu_spec: {e}", file=sys.stderr)
         return 2
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
-            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on"}
+            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on",
+            "cuda_tree_waves": os.environ.get("SPECLA_CUDA_TREE_WAVES") == "1"}  # parallel chains (recurrent.cu)
     rows = []
 
     def emit(mode: str, **figures) -> None:

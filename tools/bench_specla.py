@@ -562,6 +562,8 @@ def main() -> int:
     base = {"commit": args.commit or git("rev-parse", "--short", "HEAD") or "unknown",
             "worktree_dirty": bool(dirty),
             "device": device, "backend": args.device,
+            # the CUDA backend's parallel tree forms (chains, root-to-leaf leaves), read when a backend is made
+            "cuda_tree_waves": args.device == "cuda" and os.environ.get("SPECLA_CUDA_TREE_WAVES") == "1",
             "path": "resident_workload" if args.resident else "host_ops",
             "cpu_kernels": {v: k for k, v in _native.CPU_KERNELS.items()}.get(_native.cpu_best_kernels(), "?"),
             "threads": args.threads, "quick": args.quick, "loadavg_start": round(os.getloadavg()[0], 2),
