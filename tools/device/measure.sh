@@ -7,11 +7,15 @@
 #
 # (about 400 s of wall time at 774475e). The GPU-timed parts run first, while llama.cpp builds:
 # bench_gpu (decode, the N-token curve at depth 0 and 4096), bench_specla (the SpecLA ops, 1 and 48
-# layers), cuda_matmul_check (every check, then the draft's and two small attention matrices). The
+# layers), cuda_matmul_check (every check, then the draft's and two small attention matrices),
+# cuda_ops_check (attention, elementwise and logits ops against the CPU's, bit identities). The
 # host-timed parts (bench_gpu_spec's accept, bench_gpu_e2e's tree / accept / host) wait for that build
 # to end, at most 150 s, so that they run on an idle host. The synthetic DFlash draft of the 27B shape
 # is written on the device meanwhile (31 s) for the e2e run with the draft's cost. Rows go to $ROWS
-# with commit COMMIT (the device's .git is the session's first commit, so it is passed in).
+# with commit COMMIT (the device's .git is the session's first commit, so it is passed in). The draft-cost
+# run takes recorded steps on and off (the draft's proposals follow the target context's setting).
+# MEASURE_TREE_WAVES=1 then runs bench_specla, bench_gpu_spec and the oracle e2e again with the CUDA
+# backend's parallel tree forms (SPECLA_CUDA_TREE_WAVES=1), rows labelled COMMIT+waves.
 set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
@@ -23,6 +27,10 @@ stage() { echo "=== [+$(( $(date +%s) - t0 ))s] $*"; }
 ( bash tools/device/build_cuda_checks.sh "$HOME/measure-check" 90 > "$HOME/measure-check.log" 2>&1
   echo $? > "$HOME/measure-check.rc" ) &
 check_pid=$!
+# the ops check (attention, elementwise, logits against the CPU ops) links the CUDA build's CPU archive
+( bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/measure-ops-check" \
+    > "$HOME/measure-ops-check.log" 2>&1; echo $? > "$HOME/measure-ops-check.rc" ) &
+ops_check_pid=$!
 if [ ! -f "$draft" ]; then
   ( python3 -c "from pyspecla.testing.drafts import write_test_draft; write_test_draft('$draft', '$MODEL', seed=1, quant='f16', n_layer=5, n_head=32, n_head_kv=8, head_dim=128)" \
       > "$HOME/measure-draft.log" 2>&1; echo $? > "$HOME/measure-draft.rc" ) &
@@ -45,6 +53,13 @@ if [ "$(cat "$HOME/measure-check.rc")" = 0 ]; then
 else
   echo "cuda_matmul_check did not build"; tail -20 "$HOME/measure-check.log"
 fi
+stage "cuda_ops_check"
+wait "$ops_check_pid"
+if [ "$(cat "$HOME/measure-ops-check.rc")" = 0 ]; then
+  timeout 120 "$HOME/measure-ops-check" 2>&1 | grep -E "FAIL|FAILURES|window" | tail -12
+else
+  echo "cuda_ops_check did not build"; tail -20 "$HOME/measure-ops-check.log"
+fi
 stage "waiting for llama.cpp's build (at most 150 s)"
 for _ in $(seq 150); do [ -f "$HOME/.llama-build.rc" ] && break; sleep 1; done
 uptime
@@ -56,9 +71,19 @@ python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n
 stage "bench_gpu_e2e with the draft's cost"
 wait
 if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
-  python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --draft-cost "$draft" --targets 6 --recorded on \
-    --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -6
+  python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --draft-cost "$draft" --targets 6 --recorded on,off \
+    --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -10
 else
   echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
+fi
+if [ "${MEASURE_TREE_WAVES:-0}" = 1 ]; then
+  stage "the parallel tree forms (SPECLA_CUDA_TREE_WAVES=1)"
+  export SPECLA_CUDA_TREE_WAVES=1
+  python3 tools/bench_specla.py --device cuda --layers 1,48 --commit "$commit+waves" --out "$ROWS" 2>&1 | tail -16
+  python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0,4096 --commit "$commit+waves" \
+    --out "$ROWS" 2>&1 | tail -20
+  python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n 256 --modes plain,ddtree+specla \
+    --recorded on --reps 2 --commit "$commit+waves" --out "$ROWS" 2>&1 | tail -8
+  unset SPECLA_CUDA_TREE_WAVES
 fi
 stage "end"
