@@ -202,3 +202,28 @@ def test_a_step_waits_for_the_device_once(model):
             assert waits == 0, f"recorded={recorded}: accept {step} waited {waits} times"
         ctx.close()
 
+
+
+def test_an_accept_launches_only_for_rows_that_move(model):
+    """Accepting the tree's first nodes (a DDTree's spine, usually) swaps the factor banks and moves
+    no KV or feature row: no launch. A side path gathers its factors (one launch) and moves the rows
+    that are not in place yet (two per attention layer, one for the features): a fixed count, the same
+    for a path with one row out of place as with two."""
+    prompt = np.random.default_rng(8).integers(0, model.hparams.n_vocab, 9).tolist()
+    ctx = model.new_context(n_ctx=128, max_tree_nodes=8, capture_layers=[0])
+    ctx.eval(prompt)
+    parents = [-1, 0, 1, 1, 3, 0]
+    side = set()
+    for path in ([0, 1, 2], [0, 1, 3], [0, 1, 3, 4], [0, 5], [0]):
+        ctx.verify_tree([5, 6, 7, 8, 9, 10][:len(parents)], parents)
+        ctx.launch_counters()
+        ctx.accept(path)
+        launches, waits = ctx.launch_counters()
+        assert waits == 0, f"accept {path} waited {waits} times"
+        if path == list(range(len(path))):
+            assert launches == 0, f"accept {path} (the first nodes) launched {launches} kernels"
+        else:
+            assert launches > 0, f"accept {path} launched nothing"
+            side.add(launches)
+    assert len(side) == 1, f"side paths launched different counts: {sorted(side)}"
+    ctx.close()

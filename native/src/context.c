@@ -488,24 +488,31 @@ SPECLA_API specla_status specla_accept_path(specla_context *ctx, const int32_t *
         const specla_recurrent_states states = recurrent_states(ctx);
         if ((st = factor_banks_accept(tr->banks, ctx->be, path, n, &states)) != SPECLA_OK) return st;
     }
-    /* KV and feature compaction: the row of path[i] moves to position n_past + i. Ascending i is
-     * safe in place: path[i] >= i, and no later source path[j] (j > i) can be a destination < j. */
+    /* KV and feature compaction: the row of path[i] moves to position n_past + i, for the i where
+     * path[i] != i (the others are in place already: an accept of the tree's first nodes, as a
+     * DDTree's spine usually is, moves nothing and launches nothing). Ascending i is safe in place:
+     * path[i] >= i, and no later source path[j] (j > i) can be a destination < j; the rows in place
+     * are neither sources nor destinations of the others (the path's nodes increase). */
     const specla_model *m = ctx->model;
     const backend *be = ctx->be;
     const int kv_row = m->hp.n_head_kv * m->hp.head_dim;
     const int feature_row = ctx->n_capture * m->hp.n_embd;
-    if (n > 1) {
-        int32_t *from = tr->positions, *to = tr->rows; /* host scratch of the verified tree, free now */
-        for (int i = 1; i < n; i++) from[i - 1] = ctx->n_past + path[i], to[i - 1] = ctx->n_past + i;
-        be->ops->upload(be, ctx->scratch.move_from, from, sizeof(int32_t) * (size_t)(n - 1));
-        be->ops->upload(be, ctx->scratch.move_to, to, sizeof(int32_t) * (size_t)(n - 1));
+    int32_t *from = tr->positions, *to = tr->rows; /* host scratch of the verified tree, free now */
+    int n_moves = 0;
+    for (int i = 1; i < n; i++)
+        if (path[i] != i) from[n_moves] = ctx->n_past + path[i], to[n_moves] = ctx->n_past + i, n_moves++;
+    if (n_moves > 0) {
+        be->ops->upload(be, ctx->scratch.move_from, from, sizeof(int32_t) * (size_t)n_moves);
+        be->ops->upload(be, ctx->scratch.move_to, to, sizeof(int32_t) * (size_t)n_moves);
         for (int l = 0; l < m->n_attention_layers; l++) {
-            be->ops->move_rows(be, ctx->k_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to, n - 1);
-            be->ops->move_rows(be, ctx->v_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to, n - 1);
+            be->ops->move_rows(be, ctx->k_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to,
+                               n_moves);
+            be->ops->move_rows(be, ctx->v_cache[l], kv_row, kv_row, ctx->scratch.move_from, ctx->scratch.move_to,
+                               n_moves);
         }
         if (ctx->features)
             be->ops->move_rows(be, ctx->features, feature_row, feature_row, ctx->scratch.move_from,
-                               ctx->scratch.move_to, n - 1);
+                               ctx->scratch.move_to, n_moves);
     }
     ctx->n_past += n;
     tr->n_verified = 0;
