@@ -21,7 +21,9 @@
 # touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
 # occupancy, whose operations are those of a checked build). Check results go to stdout (run_gpu.sh's
-# bench.log).
+# bench.log). AB_EXTRA: a shell command run after bench_gpu for every variant and round, with that
+# variant's SPECLA_LIBRARY (and settings) and AB_LABEL=COMMIT+NAME for its rows, e.g.
+#   AB_EXTRA='python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0 --commit "$AB_LABEL" --out "$ROWS"'.
 set -uo pipefail
 commit=$1 rounds=$2 bench_args=$3
 shift 3
@@ -120,5 +122,10 @@ for ((r = 1; r <= rounds; r++)); do
     # shellcheck disable=SC2086  # bench_args is a list of flags
     env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" \
       --commit "$commit+$name" $bench_args 2>&1 | tail -20
+    if [ -n "${AB_EXTRA:-}" ]; then # one more command per variant and round, e.g. bench_gpu_spec
+      echo "=== round $r: $name: AB_EXTRA"
+      # shellcheck disable=SC2086
+      env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" AB_LABEL="$commit+$name" bash -c "$AB_EXTRA" 2>&1 | tail -12
+    fi
   done
 done
