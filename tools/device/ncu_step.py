@@ -11,7 +11,13 @@ The stall reasons (results/ncu-stalls-61ccb2f.log), in warp cycles per issued in
     ncu --clock-control none -k regex:^mm_kernel -c 2 --section SpeedOfLight --section Occupancy \\
         --section WarpStateStats --section SchedulerStats \\
         --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio' \\
-        python3 tools/device/ncu_step.py --model 27b.gguf --batch 23"""
+        python3 tools/device/ncu_step.py --model 27b.gguf --batch 23
+
+--tree-nodes N then verifies a tree of N nodes (a spine with a leaf off every other spine node, a
+DDTree's shape) and accepts its spine, twice (the second verify folds the first one's path): the
+SpecLA chain kernel's launches for `-k regex:^gdn_tree` (the serial kernel, or with
+SPECLA_CUDA_TREE_WAVES=1 the wave-parallel one). Whether its walk is latency- or issue-bound is the
+question docs/specla.md leaves open: SchedulerStats' issue-slot use and the stall reasons answer it."""
 from __future__ import annotations
 
 import argparse
@@ -26,12 +32,33 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, default=23)
+    parser.add_argument("--tree-nodes", type=int, default=0, help="then verify a tree of this many nodes, twice")
     args = parser.parse_args(argv)
+    if args.tree_nodes < 0 or args.tree_nodes == 1:
+        parser.error(f"--tree-nodes takes 0 (none) or 2 or more, got {args.tree_nodes}")
     model = Model.load(args.model, device="cuda")
-    ctx = model.new_context(n_ctx=256, max_batch=max(16, args.batch), recorded_steps=False)
+    ctx = model.new_context(n_ctx=256, max_batch=max(16, args.batch), max_tree_nodes=args.tree_nodes,
+                            recorded_steps=False)
     ctx.eval_argmax([9])
     ctx.eval_argmax([300 + i for i in range(args.batch)])
+    if args.tree_nodes:
+        parents, spine = spine_tree(args.tree_nodes)
+        for step in range(2):
+            ctx.verify_tree([500 + 7 * step + i for i in range(args.tree_nodes)], parents)
+            ctx.accept(spine)
     return 0
+
+
+def spine_tree(n: int) -> tuple[list[int], list[int]]:
+    """parents of an n-node tree, a spine of about 2n/3 nodes with a leaf off every other spine
+    node, and the spine's nodes (the path an accept takes)."""
+    spine_len = max(1, (2 * n + 2) // 3)
+    parents = [-1] + list(range(spine_len - 1))
+    leaf_at = 0
+    while len(parents) < n:
+        parents.append(min(leaf_at, spine_len - 1))
+        leaf_at += 2
+    return parents, list(range(spine_len))
 
 
 if __name__ == "__main__":
