@@ -95,12 +95,17 @@ def test_every_method_pair_gives_the_same_bits(backend):
     """SpecLA and its baselines compute the same thing: outputs and durable states equal bit for bit
     on one backend (what bench_specla's same_outputs / same_state report on the device)."""
     inputs = make_inputs(2)
-    runs = {pair: run_workload(inputs, *pair, **backend.kw) for pair in METHOD_PAIRS}
-    first = runs[METHOD_PAIRS[0]]
+    assert_the_same_bits({pair: run_workload(inputs, *pair, **backend.kw) for pair in METHOD_PAIRS})
+
+
+def assert_the_same_bits(runs: dict) -> None:
+    """Every run's arrays equal the first run's bit for bit, and the first holds no NaN (read()
+    poisons its output: every element was written)."""
+    first_key, first = next(iter(runs.items()))
     assert not any(np.isnan(a).any() for a in first)
-    for pair, got in runs.items():
+    for key, got in runs.items():
         bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
-        assert not bad, f"{pair} differs from {METHOD_PAIRS[0]} in arrays {bad}"
+        assert not bad, f"{key} differs from {first_key} in arrays {bad}"
 
 
 # The 27B's recurrent heads (Hk 16, Hv 48, S 128: 384 blocks of 16 rows per layer), two layers, and
@@ -127,12 +132,7 @@ def test_wide_trees_at_the_27b_head_shape_give_the_same_bits_on_the_gpu(monkeypa
         monkeypatch.setenv("SPECLA_CUDA_TREE_WAVES", waves)
         for pair in pairs:
             runs[(waves, pair)] = run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda")
-    first_key = ("0", pairs[0])
-    first = runs[first_key]
-    assert not any(np.isnan(a).any() for a in first)
-    for key, got in runs.items():
-        bad = [i for i, (a, b) in enumerate(zip(got, first)) if not same_bits(a, b)]
-        assert not bad, f"{key} differs from {first_key} in arrays {bad}"
+    assert_the_same_bits(runs)
 
 
 def test_workload_names_bad_input():

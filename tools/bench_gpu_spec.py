@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu import append_rows, cpu_name  # noqa: E402
-from bench_gpu import commit, device_name  # noqa: E402
+from bench_gpu import commit, cuda_tree_waves, device_name  # noqa: E402
 from bench_specla import DDTREE_RANK_PROBS, best_first_tree  # noqa: E402
 
 TREE_NODES = 23
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         return 2
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
             "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on",
-            "cuda_tree_waves": os.environ.get("SPECLA_CUDA_TREE_WAVES") == "1"}  # parallel chains (recurrent.cu)
+            "cuda_tree_waves": cuda_tree_waves()}
     rows = []
 
     def emit(mode: str, **figures) -> None:

@@ -44,6 +44,14 @@ struct specla_draft_model {
 specla_status draft_weights_for(const specla_draft_model *model, const backend *be, draft_weight_set *out);
 void draft_release_device_weights(specla_draft_model *model);
 
+/* What a recorded proposal depends on besides block_ints: its depths, its top-k and the LM head it
+ * scores over. */
+typedef struct recorded_propose_key {
+    const void *head;
+    int64_t head_rows;
+    int32_t n_depths, top_k;
+} recorded_propose_key;
+
 struct specla_draft_context {
     const specla_draft_model *model;
     int32_t n_layer;    /* copied: freeing a context never reads the model (it may be gone) */
@@ -77,9 +85,9 @@ struct specla_draft_context {
     int32_t *block_ints; /* [BLOCK_INT_KINDS][B] of the block, then one int, uploaded at once: its rope
                             positions (= its cache rows), token ids, and last visible cache row per row
                             (relative to the window start) for sliding-window and for full layers;
-                            then the sliding window's first cache row (block_window_first) */
-    int32_t *host_ints; /* host [max(chunk, BLOCK_INT_KINDS * B)]: what positions / block_ints are
-                           filled from */
+                            then the sliding window's first cache row */
+    int32_t *host_ints; /* host [max(chunk, BLOCK_INTS(B))]: what positions / block_ints are filled
+                           from */
     void *top;          /* propose's answer before it is read back in one piece: its n_depths x top_k
                            ids (int32), right after them as many log-probs (float); room for
                            (B - 1) x top_capacity of each */
@@ -89,9 +97,7 @@ struct specla_draft_context {
      * changes per call (n_past, the root token, the window) from block_ints, so a backend that
      * records steps records them once per key and replays them (STEP_PROPOSE). */
     int32_t no_recorded_steps;  /* 1: every proposal runs eagerly (the params', or recording failed) */
-    int32_t recorded_depths, recorded_top_k; /* the recording's key (0 depths: none yet) */
-    const void *recorded_head;  /* ... with the LM head it scores over */
-    int64_t recorded_head_rows;
+    recorded_propose_key recorded; /* what the recording was made for (n_depths 0: none yet) */
 };
 
 /* The rows of block_ints. */

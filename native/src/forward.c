@@ -100,16 +100,20 @@ static void enqueue_model(specla_context *ctx, const batch_view *bv, int n_logit
     if (wants_logits) logits_and_argmax(ctx, n_logit_rows, logits_out, want_argmax);
 }
 
-/* The whole batch, then the one read-back a step needs (argmax), then the backend's status. A
- * download waits for the stream and reports its errors, so with the argmax read back no further
- * sync is needed: a step waits for the device once. */
+/* The one read-back of a step, the argmax of its n rows, and the step's only wait: a download waits
+ * for the stream and reports its errors, so no further sync is needed. */
+static specla_status read_argmax(specla_context *ctx, int32_t *argmax_out, int n_rows) {
+    const backend *be = ctx->be;
+    return be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_rows);
+}
+
+/* The whole batch, then the argmax read back (read_argmax) or, without one, a sync: the backend's
+ * status either way. */
 static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
                                int32_t *argmax_out) {
     const backend *be = ctx->be;
     enqueue_model(ctx, bv, n_logit_rows, logits_out, argmax_out != NULL);
-    if (argmax_out)
-        return be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_logit_rows);
-    return be->ops->sync(be);
+    return argmax_out ? read_argmax(ctx, argmax_out, n_logit_rows) : be->ops->sync(be);
 }
 
 /* A decode step that wants only the argmax is the same sequence of ops at every position (positions
@@ -130,12 +134,6 @@ static int record_and_replay(specla_context *ctx, int key, const batch_view *bv,
     if (be->ops->capture_end(be, key) == SPECLA_OK && be->ops->replay(be, key)) return 1;
     ctx->params.no_recorded_steps = 1;
     return 0;
-}
-
-/* The one read-back of a replayed step, the argmax of its n rows, and the step's only wait. */
-static specla_status read_argmax(specla_context *ctx, int32_t *argmax_out, int n_rows) {
-    const backend *be = ctx->be;
-    return be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_rows);
 }
 
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {

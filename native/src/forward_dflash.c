@@ -294,10 +294,10 @@ static void upload_block(specla_draft_context *dc, int n_past, int32_t root_toke
 }
 
 /* The block through every layer; leaves the final residual stream in dc->hidden. Reads n_past only
- * from block_ints (upload_block), so the same launches serve every call. full_rows_bound and
- * swa_rows_bound bound the rows one query of a full / sliding-window layer attends: the cache's
- * capacity when recorded, the call's own otherwise (a smaller grid, the same bits). */
-static void run_block(specla_draft_context *dc, int full_rows_bound, int swa_rows_bound) {
+ * from block_ints (upload_block), so the same launches serve every call: the rows a query attends are
+ * bounded by the cache's capacity (full layers) or the window plus the block (sliding-window layers),
+ * as a target context bounds them by n_ctx, and a GPU's blocks past a query's rows leave. */
+static void run_block(specla_draft_context *dc) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
     const backend *be = dc->be;
@@ -306,6 +306,7 @@ static void run_block(specla_draft_context *dc, int full_rows_bound, int swa_row
     const int F = hp->n_ff, kv_row = nkv * D;
     const int32_t *positions = dc->block_ints + BLOCK_POSITIONS * B;
     const int32_t *window_first = dc->block_ints + BLOCK_INT_KINDS * B;
+    const int swa_rows = hp->sliding_window + B < dc->n_rows ? hp->sliding_window + B : dc->n_rows;
     ops->get_rows(be, &dc->target_weights.token_embd, dc->block_ints + BLOCK_TOKENS * B, B, dc->hidden);
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_draft_layer_weights *w = &dc->weights.layers[il];
@@ -321,7 +322,7 @@ static void run_block(specla_draft_context *dc, int full_rows_bound, int swa_row
         const int swa = m->layer_is_swa[il];
         ops->attention(be, dc->q, dc->k_cache[il], dc->v_cache[il], swa ? window_first : NULL,
                        dc->block_ints + (swa ? BLOCK_ROWS_SWA : BLOCK_ROWS_FULL) * B, B,
-                       swa ? swa_rows_bound : full_rows_bound, nh, nkv, D, dc->mix);
+                       swa ? swa_rows : dc->n_rows, nh, nkv, D, dc->mix);
         ops->matmul(be, &w->attn_output, dc->mix, B, dc->branch);
         ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
 
@@ -338,12 +339,12 @@ static void run_block(specla_draft_context *dc, int full_rows_bound, int swa_row
 /* The block, then rows 1..n_depths through the draft's output_norm and the target's LM head matrix,
  * or the rows of it this context scores (not the target's output_norm: the draft's final norm
  * replaces it), then each row's top_k into top_ids / top_logprobs (backend memory). */
-static void enqueue_proposal(specla_draft_context *dc, int n_depths, int top_k, int full_rows_bound,
-                             int swa_rows_bound, int32_t *top_ids, float *top_logprobs) {
+static void enqueue_proposal(specla_draft_context *dc, int n_depths, int top_k, int32_t *top_ids,
+                             float *top_logprobs) {
     const specla_draft_hparams *hp = &dc->model->hp;
     const backend *be = dc->be;
     const int E = hp->n_embd;
-    run_block(dc, full_rows_bound, swa_rows_bound);
+    run_block(dc);
     be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
                       dc->normed);
     be->ops->matmul(be, &dc->logit_head, dc->normed, n_depths, dc->logits);
@@ -356,20 +357,18 @@ static void enqueue_proposal(specla_draft_context *dc, int n_depths, int top_k, 
 static int replay_proposal(specla_draft_context *dc, int n_depths, int top_k, int32_t *top_ids,
                            float *top_logprobs) {
     const backend *be = dc->be;
-    const specla_draft_hparams *hp = &dc->model->hp;
-    const int same_key = dc->recorded_depths == n_depths && dc->recorded_top_k == top_k &&
-                         dc->recorded_head == dc->logit_head.data && dc->recorded_head_rows == dc->logit_head.ne1;
+    const recorded_propose_key key = {dc->logit_head.data, dc->logit_head.ne1, n_depths, top_k};
+    const recorded_propose_key *r = &dc->recorded;
+    const int same_key = r->head == key.head && r->head_rows == key.head_rows && r->n_depths == key.n_depths &&
+                         r->top_k == key.top_k;
     if (same_key && be->ops->replay(be, STEP_PROPOSE)) return 1;
-    const int swa_bound = hp->sliding_window + hp->block_size < dc->n_rows ? hp->sliding_window + hp->block_size
-                                                                            : dc->n_rows;
     be->ops->capture_begin(be);
-    enqueue_proposal(dc, n_depths, top_k, dc->n_rows, swa_bound, top_ids, top_logprobs);
+    enqueue_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
     if (be->ops->capture_end(be, STEP_PROPOSE) == SPECLA_OK && be->ops->replay(be, STEP_PROPOSE)) {
-        dc->recorded_depths = n_depths, dc->recorded_top_k = top_k;
-        dc->recorded_head = dc->logit_head.data, dc->recorded_head_rows = dc->logit_head.ne1;
+        dc->recorded = key;
         return 1;
     }
-    dc->recorded_depths = 0;
+    dc->recorded.n_depths = 0;
     dc->no_recorded_steps = 1;
     return 0;
 }
@@ -430,12 +429,9 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
 
     ingest(dc, target);
     upload_block(dc, n_past, root_token);
-    /* the rows this call's queries see: full layers n_past + B, sliding-window layers their window */
-    const int swa_first = n_past - hp->sliding_window > 0 ? n_past - hp->sliding_window : 0;
-    const int full_rows = n_past + B, swa_rows = n_past + B - swa_first;
     const backend *be = dc->be;
     if (be->ops->host_memory) { /* the answer straight into the caller's arrays */
-        enqueue_proposal(dc, n_depths, top_k, full_rows, swa_rows, tokens, logprobs);
+        enqueue_proposal(dc, n_depths, top_k, tokens, logprobs);
         return be->ops->sync(be);
     }
     /* ids and log-probs side by side in backend memory, read back in one piece */
@@ -444,7 +440,7 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     float *top_logprobs = (float *)(top_ids + n);
     const int recorded = be->ops->replay && !dc->no_recorded_steps &&
                          replay_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
-    if (!recorded) enqueue_proposal(dc, n_depths, top_k, full_rows, swa_rows, top_ids, top_logprobs);
+    if (!recorded) enqueue_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
     const specla_status st = be->ops->download(be, dc->host_top, dc->top, (sizeof(int32_t) + sizeof(float)) * n);
     if (st != SPECLA_OK) return st;
     memcpy(tokens, dc->host_top, sizeof(int32_t) * n);

@@ -77,6 +77,12 @@
  * packed layout through its offsets (HLD_*), from device memory.
  * ---------------------------------------------------------------------------------------- */
 __device__ __forceinline__ const int32_t *hld_dev_array(const int32_t *s, int which) { return s + s[which]; }
+/* The core validates schedules (hld_check); this only keeps a bad one from making a chain kernel
+ * write out of bounds: its node and chain counts, and boundaries within the slots per head. */
+__device__ __forceinline__ bool hld_dev_chains_fit(const int32_t *s, int max_nodes, int slots_per_head) {
+    const int N = s[HLD_N_NODES_AT], n_chains = s[HLD_N_CHAINS_AT];
+    return N >= 1 && N <= max_nodes && n_chains >= 1 && n_chains <= N && s[HLD_N_BOUNDARIES_AT] <= slots_per_head;
+}
 
 /* ------------------------------------------------------------------------------------------
  * The GDN step and fold: the only state arithmetic of this file.
@@ -210,12 +216,20 @@ template <int KPL> __device__ __forceinline__ int gdn_key(int lane, int m) {
         return m * GDN_LANES + lane;
 }
 
+/* a load, or with L2 a load from L2 (__ldcg: global memory only, for data another block of the same
+ * launch wrote, which a stale L1 line must not answer) */
+template <bool L2, class T> __device__ __forceinline__ T gdn_ld(const T *p) {
+    if constexpr (L2) return __ldcg(p);
+    else return *p;
+}
+
 /* the lane's KPL keys of one key vector src [KPL * 16] (no masking: src holds KPL * 16 floats) */
-template <int KPL> __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
+template <int KPL, bool L2 = false>
+__device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
     if constexpr (KPL % 4 == 0) {
 #pragma unroll
         for (int m = 0; m < KPL; m += 4) {
-            const float4 x = *reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m));
+            const float4 x = gdn_ld<L2>(reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m)));
             dst[m] = x.x;
             dst[m + 1] = x.y;
             dst[m + 2] = x.z;
@@ -223,7 +237,7 @@ template <int KPL> __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL]
         }
     } else {
 #pragma unroll
-        for (int m = 0; m < KPL; m++) dst[m] = src[gdn_key<KPL>(lane, m)];
+        for (int m = 0; m < KPL; m++) dst[m] = gdn_ld<L2>(src + gdn_key<KPL>(lane, m));
     }
 }
 
@@ -319,14 +333,15 @@ template <int KPL> __device__ __forceinline__ bool gdn_state_vectorizable(const 
     return KPL % 4 == 0 && L.S == KPL * GDN_LANES && ((uintptr_t)head & 15) == 0;
 }
 
-template <int KPL>
+/* L2: read from L2 (gdn_ld), for a boundary state another block stored in this launch */
+template <int KPL, bool L2 = false>
 __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *head,
                                                const gdn_lane &L) {
     if (gdn_state_vectorizable<KPL>(head, L)) {
 #pragma unroll
         for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
             if (L.row[r] < L.S) {
-                gdn_keys_of<KPL>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
+                gdn_keys_of<KPL, L2>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
             } else {
 #pragma unroll
                 for (int m = 0; m < KPL; m++) M[r][m] = 0.0f;
@@ -339,7 +354,7 @@ __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][K
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             const int i = gdn_key<KPL>(L.lane, m);
-            M[r][m] = L.row[r] < L.S && i < L.S ? head[(int64_t)L.row[r] * L.S + i] : 0.0f;
+            M[r][m] = L.row[r] < L.S && i < L.S ? gdn_ld<L2>(head + (int64_t)L.row[r] * L.S + i) : 0.0f;
         }
     }
 }
@@ -487,9 +502,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     /* the pending path's length is read when the kernel runs (a recorded verify folds what the step
      * before accepted); the same value for every thread, so the branches on it are uniform */
     const int n_pending = pending_n ? *pending_n : 0;
-    /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
-    if (N < 1 || N > max_nodes || n_chains < 1 || n_chains > N || schedule[HLD_N_BOUNDARIES_AT] > slots_per_head)
-        return;
+    if (!hld_dev_chains_fit(schedule, max_nodes, slots_per_head)) return;
 
     /* walk_load[p]: the state a chain starting at position p loads (every other position loads none) */
     const int c0 = (int)threadIdx.x;
@@ -566,20 +579,6 @@ __global__ void __launch_bounds__(GDN_THREADS)
                                * (at 5, ptxas keeps 96 and spills) */
 
 template <int KPL>
-__device__ __forceinline__ void gdn_load_slot(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *head,
-                                              const gdn_lane &L) {
-    /* the rows another block stored in this launch: read from L2 (__ldcg), never from a stale L1 line */
-#pragma unroll
-    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
-#pragma unroll
-        for (int m = 0; m < KPL; m++) {
-            const int i = gdn_key<KPL>(L.lane, m);
-            M[r][m] = L.row[r] < L.S && i < L.S ? __ldcg(head + (int64_t)L.row[r] * L.S + i) : 0.0f;
-        }
-    }
-}
-
-template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS, WAVES_BLOCKS_PER_SM)
     gdn_tree_waves_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
                           const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
@@ -595,11 +594,8 @@ __global__ void __launch_bounds__(GDN_THREADS, WAVES_BLOCKS_PER_SM)
     const int64_t head_size = (int64_t)S * S;
     const int rowblocks = (S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK, per_chain = rowblocks * heads;
     const int tag = ((volatile int32_t *)sync)[WAVES_EPOCH] + 1;
-    const int N = schedule[HLD_N_NODES_AT], n_chains = schedule[HLD_N_CHAINS_AT];
-    /* the core validates schedules (hld_check); this only keeps a bad one from writing out of bounds */
-    const bool valid = N >= 1 && N <= max_nodes && n_chains >= 1 && n_chains <= N &&
-                       schedule[HLD_N_BOUNDARIES_AT] <= slots_per_head;
-    const int n_items = valid ? per_chain * n_chains : 0;
+    const int n_chains = schedule[HLD_N_CHAINS_AT];
+    const int n_items = hld_dev_chains_fit(schedule, max_nodes, slots_per_head) ? per_chain * n_chains : 0;
     const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
     const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
     const int32_t *chain_parent_boundary = hld_dev_array(schedule, HLD_OFF_CHAIN_PARENT_BOUNDARY);
@@ -641,7 +637,7 @@ __global__ void __launch_bounds__(GDN_THREADS, WAVES_BLOCKS_PER_SM)
                 __threadfence();
             }
             __syncthreads(); /* the slot is complete; the chain's nodes are in shared memory */
-            gdn_load_slot<KPL>(M, head_slots + slot * head_size, L);
+            gdn_load_state<KPL, true>(M, head_slots + slot * head_size, L);
         }
         gdn_walk_tokens<KPL>(chunks, chain_node, n, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
             gdn_token<KPL> in;
@@ -951,58 +947,46 @@ template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) 
 }
 
 /* The parallel forms of the tree ops (cuda_backend.tree_waves, SPECLA_CUDA_TREE_WAVES=1 when the
- * instance was created): chains in parallel blocks (gdn_tree_waves_kernel) and a block per leaf for
- * the root-to-leaf baseline; otherwise the serial forms, every chain (leaf) of a head in one block.
- * The same bits either way. */
-static bool tree_waves_enabled(const backend *be) { return cuda_of(be)->tree_waves != 0; }
+ * instance was created; its tree_sync exists only then): chains in parallel blocks
+ * (gdn_tree_waves_kernel) and a block per leaf for the root-to-leaf baseline; otherwise the serial
+ * forms, every chain (leaf) of a head in one block. The same bits either way. */
 
-template <int KPL>
-static void launch_tree_waves(const backend *be, const int32_t *schedule, const float *q, const float *k,
-                              const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
-                              const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
-                              int slots_per_head, int max_nodes) {
-    const cuda_backend *cb = cuda_of(be);
-    const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
-    const float *pg = pending ? pending->g : NULL;
-    const int32_t *pn = pending ? pending->n : NULL;
-    float *slots = (float *)cb->workspace;
-    const size_t shared = sizeof(int32_t) * 2 * (size_t)max_nodes;
-    for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
-        const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        /* enough blocks for every (chain, head, rowblock) item of the largest tree, at most what stays
-         * resident: the blocks loop over the items, so the grid only sets how many run at once */
-        const int64_t items = (int64_t)gdn_rowblocks(S) * heads * max_nodes;
-        const int64_t resident = (int64_t)(cb->sm_count > 0 ? cb->sm_count : 1) * WAVES_BLOCKS_PER_SM;
-        const int blocks = (int)(items < resident ? items : resident);
-        cuda_launch(gdn_tree_waves_kernel<KPL>, dim3(blocks), dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q,
-                    k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
-                    slots_per_head, head0, heads, max_nodes, cb->tree_sync);
-        cuda_note_launch(be, "gdn_tree_chains");
-    }
-}
-
+/* The chain verify, in launches of heads_per_launch heads (as many as the workspace holds boundary
+ * states for): the wave-parallel kernel where the instance has its tree_sync state and the flags fit
+ * (they were sized for the instance's limits), else the serial one. */
 template <int KPL>
 static void launch_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
                                const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
                                int slots_per_head, int max_nodes) {
-    /* the flags were sized for the instance's limits: a call within them fits */
+    const cuda_backend *cb = cuda_of(be);
     const size_t flags_needed = sizeof(int32_t) * (WAVES_FLAGS + (size_t)heads_per_launch * gdn_rowblocks(S) *
                                                                    (size_t)slots_per_head);
-    if (cuda_of(be)->tree_sync && tree_waves_enabled(be) && flags_needed <= cuda_tree_sync_bytes(&cuda_of(be)->limits))
-        return launch_tree_waves<KPL>(be, schedule, q, k, v, g, beta, Hk, Hv, S, state, pending, out, delta_out,
-                                      heads_per_launch, slots_per_head, max_nodes);
-    const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
-    const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const bool waves = cb->tree_sync && flags_needed <= cuda_tree_sync_bytes(&cb->limits);
+    const int smem_slots = waves ? 0 : gdn_smem_slots<KPL>(slots_per_head, max_nodes);
+    const size_t shared = waves ? sizeof(int32_t) * 2 * (size_t)max_nodes
+                                : sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots +
+                                      sizeof(int32_t) * 3 * (size_t)max_nodes;
     const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
     const float *pg = pending ? pending->g : NULL;
     const int32_t *pn = pending ? pending->n : NULL;
-    float *slots = (float *)cuda_of(be)->workspace;
+    float *slots = (float *)cb->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
-                    schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
-                    slots_per_head, smem_slots, head0, max_nodes);
+        if (waves) {
+            /* enough blocks for every (chain, head, rowblock) item of the largest tree, at most what
+             * stays resident: the blocks loop over the items, so the grid only sets how many run at once */
+            const int64_t items = (int64_t)gdn_rowblocks(S) * heads * max_nodes;
+            const int64_t resident = (int64_t)(cb->sm_count > 0 ? cb->sm_count : 1) * WAVES_BLOCKS_PER_SM;
+            cuda_launch(gdn_tree_waves_kernel<KPL>, dim3((unsigned)(items < resident ? items : resident)),
+                        dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S),
+                        state, pk, pd, pg, pn, out, delta_out, slots, slots_per_head, head0, heads, max_nodes,
+                        cb->tree_sync);
+        } else {
+            cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared,
+                        cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn,
+                        out, delta_out, slots, slots_per_head, smem_slots, head0, max_nodes);
+        }
         cuda_note_launch(be, "gdn_tree_chains");
     }
 }
@@ -1040,7 +1024,7 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     /* a block per leaf beside the wave-parallel verify (a tree has at most max_nodes leaves; blocks past
      * its leaf count leave at once), one block walking every leaf beside the serial one */
     dim3 grid = gdn_grid(S, Hv);
-    grid.z = tree_waves_enabled(be) ? (unsigned)max_nodes : 1u;
+    grid.z = cuda_of(be)->tree_waves ? (unsigned)max_nodes : 1u;
 #define LAUNCH(KPL)                                                                                                    \
     cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, grid, dim3(GDN_THREADS), shared, cuda_stream(be),                   \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
