@@ -593,3 +593,28 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
         assert np.array_equal(again_tokens, full_tokens) and np.array_equal(again_logprobs, full_logprobs)
     with pytest.raises(UsageError, match=r"token ids must be in \[0, "):
         full.set_logit_rows([1, 2, V])
+
+
+
+def test_a_chosen_head_that_shrinks_ranks_only_its_rows(target_path, draft_path):
+    """A draft context multiplies its chosen head over every row the head's memory holds and ranks
+    the first n (so a recorded GPU proposal does not depend on n). Rows chosen before and dropped
+    since stay in that memory: here they are the whole head's best tokens, and they must not rank.
+    After shrinking, the proposal is a fresh context's over the same rows, bit for bit."""
+    model, draft, reference = loaded(target_path(), draft_path())
+    rng = np.random.default_rng(5)
+    V = model.hparams.n_vocab
+    ctx, root, (full_tokens, _), _, _ = proposed_over_the_whole_head(model, draft, reference, rng)
+    best = np.unique(full_tokens)
+    others = rng.permutation(np.setdiff1d(np.arange(V), best))
+    kept = others[: V // 6]
+    shrinking = draft.new_context(n_ctx=64)
+    shrinking.set_logit_rows(np.concatenate([kept, best, others[V // 6 : V // 2]]).astype(np.int32))
+    before = shrinking.propose(ctx, root, 6, 4)
+    assert np.isin(before[0], best).any()  # the dropped rows would win if they ranked
+    shrinking.set_logit_rows(kept.astype(np.int32))
+    fresh = draft.new_context(n_ctx=64)
+    fresh.set_logit_rows(kept.astype(np.int32))
+    got, want = shrinking.propose(ctx, root, 6, 4), fresh.propose(ctx, root, 6, 4)
+    assert np.isin(got[0], kept).all()
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1].view(np.uint32), want[1].view(np.uint32))

@@ -177,6 +177,36 @@ def test_a_recorded_proposal_equals_the_eager_one(pair_path):
     assert ctx.device == "cuda" and recorded.device == "cuda"
 
 
+def test_a_recorded_proposal_follows_a_chosen_head_that_grows(pair_path):
+    """A chosen head (set_logit_rows) that grows within its memory keeps the recorded proposal: the
+    head is multiplied over its capacity and the top-k reads the row count on the device, so a
+    vocabulary that gains a token (every step of a generation that emits new ones) replays rather
+    than records again. Each proposal has the eager one's bits and ranks only the chosen rows; one
+    with nothing to ingest is one launch."""
+    target, draft_file = pair_path("swa-window-8")
+    model, draft = open_pair(target, draft_file, "cuda")
+    V = model.hparams.n_vocab
+    tokens = prompt(V, 40, seed=43)
+    ctx = model.new_context(n_ctx=64, capture_layers=draft.target_layer_ids)
+    ctx.eval(tokens)
+    recorded = draft.new_context(n_ctx=64, max_batch=6)
+    eager = draft.new_context(n_ctx=64, max_batch=6, recorded_steps=False)
+    order = np.random.default_rng(9).permutation(V).astype(np.int32)
+    root = tokens[-1]
+    recorded.set_logit_rows(order[: V // 8])
+    recorded.propose(ctx, root, 6, 4)  # ingests the 40 rows and records
+    for n in (V // 8 + 1, V // 4, V // 2 + 3):  # within the memory of V // 8 rows' capacity (V at this V)
+        for dc in (recorded, eager):
+            dc.set_logit_rows(order[:n])
+        recorded.launch_counters()  # the rows' gathers are not the proposal's
+        got, want = recorded.propose(ctx, root, 6, 4), eager.propose(ctx, root, 6, 4)
+        launches, _ = recorded.launch_counters()
+        assert launches == 1, f"{n} chosen rows: {launches} launches (1: the replay; more: recorded again)"
+        assert np.isin(got[0], order[:n]).all(), f"{n} chosen rows: a token outside them"
+        assert np.array_equal(got[0], want[0]), f"{n} chosen rows: ids"
+        assert np.array_equal(got[1].view(np.uint32), want[1].view(np.uint32)), f"{n} chosen rows: log-probs"
+
+
 def test_reduced_head_rows_are_gathered_on_the_device(pair_path):
     target, draft_file = pair_path("swa-window-8")
     model, draft = open_pair(target, draft_file, "cuda")

@@ -234,9 +234,11 @@ typedef struct backend_ops {
     /* out[r] = argmax of row r (lowest index wins ties); out in backend memory */
     void (*argmax_rows)(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
     /* per row the top k as log-softmax over the row, best first (ties to the lower id; NaN never
-     * ranks; missing slots id -1, -inf); tokens/logprobs in backend memory */
+     * ranks; missing slots id -1, -inf); tokens/logprobs in backend memory. Rows are V floats apart;
+     * n_valid (one int in backend memory, read when the op runs; NULL: V) is how many of a row's
+     * first entries make the row, so a recorded step follows a row length set between replays. */
     void (*topk_log_softmax)(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
-                             float *logprobs);
+                             float *logprobs, const int32_t *n_valid);
 } backend_ops;
 
 /* One backend instance: the table plus the state of its own (CPU: thread count, kernel set,

@@ -45,10 +45,12 @@ specla_status draft_weights_for(const specla_draft_model *model, const backend *
 void draft_release_device_weights(specla_draft_model *model);
 
 /* What a recorded proposal depends on besides block_ints: its depths, its top-k and the LM head it
- * scores over. */
+ * multiplies (its memory and rows, and where the count of rows that rank is: forward_dflash.c,
+ * proposal_head). */
 typedef struct recorded_propose_key {
     const void *head;
     int64_t head_rows;
+    const int32_t *head_rows_ranked;
     int32_t n_depths, top_k;
 } recorded_propose_key;
 

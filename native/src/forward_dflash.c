@@ -27,9 +27,11 @@
  * Recorded proposals: ingestion runs eagerly (its row count changes per call), the rest of a call
  * (the block, the head, the top-k) is the same sequence of launches at every n_past. The block's
  * K/V go to the cache through its positions (block_ints, uploaded per call, read on the device), the
- * sliding window's start likewise, and attention grids are sized for the cache's capacity (blocks
- * past a query's rows leave). So a backend that records steps records that part once per (depths,
- * top-k, LM head) and replays it; recording off (no_recorded_steps) runs the same ops eagerly. */
+ * sliding window's start likewise, attention grids are sized for the cache's capacity (blocks
+ * past a query's rows leave), and a chosen head is multiplied over its capacity with the count of
+ * rows that rank read on the device (proposal_head). So a backend that records steps records that
+ * part once per (depths, top-k, head memory and capacity) and replays it; recording off
+ * (no_recorded_steps) runs the same ops eagerly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,31 +341,50 @@ static void run_block(specla_draft_context *dc) {
 /* The block, then rows 1..n_depths through the draft's output_norm and the target's LM head matrix,
  * or the rows of it this context scores (not the target's output_norm: the draft's final norm
  * replaces it), then each row's top_k into top_ids / top_logprobs (backend memory). */
-static void enqueue_proposal(specla_draft_context *dc, int n_depths, int top_k, int32_t *top_ids,
-                             float *top_logprobs) {
+static void enqueue_proposal(specla_draft_context *dc, const specla_tensor *head, const int32_t *head_rows_ranked,
+                             int n_depths, int top_k, int32_t *top_ids, float *top_logprobs) {
     const specla_draft_hparams *hp = &dc->model->hp;
     const backend *be = dc->be;
     const int E = hp->n_embd;
     run_block(dc);
     be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
                       dc->normed);
-    be->ops->matmul(be, &dc->logit_head, dc->normed, n_depths, dc->logits);
-    be->ops->topk_log_softmax(be, dc->logits, n_depths, (int)dc->logit_head.ne1, top_k, top_ids, top_logprobs);
+    be->ops->matmul(be, head, dc->normed, n_depths, dc->logits);
+    be->ops->topk_log_softmax(be, dc->logits, n_depths, (int)head->ne1, top_k, top_ids, top_logprobs,
+                              head_rows_ranked);
+}
+
+/* The head a proposal multiplies, and where the count of its rows that rank is (NULL: all). A chosen
+ * head (set_logit_rows) is multiplied over every row its memory holds and the top-k ranks the first
+ * n, read from backend memory when it runs: the launches do not depend on n, so a vocabulary that
+ * grows within its capacity (logit_rows.c) keeps the recorded proposal. The rows past n (zero, or
+ * rows chosen before) cost their share of the head's matmul, a few per cent. */
+static specla_tensor proposal_head(const specla_draft_context *dc, const int32_t **head_rows_ranked) {
+    const logit_row_set *set = &dc->logit_rows;
+    specla_tensor head = dc->logit_head;
+    *head_rows_ranked = NULL;
+    if (set->memory && head.data == set->memory) {
+        head.nbytes = type_row_bytes(head.type, head.ne0) * set->capacity;
+        head.ne1 = set->capacity;
+        *head_rows_ranked = set->n_on_backend;
+    }
+    return head;
 }
 
 /* A proposal as one recorded step: replayed when one was recorded for these depths, top-k and head,
  * else recorded now and replayed. 1 when it ran so; 0 when the backend could not record (nothing ran;
  * this context proposes eagerly from now on). */
-static int replay_proposal(specla_draft_context *dc, int n_depths, int top_k, int32_t *top_ids,
-                           float *top_logprobs) {
+static int replay_proposal(specla_draft_context *dc, const specla_tensor *head, const int32_t *head_rows_ranked,
+                           int n_depths, int top_k, int32_t *top_ids, float *top_logprobs) {
     const backend *be = dc->be;
-    const recorded_propose_key key = {dc->logit_head.data, dc->logit_head.ne1, n_depths, top_k};
+    const recorded_propose_key key = {head->data, head->ne1, head_rows_ranked, n_depths, top_k};
     const recorded_propose_key *r = &dc->recorded;
-    const int same_key = r->head == key.head && r->head_rows == key.head_rows && r->n_depths == key.n_depths &&
+    const int same_key = r->head == key.head && r->head_rows == key.head_rows &&
+                         r->head_rows_ranked == key.head_rows_ranked && r->n_depths == key.n_depths &&
                          r->top_k == key.top_k;
     if (same_key && be->ops->replay(be, STEP_PROPOSE)) return 1;
     be->ops->capture_begin(be);
-    enqueue_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
+    enqueue_proposal(dc, head, head_rows_ranked, n_depths, top_k, top_ids, top_logprobs);
     if (be->ops->capture_end(be, STEP_PROPOSE) == SPECLA_OK && be->ops->replay(be, STEP_PROPOSE)) {
         dc->recorded = key;
         return 1;
@@ -430,8 +451,10 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     ingest(dc, target);
     upload_block(dc, n_past, root_token);
     const backend *be = dc->be;
+    const int32_t *head_rows_ranked;
+    const specla_tensor head = proposal_head(dc, &head_rows_ranked);
     if (be->ops->host_memory) { /* the answer straight into the caller's arrays */
-        enqueue_proposal(dc, n_depths, top_k, tokens, logprobs);
+        enqueue_proposal(dc, &head, head_rows_ranked, n_depths, top_k, tokens, logprobs);
         return be->ops->sync(be);
     }
     /* ids and log-probs side by side in backend memory, read back in one piece */
@@ -439,8 +462,8 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     int32_t *top_ids = (int32_t *)dc->top;
     float *top_logprobs = (float *)(top_ids + n);
     const int recorded = be->ops->replay && !dc->no_recorded_steps &&
-                         replay_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
-    if (!recorded) enqueue_proposal(dc, n_depths, top_k, top_ids, top_logprobs);
+                         replay_proposal(dc, &head, head_rows_ranked, n_depths, top_k, top_ids, top_logprobs);
+    if (!recorded) enqueue_proposal(dc, &head, head_rows_ranked, n_depths, top_k, top_ids, top_logprobs);
     const specla_status st = be->ops->download(be, dc->host_top, dc->top, (sizeof(int32_t) + sizeof(float)) * n);
     if (st != SPECLA_OK) return st;
     memcpy(tokens, dc->host_top, sizeof(int32_t) * n);

@@ -43,14 +43,17 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     const int64_t row_bytes = type_row_bytes(head->type, head->ne0);
     int32_t keep = 0; /* rows already in place: the unchanged prefix of ids */
     if (n > set->capacity) {
-        /* grow with headroom so a growing vocabulary reallocates rarely; everything is re-gathered */
-        int32_t capacity = n < n_vocab / 2 ? 2 * n : n_vocab;
+        /* Grow with headroom so that a growing vocabulary reallocates rarely (everything is then
+         * re-gathered). A DFlash draft's recorded proposal multiplies all capacity rows (forward_dflash.c,
+         * proposal_head), so the headroom is a small share of n: 1024 rows or n / 32. */
+        const int32_t headroom = n / 32 > 1024 ? n / 32 : 1024;
+        const int32_t capacity = n < n_vocab - headroom ? n + headroom : n_vocab;
         const size_t bytes = head_rows_bytes(be, head, capacity);
         if (bytes == 0)
             return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: backend %s cannot hold rows of this LM head's type", op,
                                be->ops->name);
         void *memory = be->ops->alloc(be, bytes);
-        int32_t *ids_on_backend = (int32_t *)be->ops->alloc(be, sizeof(int32_t) * (size_t)capacity);
+        int32_t *ids_on_backend = (int32_t *)be->ops->alloc(be, sizeof(int32_t) * ((size_t)capacity + 1));
         int32_t *host_ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)capacity);
         if (!memory || !ids_on_backend || !host_ids) {
             if (memory) be->ops->free(be, memory);
@@ -61,6 +64,7 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
         logit_rows_release(set, be);
         set->memory = memory;
         set->ids_on_backend = ids_on_backend;
+        set->n_on_backend = ids_on_backend + capacity;
         set->ids = host_ids;
         set->capacity = capacity;
     } else {
@@ -70,6 +74,7 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     be->ops->upload(be, set->ids_on_backend + keep, set->ids + keep, sizeof(int32_t) * (size_t)(n - keep));
     be->ops->gather_weight_rows(be, head, set->ids_on_backend + keep, n - keep, set->memory, keep);
     set->n = n;
+    be->ops->upload(be, set->n_on_backend, &set->n, sizeof(int32_t));
     *out_head = *head;
     out_head->data = set->memory;
     out_head->ne1 = n;

@@ -183,8 +183,9 @@ static void argmax_rows(const backend *be, const float *logits, int n_rows, int 
     cpu_argmax_rows(logits, n_rows, V, out);
 }
 static void topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
-                             float *logprobs) {
-    cpu_topk_log_softmax(ex_of(be), logits, n_rows, V, k, tokens, logprobs);
+                             float *logprobs, const int32_t *n_valid) {
+    const int n = n_valid ? (*n_valid < 0 ? 0 : *n_valid < V ? *n_valid : V) : V;
+    cpu_topk_log_softmax(ex_of(be), logits, n_rows, V, n, k, tokens, logprobs);
 }
 
 static const backend_ops cpu_ops_table = {

@@ -161,9 +161,9 @@ static void topk_row(const float *row, int V, int k, int32_t *tokens, float *log
     for (int j = 0; j < n; j++) logprobs[j] = (float)((double)logprobs[j] - lse);
 }
 
-void cpu_topk_log_softmax(const cpu_exec *ex, const float *logits, int n_rows, int V, int k, int32_t *tokens,
-                          float *logprobs) {
+void cpu_topk_log_softmax(const cpu_exec *ex, const float *logits, int n_rows, int64_t row_stride, int V, int k,
+                          int32_t *tokens, float *logprobs) {
 #pragma omp parallel for num_threads(ex->n_threads) schedule(static) if (n_rows > 1)
     for (int r = 0; r < n_rows; r++)
-        topk_row(logits + (int64_t)r * V, V, k, tokens + (int64_t)r * k, logprobs + (int64_t)r * k);
+        topk_row(logits + (int64_t)r * row_stride, V, k, tokens + (int64_t)r * k, logprobs + (int64_t)r * k);
 }

@@ -105,7 +105,7 @@ void cuda_conv_fold(const backend *be, float *conv_state, const float *x, const 
 /* logits.cu */
 void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
 void cuda_topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
-                           float *logprobs);
+                           float *logprobs, const int32_t *n_valid);
 
 #ifdef __cplusplus
 }

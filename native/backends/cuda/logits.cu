@@ -251,15 +251,19 @@ static topk_partials topk_layout(void *ws, int n_rows, int n_chunks, int k) {
     return p;
 }
 
-/* Block (c, r): chunk c of row r -> its k best, max and sum; with one chunk, the row's answer. */
+/* Block (c, r): chunk c of row r -> its k best, max and sum; with one chunk, the row's answer. Rows
+ * are V apart; the entries ranked are the first *n_valid of a row (n_valid NULL: V), read here so a
+ * recorded launch follows a count the host changes between replays. A chunk past them is empty: max
+ * -inf, sum 0 and no entries, which the combine adds as nothing. */
 static __global__ void __launch_bounds__(LOGIT_THREADS)
-    topk_chunks_kernel(const float *logits, int V, int chunk, int n_chunks, int k, topk_partials part,
-                       int32_t *tokens, float *logprobs) {
+    topk_chunks_kernel(const float *logits, int V, const int32_t *n_valid, int chunk, int n_chunks, int k,
+                       topk_partials part, int32_t *tokens, float *logprobs) {
     grid_begin();
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     __shared__ double shared_doubles[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
-    const int first = c * chunk, n = min(V, first + chunk) - first;
+    const int ranked_entries = n_valid ? max(0, min(*n_valid, V)) : V;
+    const int first = c * chunk, n = max(0, min(ranked_entries, first + chunk) - first);
     const float *values = logits + (int64_t)r * V + first;
     double m, s;
     chunk_max_sum(values, n, shared_doubles, &m, &s);
@@ -300,15 +304,15 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
 }
 
 extern "C" void cuda_topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k,
-                                      int32_t *tokens, float *logprobs) {
+                                      int32_t *tokens, float *logprobs, const int32_t *n_valid) {
     if (n_rows <= 0 || k <= 0) return;
     const cuda_backend *cb = cuda_of(be);
     int n_chunks = (V + LOGIT_CHUNK - 1) / LOGIT_CHUNK, chunk = LOGIT_CHUNK;
     if (!cb->workspace || topk_workspace_bytes(n_rows, n_chunks, k) > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks <= 1) n_chunks = 1, chunk = V;
     const topk_partials part = topk_layout(cb->workspace, n_rows, n_chunks, k);
-    cuda_launch(topk_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk,
-                n_chunks, k, part, tokens, logprobs);
+    cuda_launch(topk_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, n_valid,
+                chunk, n_chunks, k, part, tokens, logprobs);
     cuda_note_launch(be, "topk_log_softmax");
     if (n_chunks > 1) {
         cuda_launch(topk_combine_kernel, dim3(n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), n_chunks, k, part,

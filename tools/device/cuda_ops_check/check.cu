@@ -352,11 +352,11 @@ static void test_logits(int rows, int V, int k) {
     printf("argmax one chunk rows=%d V=%d %s\n", rows, V, bad ? "FAIL" : "ok"); failures += bad > 0;
 
     std::vector<int32_t> rt(rows * k), gt(rows * k); std::vector<float> rl(rows * k);
-    CPU->ops->topk_log_softmax(CPU, L.data(), rows, V, k, rt.data(), rl.data());
+    CPU->ops->topk_log_softmax(CPU, L.data(), rows, V, k, rt.data(), rl.data(), NULL);
     int32_t *dt; cudaMalloc(&dt, rows * k * 4); float *dl = dev(rows * k);
     for (int shape = 0; shape < 2; shape++) {
         if (shape == 1) G.workspace_bytes = 0;
-        cuda_topk_log_softmax(&G.base, dL, rows, V, k, dt, dl);
+        cuda_topk_log_softmax(&G.base, dL, rows, V, k, dt, dl, NULL);
         down(gt.data(), dt, rows * k * 4); auto gl = get(dl, rows * k);
         G.workspace_bytes = saved;
         bad = 0; for (int i = 0; i < rows * k; i++) if (gt[i] != rt[i]) { if (bad < 5) printf("   slot %d gpu %d cpu %d\n", i, gt[i], rt[i]); bad++; }
@@ -365,6 +365,29 @@ static void test_logits(int rows, int V, int k) {
         snprintf(name, 128, "  topk logprobs %s", shape ? "one chunk" : "chunked");
         cmp(name, gl, rl, 1e-6);
     }
+    // Rows V apart of which the first n_valid entries count, n_valid in device memory (a recorded
+    // draft proposal over a head with spare rows): the answer of the rows cut to n_valid entries.
+    const int n_valid = V - V / 3 - 1;
+    std::vector<float> cut((size_t)rows * n_valid);
+    for (int r = 0; r < rows; r++) std::copy(&L[(size_t)r * V], &L[(size_t)r * V] + n_valid, &cut[(size_t)r * n_valid]);
+    CPU->ops->topk_log_softmax(CPU, cut.data(), rows, n_valid, k, rt.data(), rl.data(), NULL);
+    std::vector<int32_t> ct(rows * k); std::vector<float> cl(rows * k);
+    CPU->ops->topk_log_softmax(CPU, L.data(), rows, V, k, ct.data(), cl.data(), &n_valid);
+    bad = 0; for (int i = 0; i < rows * k; i++) bad += ct[i] != rt[i] || memcmp(&cl[i], &rl[i], 4) != 0;
+    printf("%-40s %s\n", "  cpu: first n_valid == rows cut", bad ? "FAIL" : "ok"); failures += bad > 0;
+    int32_t *dn = updevi(std::vector<int32_t>{n_valid});
+    for (int shape = 0; shape < 2; shape++) {
+        if (shape == 1) G.workspace_bytes = 0;
+        cudaMemset(dl, 0xff, rows * k * 4); cudaMemset(dt, 0x7f, rows * k * 4); // poisoned
+        cuda_topk_log_softmax(&G.base, dL, rows, V, k, dt, dl, dn);
+        down(gt.data(), dt, rows * k * 4); auto gl = get(dl, rows * k);
+        G.workspace_bytes = saved;
+        bad = 0; for (int i = 0; i < rows * k; i++) if (gt[i] != rt[i]) { if (bad < 5) printf("   slot %d gpu %d cpu %d\n", i, gt[i], rt[i]); bad++; }
+        char name[128]; snprintf(name, 128, "topk first %d of V=%d %s", n_valid, V, shape ? "one chunk" : "chunked");
+        printf("%-40s %s\n", name, bad ? "FAIL" : "ok"); failures += bad > 0;
+        cmp("  its logprobs", gl, rl, 1e-6);
+    }
+    cudaFree(dn);
 }
 
 int main() {
