@@ -72,19 +72,3 @@ def test_every_mode_equals_plain_greedy_on_20_prompts_of_256_tokens(model, promp
     print(f"{mode} specla={specla}: {side_steps} oracle steps accepted a side branch")
     if mode == "ddtree":
         assert side_steps >= 20, f"only {side_steps} steps accepted a side branch"
-
-
-def test_ddtree_with_parallel_chains_equals_plain_greedy(model, prompts_and_plain, monkeypatch):
-    """The CUDA backend's parallel tree forms (SPECLA_CUDA_TREE_WAVES=1 when a context is made:
-    chains in blocks of their own that hand boundary states to each other) in the whole loop, DDTree
-    + SpecLA over 8 of the prompts with side branches accepted, and the state after finish."""
-    monkeypatch.setenv("SPECLA_CUDA_TREE_WAVES", "1")
-    V, layers = model.hparams.n_vocab, model.hparams.n_layer
-    for i, (prompt, plain) in enumerate(prompts_and_plain[:8]):
-        config = SpecConfig(mode="ddtree", specla=True, tau=6.0, top_k=4)
-        drafter = OracleDrafter(0.85, plain, V, seed=i, true_ranks=(0, 1, 2, 3), capture_layers=[0, layers - 1])
-        stats, ctx = generate(model, prompt, N_TOKENS, config, drafter=drafter)
-        assert stats.tokens == plain[:N_TOKENS], f"prompt {i}: parallel chains"
-        if i < 2:
-            check_durable_state(model, ctx, prompt, plain, f"prompt {i}, parallel chains")
-        ctx.close()

@@ -45,13 +45,6 @@ def append_rows(path: str | None, rows: list[dict]) -> None:
                 f.write(json.dumps(row) + "\n")
 
 
-def cuda_tree_waves() -> bool:
-    """Whether the CUDA backends this process makes take the parallel tree forms
-    (SPECLA_CUDA_TREE_WAVES=1, read when a backend is made; native/backends/cuda/recurrent.cu): the
-    benchmarks' rows say which form ran."""
-    return os.environ.get("SPECLA_CUDA_TREE_WAVES") == "1"
-
-
 def device_name() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,

@@ -61,7 +61,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_gpu import commit, cuda_tree_waves  # noqa: E402
+from bench_gpu import commit  # noqa: E402
 from bench_cpu import append_rows  # noqa: E402
 from bench_gpu_spec import device_label, exit_with  # noqa: E402
 
@@ -280,8 +280,7 @@ def main(argv=None) -> int:
             "model": os.path.basename(args.model), "n_predict": n_predict, "n_prompt": n_prompt,
             "budget": args.budget, "reps": reps, "warmup": args.warmup, "quick": args.quick,
             "draft_cost": os.path.basename(args.draft_cost) if draft is not None else None,
-            "draft_vocab": args.draft_vocab if draft is not None else None,
-            "cuda_tree_waves": cuda_tree_waves()}
+            "draft_vocab": args.draft_vocab if draft is not None else None}
     n_ctx = n_prompt + n_predict + args.budget + 2
 
     # one context per (mode, recorded): the same parameters for every mode

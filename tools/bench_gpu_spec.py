@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cpu import append_rows, cpu_name  # noqa: E402
-from bench_gpu import commit, cuda_tree_waves, device_name  # noqa: E402
+from bench_gpu import commit, device_name  # noqa: E402
 from bench_specla import DDTREE_RANK_PROBS, best_first_tree  # noqa: E402
 
 TREE_NODES = 23
@@ -196,8 +196,7 @@ def main(argv=None) -> int:
         print(f"bench_gpu_spec: {e}", file=sys.stderr)
         return 2
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
-            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on",
-            "cuda_tree_waves": cuda_tree_waves()}
+            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on"}
     rows = []
 
     def emit(mode: str, **figures) -> None:

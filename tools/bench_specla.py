@@ -549,11 +549,8 @@ def main() -> int:
     from pyspecla import _native
 
     dirty = git("status", "--porcelain", "--", "native", "pyspecla")
-    tree_waves = False  # the CUDA backend's parallel tree forms (chains, root-to-leaf leaves)
     if args.device == "cuda":
-        from bench_gpu import cuda_tree_waves, device_name
-
-        tree_waves = cuda_tree_waves()
+        from bench_gpu import device_name
 
         if _native.cuda_device_count() < 1:
             print("bench_specla: --device cuda, but this libspecla sees no CUDA device (a CPU-only build, or "
@@ -565,7 +562,6 @@ def main() -> int:
     base = {"commit": args.commit or git("rev-parse", "--short", "HEAD") or "unknown",
             "worktree_dirty": bool(dirty),
             "device": device, "backend": args.device,
-            "cuda_tree_waves": tree_waves,
             "path": "resident_workload" if args.resident else "host_ops",
             "cpu_kernels": {v: k for k, v in _native.CPU_KERNELS.items()}.get(_native.cpu_best_kernels(), "?"),
             "threads": args.threads, "quick": args.quick, "loadavg_start": round(os.getloadavg()[0], 2),

@@ -14,8 +14,6 @@
 # is written on the device meanwhile (31 s) for the e2e run with the draft's cost. Rows go to $ROWS
 # with commit COMMIT (the device's .git is the session's first commit, so it is passed in). The draft-cost
 # run takes recorded steps on and off (the draft's proposals follow the target context's setting).
-# MEASURE_TREE_WAVES=1 then runs bench_specla, bench_gpu_spec and the oracle e2e again with the CUDA
-# backend's parallel tree forms (SPECLA_CUDA_TREE_WAVES=1), rows labelled COMMIT+waves.
 set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
@@ -75,15 +73,5 @@ if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
     --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -10
 else
   echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
-fi
-if [ "${MEASURE_TREE_WAVES:-0}" = 1 ]; then
-  stage "the parallel tree forms (SPECLA_CUDA_TREE_WAVES=1)"
-  export SPECLA_CUDA_TREE_WAVES=1
-  python3 tools/bench_specla.py --device cuda --layers 1,48 --commit "$commit+waves" --out "$ROWS" 2>&1 | tail -16
-  python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0,4096 --commit "$commit+waves" \
-    --out "$ROWS" 2>&1 | tail -20
-  python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n 256 --modes plain,ddtree+specla \
-    --recorded on --reps 2 --commit "$commit+waves" --out "$ROWS" 2>&1 | tail -8
-  unset SPECLA_CUDA_TREE_WAVES
 fi
 stage "end"

@@ -15,9 +15,9 @@ The stall reasons (results/ncu-stalls-61ccb2f.log), in warp cycles per issued in
 
 --tree-nodes N then verifies a tree of N nodes (a spine with a leaf off every other spine node, a
 DDTree's shape) and accepts its spine, twice (the second verify folds the first one's path): the
-SpecLA chain kernel's launches for `-k regex:^gdn_tree` (the serial kernel, or with
-SPECLA_CUDA_TREE_WAVES=1 the wave-parallel one). Whether its walk is latency- or issue-bound is the
-question docs/specla.md leaves open: SchedulerStats' issue-slot use and the stall reasons answer it."""
+SpecLA chain kernel's launches for `-k regex:^gdn_tree`. SchedulerStats' issue-slot use and the
+stall reasons say whether its walk is latency- or issue-bound (latency-bound at 6c6e248:
+docs/specla.md)."""
 from __future__ import annotations
 
 import argparse

@@ -57,7 +57,6 @@ static void destroy(backend *be) {
     for (int i = 0; i < STEP_KINDS; i++)
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
-    if (ci->pub.tree_sync) cudaFree(ci->pub.tree_sync);
     if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -342,10 +341,6 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * by default on sm_90+), for comparisons; the bits are the same either way. */
     const char *pdl = getenv("SPECLA_CUDA_PDL");
     if (pdl && *pdl) cuda_set_launch_overlap(pdl[0] == '1');
-    /* SPECLA_CUDA_TREE_WAVES=1: the tree verify's chains (and the root-to-leaf baseline's leaves) in
-     * parallel blocks (recurrent.cu); the same bits either way */
-    const char *waves = getenv("SPECLA_CUDA_TREE_WAVES");
-    ci->pub.tree_waves = waves && waves[0] == '1';
     if (cudaStreamCreateWithFlags(&ci->pub.stream, cudaStreamNonBlocking) != cudaSuccess) {
         free(ci);
         return specla_fail(SPECLA_ERR_STATE, "backend cuda: cannot create a stream on device %d", device);
@@ -371,15 +366,6 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
                            (double)bytes / 1e6);
-    }
-    /* the parallel tree verify's tickets and flags start at zero and are left at zero by every call */
-    const size_t sync_bytes = ci->pub.tree_waves ? cuda_tree_sync_bytes(limits) : 0;
-    if (sync_bytes && (cudaMalloc(&ci->pub.tree_sync, sync_bytes) != cudaSuccess ||
-                       cudaMemset(ci->pub.tree_sync, 0, sync_bytes) != cudaSuccess)) {
-        (void)cudaGetLastError();
-        destroy(&ci->pub.base);
-        return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for %zu bytes of tree state",
-                           sync_bytes);
     }
     *out = &ci->pub.base;
     return SPECLA_OK;

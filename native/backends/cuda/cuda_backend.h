@@ -26,11 +26,6 @@ typedef struct cuda_backend {
     void *workspace; /* device scratch reserved at creation for the limits (matmul activation
                         blocks, attention partial sums, tree boundary states) */
     size_t workspace_bytes;
-    int32_t *tree_sync; /* the wave-parallel tree verify's tickets and boundary flags (recurrent.cu),
-                           zeroed at creation and kept across calls; NULL without tree limits or
-                           without tree_waves */
-    int tree_waves;     /* 1: the tree ops' parallel forms (SPECLA_CUDA_TREE_WAVES=1 at creation; off
-                           by default until measured on a GPU), 0: the serial ones */
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }
@@ -45,8 +40,6 @@ void cuda_note_launch(const backend *be, const char *op);
 size_t cuda_attention_workspace_bytes(const backend_limits *limits);
 size_t cuda_logits_workspace_bytes(const backend_limits *limits);
 size_t cuda_recurrent_workspace_bytes(const backend_limits *limits);
-/* Bytes of the tree verify's scheduling state (cuda_backend.tree_sync); 0 without tree limits. */
-size_t cuda_tree_sync_bytes(const backend_limits *limits);
 
 /* elementwise.cu */
 void cuda_get_rows(const backend *be, const specla_tensor *w, const int32_t *ids, int n, float *out);

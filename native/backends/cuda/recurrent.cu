@@ -41,8 +41,7 @@
  * The sequential conv splits T into chunks of CONV_T_CHUNK tokens (grid.y); each chunk rebuilds its
  * window from the rows before it, so outputs do not depend on the chunking.
  *
- * Workspace: only cuda_gdn_tree_chains uses it, for boundary states (the serial kernel parks the first
- * few in shared memory; the wave-parallel one hands every one over through it): per value head in flight
+ * Workspace: only cuda_gdn_tree_chains uses it, for boundary states: per value head in flight
  * gdn_slots_per_head(max_nodes) = max(1, (max_nodes - 1) / 2) slots of S * S floats (a boundary
  * node has at least two children, so a tree of N nodes has at most (N - 1) / 2 of them). All Hv heads
  * in flight need Hv * max(1, (max_nodes - 1) / 2) * S * S * 4 bytes (27B, max_nodes 64: 48 * 31 *
@@ -104,13 +103,10 @@ __device__ __forceinline__ void gdn_row_sums(float (&part)[GDN_ROWS_PER_THREAD])
 /* where a thread sits: its head, key lane and rows */
 struct gdn_lane {
     int S, Hk, Hv, h, kh, lane;
-    int rowblock; /* the block's 16 rows: rowblock * 16 .. */
     int row[GDN_ROWS_PER_THREAD];
 };
 
-/* rowblock: blockIdx.x in every kernel but the wave-parallel tree verify, which takes its work items
- * (chain, head, rowblock) from a ticket counter */
-__device__ __forceinline__ gdn_lane gdn_lane_of(int S, int Hk, int Hv, int h, int rowblock = (int)blockIdx.x) {
+__device__ __forceinline__ gdn_lane gdn_lane_of(int S, int Hk, int Hv, int h) {
     gdn_lane L;
     L.S = S;
     L.Hk = Hk;
@@ -118,10 +114,9 @@ __device__ __forceinline__ gdn_lane gdn_lane_of(int S, int Hk, int Hv, int h, in
     L.h = h;
     L.kh = h % Hk; /* tiled V-head mapping of the qwen35 converter */
     L.lane = (int)threadIdx.x % GDN_LANES;
-    L.rowblock = rowblock;
     const int group = (int)threadIdx.x / GDN_LANES;
 #pragma unroll
-    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) L.row[r] = rowblock * GDN_ROWS_PER_BLOCK + r * GDN_GROUPS + group;
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) L.row[r] = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + r * GDN_GROUPS + group;
     return L;
 }
 
@@ -179,7 +174,7 @@ __device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const 
         sh.q[e] = qv;
     }
     {
-        const int c = tid / GDN_ROWS_PER_BLOCK, row = L.rowblock * GDN_ROWS_PER_BLOCK + tid % GDN_ROWS_PER_BLOCK;
+        const int c = tid / GDN_ROWS_PER_BLOCK, row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + tid % GDN_ROWS_PER_BLOCK;
         sh.row = base + c < n && row < L.S ? rows[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row] : 0.0f;
     }
     sh.g = 0.0f;
@@ -216,20 +211,12 @@ template <int KPL> __device__ __forceinline__ int gdn_key(int lane, int m) {
         return m * GDN_LANES + lane;
 }
 
-/* a load, or with L2 a load from L2 (__ldcg: global memory only, for data another block of the same
- * launch wrote, which a stale L1 line must not answer) */
-template <bool L2, class T> __device__ __forceinline__ T gdn_ld(const T *p) {
-    if constexpr (L2) return __ldcg(p);
-    else return *p;
-}
-
 /* the lane's KPL keys of one key vector src [KPL * 16] (no masking: src holds KPL * 16 floats) */
-template <int KPL, bool L2 = false>
-__device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
+template <int KPL> __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src, int lane) {
     if constexpr (KPL % 4 == 0) {
 #pragma unroll
         for (int m = 0; m < KPL; m += 4) {
-            const float4 x = gdn_ld<L2>(reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m)));
+            const float4 x = *reinterpret_cast<const float4 *>(src + gdn_key<KPL>(lane, m));
             dst[m] = x.x;
             dst[m + 1] = x.y;
             dst[m + 2] = x.z;
@@ -237,7 +224,7 @@ __device__ __forceinline__ void gdn_keys_of(float (&dst)[KPL], const float *src,
         }
     } else {
 #pragma unroll
-        for (int m = 0; m < KPL; m++) dst[m] = gdn_ld<L2>(src + gdn_key<KPL>(lane, m));
+        for (int m = 0; m < KPL; m++) dst[m] = src[gdn_key<KPL>(lane, m)];
     }
 }
 
@@ -333,15 +320,14 @@ template <int KPL> __device__ __forceinline__ bool gdn_state_vectorizable(const 
     return KPL % 4 == 0 && L.S == KPL * GDN_LANES && ((uintptr_t)head & 15) == 0;
 }
 
-/* L2: read from L2 (gdn_ld), for a boundary state another block stored in this launch */
-template <int KPL, bool L2 = false>
+template <int KPL>
 __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][KPL], const float *head,
                                                const gdn_lane &L) {
     if (gdn_state_vectorizable<KPL>(head, L)) {
 #pragma unroll
         for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
             if (L.row[r] < L.S) {
-                gdn_keys_of<KPL, L2>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
+                gdn_keys_of<KPL>(M[r], head + (int64_t)L.row[r] * L.S, L.lane);
             } else {
 #pragma unroll
                 for (int m = 0; m < KPL; m++) M[r][m] = 0.0f;
@@ -354,7 +340,7 @@ __device__ __forceinline__ void gdn_load_state(float (&M)[GDN_ROWS_PER_THREAD][K
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             const int i = gdn_key<KPL>(L.lane, m);
-            M[r][m] = L.row[r] < L.S && i < L.S ? gdn_ld<L2>(head + (int64_t)L.row[r] * L.S + i) : 0.0f;
+            M[r][m] = L.row[r] < L.S && i < L.S ? head[(int64_t)L.row[r] * L.S + i] : 0.0f;
         }
     }
 }
@@ -549,132 +535,10 @@ __global__ void __launch_bounds__(GDN_THREADS)
     });
 }
 
-/* The wave-parallel form of the same verify (with cuda_backend.tree_waves, SPECLA_CUDA_TREE_WAVES=1):
- * every chain walks in blocks of its own, so chains that hang off different nodes of their parent
- * chain run at the same time, and a verify's serial walk is its longest root path (plus one
- * hand-off per light edge, at most log2 N of them) instead of all N nodes.
- *
- * Work items: (chain c, head, rowblock), chain-major, taken from a ticket counter by a grid of
- * fewer, persistent blocks (a block takes its next item when it finishes one). Chain c > 0 starts
- * from the boundary state its parent chain stores at node chain_parent_node[c]: the producer stores
- * its rows into the workspace slot, then (block barrier, fence) raises the slot's flag for this
- * (head, rowblock) to this launch's tag; the consumer's thread 0 waits for the tag, fences, and the
- * block loads exactly the rows it owns (the producer's threads of the same index wrote them: the same
- * mapping). A chain's parent chain has a smaller index (chains are sorted by wave), so its item has an
- * earlier ticket, taken by a block that is already running: every wait ends (a schedule that broke
- * this rule would trap after about a second rather than hang). Chain 0 folds the pending path into
- * the durable state first, as the serial kernel does. Each node is stepped once, by gdn_step, from
- * the same state as in the serial walk: the same bits.
- *
- * tree_sync: [ticket, done, epoch, pad, flags [heads in launch][rowblocks][slots_per_head]]. A block
- * reads the epoch when it starts; the tag is epoch + 1, so flags from earlier launches never match.
- * The last block to leave (the done counter) zeroes ticket and done and stores the new epoch: the
- * next launch (stream order) starts from a clean state, recorded or not. */
-#define WAVES_TICKET 0
-#define WAVES_DONE 1
-#define WAVES_EPOCH 2
-#define WAVES_FLAGS 4
-#define WAVES_SPIN_LIMIT (1u << 24) /* polls of a flag before the kernel traps: a broken schedule */
-#define WAVES_BLOCKS_PER_SM 4 /* resident blocks per SM the grid is sized for: 128 registers, no spills
-                               * (at 5, ptxas keeps 96 and spills) */
-
-template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS, WAVES_BLOCKS_PER_SM)
-    gdn_tree_waves_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
-                          const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
-                          const float *pending_delta, const float *pending_g, const int32_t *pending_n, float *out,
-                          float *delta_out, float *slots, int slots_per_head, int head0, int heads, int max_nodes,
-                          int32_t *sync) {
-    grid_begin();
-    __shared__ gdn_chunk<KPL> chunks[2];
-    __shared__ int item_shared;
-    extern __shared__ int32_t waves_shared[]; /* the item's chain: nodes [max_nodes], boundary slots [max_nodes] */
-    int32_t *chain_node = waves_shared, *chain_store = waves_shared + max_nodes;
-    const int tid = (int)threadIdx.x;
-    const int64_t head_size = (int64_t)S * S;
-    const int rowblocks = (S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK, per_chain = rowblocks * heads;
-    const int tag = ((volatile int32_t *)sync)[WAVES_EPOCH] + 1;
-    const int n_chains = schedule[HLD_N_CHAINS_AT];
-    const int n_items = hld_dev_chains_fit(schedule, max_nodes, slots_per_head) ? per_chain * n_chains : 0;
-    const int32_t *order = hld_dev_array(schedule, HLD_OFF_ORDER);
-    const int32_t *chain_offsets = hld_dev_array(schedule, HLD_OFF_CHAIN_OFFSETS);
-    const int32_t *chain_parent_boundary = hld_dev_array(schedule, HLD_OFF_CHAIN_PARENT_BOUNDARY);
-    const int32_t *node_boundary = hld_dev_array(schedule, HLD_OFF_NODE_BOUNDARY);
-    const int n_pending = pending_n ? *pending_n : 0;
-
-    for (;;) {
-        if (tid == 0) item_shared = atomicAdd(&sync[WAVES_TICKET], 1);
-        __syncthreads();
-        const int item = item_shared;
-        if (item >= n_items) break; /* uniform: every thread read the same ticket */
-        const int chain = item / per_chain, head = (item % per_chain) / rowblocks, rowblock = item % rowblocks;
-        const gdn_lane L = gdn_lane_of(S, Hk, Hv, head0 + head, rowblock);
-        float *durable = state + (int64_t)L.h * head_size;
-        float *head_slots = slots + (int64_t)head * slots_per_head * head_size;
-        int32_t *flags = sync + WAVES_FLAGS + ((int64_t)head * rowblocks + rowblock) * slots_per_head;
-        const int first = chain_offsets[chain], n = chain_offsets[chain + 1] - first;
-        for (int p = tid; p < n; p += GDN_THREADS) {
-            const int node = order[first + p];
-            chain_node[p] = node;
-            chain_store[p] = node_boundary[node];
-        }
-        float M[GDN_ROWS_PER_THREAD][KPL];
-        if (chain == 0) {
-            gdn_load_state<KPL>(M, durable, L);
-            __syncthreads(); /* the chain's nodes are in shared memory */
-            if (n_pending > 0) {
-                gdn_fold_tokens<KPL>(M, chunks, L, pending_k, pending_delta, pending_g, n_pending);
-                gdn_store_state<KPL>(M, durable, L);
-            }
-        } else {
-            const int slot = chain_parent_boundary[chain];
-            if (tid == 0) {
-                unsigned polls = 0;
-                while (((volatile int32_t *)flags)[slot] != tag) {
-                    SPECLA_PAUSE();
-                    if (++polls > WAVES_SPIN_LIMIT) SPECLA_TRAP();
-                }
-                __threadfence();
-            }
-            __syncthreads(); /* the slot is complete; the chain's nodes are in shared memory */
-            gdn_load_state<KPL, true>(M, head_slots + slot * head_size, L);
-        }
-        gdn_walk_tokens<KPL>(chunks, chain_node, n, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
-            gdn_token<KPL> in;
-            gdn_token_of<KPL>(in, s, c, L);
-            float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-            gdn_step<KPL>(M, in, scale, o, d);
-            const int node = chain_node[p], store = chain_store[p];
-            gdn_write_rows(out, node, L, o);
-            gdn_write_rows(delta_out, node, L, d);
-            if (store >= 0) { /* uniform: every thread walks the same node */
-                gdn_store_state<KPL>(M, head_slots + store * head_size, L);
-                __syncthreads();
-                if (tid == 0) {
-                    __threadfence();
-                    atomicExch(&flags[store], tag);
-                }
-            }
-        });
-        __syncthreads(); /* chain_node, chain_store and item_shared are read by the next item */
-    }
-    if (tid == 0) {
-        __threadfence();
-        if (atomicAdd(&sync[WAVES_DONE], 1) == (int)gridDim.x - 1) { /* the last block of the launch */
-            sync[WAVES_TICKET] = 0;
-            sync[WAVES_DONE] = 0;
-            sync[WAVES_EPOCH] = tag;
-            __threadfence();
-        }
-    }
-}
-
 /* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
- * the last nodes of the chains; block z of the grid takes leaves z, z + gridDim.z, ... (the
- * parallel form, one leaf per block, beside the wave-parallel chain verify; gridDim.z = 1 walks
- * them all in one block, beside the serial one). Thread 0 writes each path root first into shared
- * memory (the walk ends with a block barrier, so the next leaf's path waits for every reader).
- * Nodes on several paths are written once per path, by one block or several, with the same bits. */
+ * the last nodes of the chains; thread 0 writes each path root first into shared memory (the walk
+ * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
+ * paths are written once per path, with the same bits. */
 template <int KPL>
 __global__ void __launch_bounds__(GDN_THREADS)
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
@@ -692,7 +556,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
     const int32_t *node_depth = hld_dev_array(schedule, HLD_OFF_NODE_DEPTH);
     const gdn_lane L = gdn_lane_of(S, Hk, Hv, (int)blockIdx.y);
     const float *durable = state + (int64_t)L.h * S * S;
-    for (int c = (int)blockIdx.z; c < n_chains; c += (int)gridDim.z) {
+    for (int c = 0; c < n_chains; c++) {
         const int leaf = order[chain_offsets[c + 1] - 1];
         const int len = node_depth[leaf] + 1;
         if (threadIdx.x == 0)
@@ -867,21 +731,6 @@ static int gdn_keys_per_lane(int S) { return S >= 1 && S <= GDN_MAX_S ? (S + GDN
 
 static int gdn_slots_per_head(int max_nodes) { return max_nodes > 2 ? (max_nodes - 1) / 2 : 1; }
 
-/* value rows per block (the thread mapping): the tree verify's flags are per head, rowblock and slot */
-static int gdn_rowblocks(int S) { return (S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK; }
-static int gdn_state_size(const backend_limits *l) {
-    int S = 0;
-    while ((int64_t)(S + 1) * (S + 1) <= l->gdn_head_size) S++;
-    return S;
-}
-
-extern "C" size_t cuda_tree_sync_bytes(const backend_limits *l) {
-    if (l->max_nodes <= 0 || l->gdn_heads <= 0 || l->gdn_head_size <= 0) return 0;
-    const size_t flags = (size_t)l->gdn_heads * (size_t)gdn_rowblocks(gdn_state_size(l)) *
-                         (size_t)gdn_slots_per_head(l->max_nodes);
-    return sizeof(int32_t) * (WAVES_FLAGS + flags);
-}
-
 extern "C" size_t cuda_recurrent_workspace_bytes(const backend_limits *l) {
     if (l->max_nodes <= 0 || l->gdn_heads <= 0) return 0;
     return sizeof(float) * (size_t)l->gdn_heads * (size_t)gdn_slots_per_head(l->max_nodes) * (size_t)l->gdn_head_size;
@@ -946,47 +795,22 @@ template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) 
     return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
 }
 
-/* The parallel forms of the tree ops (cuda_backend.tree_waves, SPECLA_CUDA_TREE_WAVES=1 when the
- * instance was created; its tree_sync exists only then): chains in parallel blocks
- * (gdn_tree_waves_kernel) and a block per leaf for the root-to-leaf baseline; otherwise the serial
- * forms, every chain (leaf) of a head in one block. The same bits either way. */
-
-/* The chain verify, in launches of heads_per_launch heads (as many as the workspace holds boundary
- * states for): the wave-parallel kernel where the instance has its tree_sync state and the flags fit
- * (they were sized for the instance's limits), else the serial one. */
 template <int KPL>
 static void launch_tree_chains(const backend *be, const int32_t *schedule, const float *q, const float *k,
                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
                                const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
                                int slots_per_head, int max_nodes) {
-    const cuda_backend *cb = cuda_of(be);
-    const size_t flags_needed = sizeof(int32_t) * (WAVES_FLAGS + (size_t)heads_per_launch * gdn_rowblocks(S) *
-                                                                   (size_t)slots_per_head);
-    const bool waves = cb->tree_sync && flags_needed <= cuda_tree_sync_bytes(&cb->limits);
-    const int smem_slots = waves ? 0 : gdn_smem_slots<KPL>(slots_per_head, max_nodes);
-    const size_t shared = waves ? sizeof(int32_t) * 2 * (size_t)max_nodes
-                                : sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots +
-                                      sizeof(int32_t) * 3 * (size_t)max_nodes;
+    const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
+    const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
     const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
     const float *pg = pending ? pending->g : NULL;
     const int32_t *pn = pending ? pending->n : NULL;
-    float *slots = (float *)cb->workspace;
+    float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        if (waves) {
-            /* enough blocks for every (chain, head, rowblock) item of the largest tree, at most what
-             * stays resident: the blocks loop over the items, so the grid only sets how many run at once */
-            const int64_t items = (int64_t)gdn_rowblocks(S) * heads * max_nodes;
-            const int64_t resident = (int64_t)(cb->sm_count > 0 ? cb->sm_count : 1) * WAVES_BLOCKS_PER_SM;
-            cuda_launch(gdn_tree_waves_kernel<KPL>, dim3((unsigned)(items < resident ? items : resident)),
-                        dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S),
-                        state, pk, pd, pg, pn, out, delta_out, slots, slots_per_head, head0, heads, max_nodes,
-                        cb->tree_sync);
-        } else {
-            cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared,
-                        cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn,
-                        out, delta_out, slots, slots_per_head, smem_slots, head0, max_nodes);
-        }
+        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
+                    schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
+                    slots_per_head, smem_slots, head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
     }
 }
@@ -1021,12 +845,8 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     if (max_nodes < 1) return refuse(be, "gdn_tree_root_to_leaf: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
-    /* a block per leaf beside the wave-parallel verify (a tree has at most max_nodes leaves; blocks past
-     * its leaf count leave at once), one block walking every leaf beside the serial one */
-    dim3 grid = gdn_grid(S, Hv);
-    grid.z = cuda_of(be)->tree_waves ? (unsigned)max_nodes : 1u;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, grid, dim3(GDN_THREADS), shared, cuda_stream(be),                   \
+    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH

@@ -20,7 +20,6 @@
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemsetAsync hipMemsetAsync
-#define cudaMemset hipMemset
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
@@ -64,19 +63,8 @@
 #define __syncwarp(...) __builtin_amdgcn_wave_barrier()
 #define __ldcg(ptr) (*(ptr))
 #define __stcg(ptr, value) (*(ptr) = (value))
-/* a short pause in a spin-wait (s_sleep counts 64 clocks per unit) */
-#define SPECLA_PAUSE() __builtin_amdgcn_s_sleep(1)
-/* ends the kernel with an error the host sees at its next wait */
-#define SPECLA_TRAP() __builtin_trap()
 #else
 #include <cuda_runtime.h>
 #define SPECLA_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
-/* a short pause in a spin-wait (sm_70+; earlier targets spin without one) */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-#define SPECLA_PAUSE() __nanosleep(64)
-#else
-#define SPECLA_PAUSE() ((void)0)
-#endif
-#define SPECLA_TRAP() __trap()
 #endif
 #endif
