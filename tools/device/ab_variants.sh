@@ -15,8 +15,10 @@
 # patched source and was labelled main). Patches are `patch -p1` diffs against this tree, a branch's own changes from its merge base
 # (git diff main...BRANCH -- native tools > ab/NAME.patch: with two dots, a diff from an older branch
 # would also revert what main gained since); they travel as untracked files. NAME=env:VAR=VALUE[,VAR=VALUE...] is main's library run with those
-# environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build. AB_PYTEST=0 skips the
-# variants' pytest -m gpu runs. A single-patch variant
+# environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build; NAME=lib:PATH a library
+# built elsewhere (the same nvcc as the device's: built on the session's machine from main plus a
+# patch and carried), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
+# AB_PYTEST="NAME ..." runs them for those variants only. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
 # touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
@@ -37,9 +39,10 @@ names=(main)
 
 revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
 
-# the checkers' CPU oracle library, built once (patches touch only the CUDA sources)
+# the checkers' CPU oracle library, built once when a variant is a patch (patches touch only the CUDA sources)
 cpu_lib=$HOME/ab-cpu-lib
-if ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
+if [[ " $* " != *.patch* ]]; then cpu_lib=
+elif ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
        cmake --build "$cpu_lib" -j "$(nproc)" && cmake --build "$cpu_lib" --target specla_cpu; } > "$HOME/ab-cpu-lib.log" 2>&1; then
   echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
 fi
@@ -57,6 +60,12 @@ for spec in "$@"; do
     cp "$SPECLA_LIBRARY" "$libs/$name.so"
     names+=("$name")
     echo "variant $name: main's library with ${variant_env[$name]}"
+    continue
+  fi
+  if [[ "${spec#*=}" == lib:* ]]; then # a library built elsewhere (e.g. on the session's machine), carried in
+    path=${spec#*=lib:}
+    if [ -f "$path" ]; then cp "$path" "$libs/$name.so" && names+=("$name") && echo "variant $name: the library $path"
+    else echo "variant $name: no library at $path"; fi
     continue
   fi
   IFS=+ read -ra list <<< "${spec#*=}"
@@ -111,6 +120,7 @@ done
 
 for name in "${names[@]:1}"; do
   [ "${AB_PYTEST:-1}" = 0 ] && break
+  [ "${AB_PYTEST:-1}" = 1 ] || [[ " $AB_PYTEST " == *" $name "* ]] || continue
   echo "variant $name: pytest -m gpu"
   # shellcheck disable=SC2086  # the variant's settings are a list of VAR=VALUE words
   env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3

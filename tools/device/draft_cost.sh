@@ -1,21 +1,17 @@
 #!/usr/bin/env bash
 # A run_gpu.sh bench command: the speculative loop with the synthetic 27B-shape DFlash draft's cost
 # (bench_gpu_e2e --draft-cost) at 6 accepted tokens per step, recorded steps on and off, and the
-# ops check (cuda_ops_check: attention, elementwise and logits ops against the CPU's). Writes the
-# draft under $HOME/models first when it is not there (about 30 s). Usage:
+# ops check (cuda_ops_check: attention, elementwise and logits ops against the CPU's). The draft is
+# written first when it is not there (write_draft.sh, about 30 s). Usage:
 #   bash tools/device/run_gpu.sh "bash tools/device/draft_cost.sh COMMIT [REPS]"
 set -u
 commit=${1:?COMMIT}
 reps=${2:-2}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
 cd "$(dirname "$0")/../.." || exit 1
-draft=$HOME/models/27b-dflash-draft-L5-h32-kv8-d128-f16.gguf
 ( bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/ops-check" \
     > "$HOME/ops-check.log" 2>&1; echo $? > "$HOME/ops-check.rc" ) &
-if [ ! -f "$draft" ]; then
-  python3 -c "from pyspecla.testing.drafts import write_test_draft; write_test_draft('$draft', '$MODEL', seed=1, quant='f16', n_layer=5, n_head=32, n_head_kv=8, head_dim=128)" \
-    || { echo "draft_cost.sh: the draft was not written"; exit 1; }
-fi
+draft=$(bash tools/device/write_draft.sh) || { echo "draft_cost.sh: the draft was not written"; exit 1; }
 wait
 if [ "$(cat "$HOME/ops-check.rc")" = 0 ]; then
   timeout 120 "$HOME/ops-check" 2>&1 | grep -E "FAIL|FAILURES|topk first|window" | tail -12

@@ -29,12 +29,7 @@ check_pid=$!
 ( bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/measure-ops-check" \
     > "$HOME/measure-ops-check.log" 2>&1; echo $? > "$HOME/measure-ops-check.rc" ) &
 ops_check_pid=$!
-if [ ! -f "$draft" ]; then
-  ( python3 -c "from pyspecla.testing.drafts import write_test_draft; write_test_draft('$draft', '$MODEL', seed=1, quant='f16', n_layer=5, n_head=32, n_head_kv=8, head_dim=128)" \
-      > "$HOME/measure-draft.log" 2>&1; echo $? > "$HOME/measure-draft.rc" ) &
-else
-  echo 0 > "$HOME/measure-draft.rc"
-fi
+( bash tools/device/write_draft.sh > "$HOME/measure-draft.log" 2>&1; echo $? > "$HOME/measure-draft.rc" ) &
 
 stage "bench_gpu"
 python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" --commit "$commit" 2>&1 | tail -30
