@@ -108,11 +108,11 @@ def assert_the_same_bits(runs: dict) -> None:
         assert not bad, f"{key} differs from {first_key} in arrays {bad}"
 
 
-# The 27B's recurrent heads (Hk 16, Hv 48, S 128: 384 blocks of 16 rows per layer), two layers, and
+# The 27B's recurrent heads (Hk 16, Hv 48, S 128: 768 blocks of 8 rows per layer), two layers, and
 # trees with many chains: a 4-ary tree of 33 nodes (25 chains, 8 boundary nodes) and a 16-node spine
 # with a leaf off every spine node (a DDTree's shape: 16 chains, 15 boundary nodes). Both have more
-# boundary states than the chain kernel parks in shared memory at S = 128 (3), so the rest go through
-# the workspace. Accepted paths end on a side branch, then down the spine.
+# boundary states than the chain kernel parks in shared memory at S = 128 (3 or 4, by device and rows
+# per block), so the rest go through the workspace. Accepted paths end on a side branch, then down the spine.
 SHAPE_27B = RecurrentShape(n_layers=2, Hk=16, Hv=48, S=128, C=2 * 16 * 128 + 48 * 128, K=4, max_nodes=33)
 FOUR_ARY = [-1] + [(i - 1) // 4 for i in range(1, 33)]
 SPINE = [-1] + list(range(15)) + list(range(16))

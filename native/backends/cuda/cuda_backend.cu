@@ -337,6 +337,8 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->pub.device = device;
     ci->pub.limits = *limits;
     cudaDeviceGetAttribute(&ci->pub.sm_count, cudaDevAttrMultiProcessorCount, device);
+    /* left 0 (unknown) where the query fails: recurrent.cu then budgets a fixed 48 KiB per block */
+    (void)cudaDeviceGetAttribute(&ci->pub.shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
     /* SPECLA_CUDA_PDL=0 turns off the programmatic dependent launches of every kernel (launch.h: on
      * by default on sm_90+), for comparisons; the bits are the same either way. */
     const char *pdl = getenv("SPECLA_CUDA_PDL");

@@ -21,6 +21,7 @@ typedef struct cuda_backend {
     backend base;
     int device;
     int sm_count;
+    int shared_per_sm; /* bytes of shared memory per SM (0 where unknown) */
     cudaStream_t stream;
     backend_limits limits;
     void *workspace; /* device scratch reserved at creation for the limits (matmul activation

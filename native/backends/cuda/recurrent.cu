@@ -18,20 +18,23 @@
  * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
  *
  * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
- * (blockIdx.y, plus a head offset) and 16 consecutive value rows j of it (blockIdx.x): S = 128
- * gives 8 blocks per head, 384 blocks for the 27B's 48 heads (at most 3 per SM of 132). The
- * block's 8 groups of 16 lanes (half warps) take 2 rows each: thread t has group = t / 16,
- * lane = t % 16, and rows j = 16 * blockIdx.x + 8 r + group (r = 0, 1). Within a row the lane
- * holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th (m = 0 .. KPL - 1) being
- * i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128: float4 runs, 16 lanes
- * covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread keeps 2 * KPL state floats
- * (16 at S = 128) for the whole call. Keys i >= S and rows j >= S (S not a multiple of 16) hold
- * zeros and are never stored.
+ * (blockIdx.y, plus a head offset) and GDN_ROWS_PER_BLOCK = 8 R consecutive value rows j of it
+ * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 1 by default, so S = 128 gives 16 blocks
+ * per head, 768 blocks for the 27B's 48 heads (at most 6 per SM of 132); a build with
+ * -DGDN_ROWS_PER_THREAD=2 takes 16-row blocks, half as many, each thread doing two rows' work per
+ * token. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
+ * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1).
+ * Within a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th
+ * (m = 0 .. KPL - 1) being i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128:
+ * float4 runs, 16 lanes covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread
+ * keeps R * KPL state floats (8 R at S = 128) for the whole call. Keys i >= S (S not a multiple
+ * of 16) and rows j >= S (S not a multiple of 8 R) hold zeros and are never stored.
  * Reduction order of a row's dot product (M^T k and M^T q): each lane accumulates its KPL products
  * in increasing m with fmaf, starting from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1,
  * each stage adding the partner's partial (IEEE addition is commutative, so all 16 lanes end with
  * the same bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
- * row += k * delta, o = row . q, out = o * scale.
+ * row += k * delta, o = row . q, out = o * scale. A row's arithmetic depends only on its lanes'
+ * keys, never on which thread or block holds the row, so every R gives the same bits.
  * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
  * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
  * one memory latency per chunk rather than per token.
@@ -54,14 +57,31 @@
 #include "launch.h"
 #include "hld_layout.h"
 
-#define GDN_LANES 16         /* lanes per state row (one half warp) */
-#define GDN_ROWS_PER_THREAD 2 /* rows of a head each thread keeps */
+#define GDN_LANES 16 /* lanes per state row (one half warp) */
+#ifndef GDN_ROWS_PER_THREAD
+#define GDN_ROWS_PER_THREAD 1 /* rows of a head each thread keeps (-DGDN_ROWS_PER_THREAD=2 for 16-row blocks) */
+#endif
 #define GDN_THREADS 128
 #define GDN_GROUPS (GDN_THREADS / GDN_LANES)                   /* 8 row groups per block */
-#define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 16 */
+#define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 8 at one row per thread */
 #define GDN_MAX_KEYS_PER_LANE 8
 #define GDN_MAX_S (GDN_LANES * GDN_MAX_KEYS_PER_LANE) /* 128 */
 #define GDN_CHUNK 8 /* tokens staged in shared memory at once */
+static_assert(GDN_ROWS_PER_THREAD >= 1, "a thread keeps at least one row");
+/* Blocks per SM the state kernels are compiled to fit by registers (64K / (128 x this) registers
+ * a thread at most), 0 for no bound. At one row per thread 6, so that the 768 blocks of a 48-head
+ * layer (S = 128) are all resident at once on a 132-SM H200: 80 registers; at KPL 8 the chain
+ * kernel spills a few words that it reloads once per chunk of tokens, never in the per-token loop.
+ * Unbounded, ptxas takes 112 and an SM holds 4 blocks (528 of the 768). At two rows per thread no
+ * bound: 384 blocks need 3 per SM, and ptxas takes 96. */
+#ifndef GDN_MIN_BLOCKS_PER_SM
+#define GDN_MIN_BLOCKS_PER_SM (GDN_ROWS_PER_THREAD == 1 ? 6 : 0)
+#endif
+#if GDN_MIN_BLOCKS_PER_SM > 0
+#define GDN_LAUNCH_BOUNDS __launch_bounds__(GDN_THREADS, GDN_MIN_BLOCKS_PER_SM)
+#else
+#define GDN_LAUNCH_BOUNDS __launch_bounds__(GDN_THREADS)
+#endif
 
 #define CONV_THREADS 128
 #define CONV_T_CHUNK 8
@@ -91,7 +111,8 @@ __device__ __forceinline__ bool hld_dev_chains_fit(const int32_t *s, int max_nod
 __device__ __forceinline__ float gdn_decay(float m, float decay) { return __fmul_rn(m, decay); }
 __device__ __forceinline__ float gdn_rank1(float m, float k, float delta) { return __fmaf_rn(k, delta, m); }
 
-/* sum over the 16 lanes of a row group, fixed butterfly xor 8, 4, 2, 1; every lane gets the sum */
+/* sum over the 16 lanes of a row group, fixed butterfly xor 8, 4, 2, 1, each of the thread's rows
+ * on its own; every lane gets the sum */
 __device__ __forceinline__ void gdn_row_sums(float (&part)[GDN_ROWS_PER_THREAD]) {
 #pragma unroll
     for (int offset = GDN_LANES / 2; offset > 0; offset /= 2) {
@@ -135,20 +156,29 @@ template <int KPL> struct gdn_factor {
 /* Token inputs reach the threads through shared memory, GDN_CHUNK tokens at a time: the block
  * loads a chunk with all its threads (every load independent, so one memory latency per chunk
  * rather than one per token) while it steps through the previous chunk, double buffered. A chunk
- * holds the key head's k and q (zero beyond S), the block's 16 rows of v (or of delta, for folds)
- * and g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row element t, and g / beta
- * for t < GDN_CHUNK. */
+ * holds the key head's k and q (zero beyond S), the block's rows of v (or of delta, for folds) and
+ * g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row elements flat = e * 128 + t
+ * below GDN_CHUNK_ROWS (8 tokens x 8 rows = 64 at one row per thread: threads 0 .. 63 load one
+ * each; 128 at two, one per thread), and g / beta for t < GDN_CHUNK. */
 template <int KPL> struct __align__(16) gdn_chunk {
     float k[GDN_CHUNK][KPL * GDN_LANES], q[GDN_CHUNK][KPL * GDN_LANES];
     float rows[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
     float g[GDN_CHUNK], beta[GDN_CHUNK];
 };
-static_assert(GDN_CHUNK * GDN_ROWS_PER_BLOCK == GDN_THREADS, "one row element per thread and chunk");
+#define GDN_CHUNK_ROWS (GDN_CHUNK * GDN_ROWS_PER_BLOCK)                  /* row elements of a chunk */
+#define GDN_ROW_SHARES ((GDN_CHUNK_ROWS + GDN_THREADS - 1) / GDN_THREADS) /* of them per thread, at most */
 static_assert(GDN_CHUNK * GDN_LANES == GDN_THREADS, "KPL key elements per thread and chunk");
+static_assert(GDN_CHUNK <= GDN_THREADS, "g and beta: one thread per token of a chunk");
+
+/* whether row element `flat` (e * GDN_THREADS + thread) exists; always where the threads divide
+ * the elements evenly, so that mapping has no test */
+__device__ __forceinline__ bool gdn_row_share_exists(int flat) {
+    return GDN_CHUNK_ROWS % GDN_THREADS == 0 || flat < GDN_CHUNK_ROWS;
+}
 
 /* a thread's share of one chunk, held in registers between the global loads and the shared stores */
 template <int KPL> struct gdn_chunk_share {
-    float k[KPL], q[KPL], row, g, beta;
+    float k[KPL], q[KPL], row[GDN_ROW_SHARES], g, beta;
 };
 
 /* token c of a chunk starting at `base`: ids[base + c], or base + c when ids is NULL */
@@ -173,9 +203,13 @@ __device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const 
         sh.k[e] = kv;
         sh.q[e] = qv;
     }
-    {
-        const int c = tid / GDN_ROWS_PER_BLOCK, row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + tid % GDN_ROWS_PER_BLOCK;
-        sh.row = base + c < n && row < L.S ? rows[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row] : 0.0f;
+#pragma unroll
+    for (int e = 0; e < GDN_ROW_SHARES; e++) {
+        const int flat = e * GDN_THREADS + tid, c = flat / GDN_ROWS_PER_BLOCK;
+        const int row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + flat % GDN_ROWS_PER_BLOCK;
+        sh.row[e] = gdn_row_share_exists(flat) && base + c < n && row < L.S
+                        ? rows[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row]
+                        : 0.0f;
     }
     sh.g = 0.0f;
     sh.beta = 0.0f;
@@ -194,7 +228,11 @@ template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> 
         s.k[c][i] = sh.k[e];
         s.q[c][i] = sh.q[e];
     }
-    s.rows[tid / GDN_ROWS_PER_BLOCK][tid % GDN_ROWS_PER_BLOCK] = sh.row;
+#pragma unroll
+    for (int e = 0; e < GDN_ROW_SHARES; e++) {
+        const int flat = e * GDN_THREADS + tid;
+        if (gdn_row_share_exists(flat)) s.rows[flat / GDN_ROWS_PER_BLOCK][flat % GDN_ROWS_PER_BLOCK] = sh.row[e];
+    }
     if (tid < GDN_CHUNK) {
         s.g[tid] = sh.g;
         s.beta[tid] = sh.beta;
@@ -401,11 +439,11 @@ __device__ __forceinline__ void gdn_write_rows(float *dst, int t, const gdn_lane
 }
 
 /* ------------------------------------------------------------------------------------------
- * GDN kernels; grid (ceil(S / 16), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
+ * GDN kernels; grid (ceil(S / GDN_ROWS_PER_BLOCK), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
  * ---------------------------------------------------------------------------------------- */
 
 template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS)
+__global__ void GDN_LAUNCH_BOUNDS
     gdn_sequential_kernel(const float *q, const float *k, const float *v, const float *g, const float *beta, int T,
                           int Hk, int Hv, int S, float scale, float *state, float *out) {
     grid_begin();
@@ -437,7 +475,7 @@ __device__ __forceinline__ void gdn_fold_tokens(float (&M)[GDN_ROWS_PER_THREAD][
 }
 
 template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS)
+__global__ void GDN_LAUNCH_BOUNDS
     gdn_fold_kernel(float *state, const float *k, const float *delta, const float *g, int P, int Hk, int Hv, int S) {
     grid_begin();
     __shared__ gdn_chunk<KPL> chunks[2];
@@ -459,7 +497,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
  * Each thread reloads exactly the slot elements it stored, so no synchronisation is needed between
  * a boundary store and the chains that start from it. */
 template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS)
+__global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_chains_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
                            const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
                            const float *pending_delta, const float *pending_g, const int32_t *pending_n, float *out,
@@ -540,7 +578,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
  * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
  * paths are written once per path, with the same bits. */
 template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS)
+__global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                  const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                  const float *state, float *out, float *delta_out, int max_nodes) {
@@ -578,7 +616,7 @@ __global__ void __launch_bounds__(GDN_THREADS)
 /* Baseline: the full state after every node, checkpoints [N][Hv][S][S], nodes in topological
  * order from their parent's checkpoint (kept in registers when the parent is the previous node). */
 template <int KPL>
-__global__ void __launch_bounds__(GDN_THREADS)
+__global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_checkpoints_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                 const float *g, const float *beta, int Hk, int Hv, int S, float scale,
                                 const float *state, float *out, float *delta_out, float *checkpoints, int max_nodes) {
@@ -785,11 +823,29 @@ extern "C" void cuda_gdn_fold(const backend *be, float *state, const float *k, c
     cuda_note_launch(be, "gdn_fold");
 }
 
+/* Shared memory the CUDA runtime reserves per block on sm_80+ (cudaDevAttrReservedSharedMemoryPerBlock);
+ * counted on every target, which only errs on the safe side. */
+#define GDN_SMEM_RESERVED_PER_BLOCK 1024
+
+/* A chain-verify block's shared memory: the 48 KiB every CUDA and HIP target gives a block without
+ * opt-in, or less where the launch has more blocks than the SMs hold at that size: then the share
+ * of an SM that lets ceil(blocks / SMs) blocks sit on each at once, so that no block waits for a
+ * second round. (S = 128, 48 heads on an H200, 132 SMs of 228 KiB: 384 16-row blocks, 3 per SM,
+ * take 48 KiB; 768 8-row blocks, 6 per SM, 37 KiB.) */
+static size_t gdn_chains_smem_budget(const cuda_backend *cb, int64_t blocks) {
+    const size_t unopted = 48 * 1024;
+    if (cb->sm_count <= 0 || cb->shared_per_sm <= 0 || blocks <= 0) return unopted;
+    const size_t per_sm = (size_t)((blocks + cb->sm_count - 1) / cb->sm_count);
+    const size_t share = (size_t)cb->shared_per_sm / per_sm;
+    const size_t budget = share > GDN_SMEM_RESERVED_PER_BLOCK ? share - GDN_SMEM_RESERVED_PER_BLOCK : 0;
+    return budget < unopted ? budget : unopted;
+}
+
 /* Boundary slots kept in shared memory per block: as many as fit beside the static staging buffers
- * and the walk within the 48 KiB every CUDA and HIP target gives a block without opt-in (3 at
- * S = 128, so the few boundaries of a typical tree never leave the SM). */
-template <int KPL> static int gdn_smem_slots(int slots_per_head, int max_nodes) {
-    const size_t budget = 48 * 1024, fixed = 2 * sizeof(gdn_chunk<KPL>) + sizeof(int32_t) * 3 * (size_t)max_nodes;
+ * and the walk within the budget (S = 128 on an H200: 3 of a 16-row block's, 4 of an 8-row block's,
+ * so the few boundaries of a typical tree never leave the SM). */
+template <int KPL> static int gdn_smem_slots(size_t budget, int slots_per_head, int max_nodes) {
+    const size_t fixed = 2 * sizeof(gdn_chunk<KPL>) + sizeof(int32_t) * 3 * (size_t)max_nodes;
     const size_t per_slot = sizeof(float) * GDN_PARKED_FLOATS(KPL);
     const size_t fit = fixed < budget ? (budget - fixed) / per_slot : 0;
     return fit < (size_t)slots_per_head ? (int)fit : slots_per_head;
@@ -800,7 +856,9 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
                                const float *v, const float *g, const float *beta, int Hk, int Hv, int S, float *state,
                                const gdn_pending *pending, float *out, float *delta_out, int heads_per_launch,
                                int slots_per_head, int max_nodes) {
-    const int smem_slots = gdn_smem_slots<KPL>(slots_per_head, max_nodes);
+    const int64_t blocks = (int64_t)gdn_grid(S, heads_per_launch).x * heads_per_launch; /* the largest launch */
+    const int smem_slots =
+        gdn_smem_slots<KPL>(gdn_chains_smem_budget(cuda_of(be), blocks), slots_per_head, max_nodes);
     const size_t shared = sizeof(float) * GDN_PARKED_FLOATS(KPL) * (size_t)smem_slots + sizeof(int32_t) * 3 * (size_t)max_nodes;
     const float *pk = pending ? pending->k : NULL, *pd = pending ? pending->delta : NULL;
     const float *pg = pending ? pending->g : NULL;
