@@ -191,6 +191,7 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
     const mm_acts &sa = args.act;
     typedef mm_ftc_traits<TYPE> tr;
     constexpr int G = tr::load_group, TERMS = tr::terms;
+    static_assert(G % 2 == 0, "a load group's blocks alternate the two activation buffers");
     const int g = lane >> 2, t = lane & 3;
     const mm_unit_place P = mm_unit_of<TYPE>(args, u);
     const mm_mat_args &M = P.M;
@@ -214,22 +215,41 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
                     for (int hr = 0; hr < 4; hr++) f[gg][hr] = mm_ld_stream_16(slot + 16 * (8 * hr + g));
                 }
         };
+        /* The activation terms of block k for every tile. Up to 4 tile-terms (F16 at <= 2 tiles, BF16
+         * at 1: the draft's 16-row blocks and decode) they are loaded one block ahead of the MMAs that
+         * take them, act[gg % 2] consumed while act[(gg + 1) % 2] is in flight (G even); with more
+         * tiles the registers are not there (ptxas spilled at 4 F16 tiles, 3 BF16 ones), so each
+         * block's are loaded right before its MMAs. */
+        constexpr bool ahead = NTILES * TERMS <= 4;
+        uint4 act[2][NTILES][TERMS];
+        auto load_acts = [&](uint4 (&f)[NTILES][TERMS], int k) {
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++)
+                if (p0 + 8 * nt < n_batch) /* warp-uniform */
+#pragma unroll
+                    for (int j = 0; j < TERMS; j++)
+                        f[nt][j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+        };
         load(cur, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
+        if (ahead) load_acts(act[0], k_begin);
         for (int k0 = k_begin; k0 < k_end; k0 += G) {
             if (k0 + G < k_end) load(nxt, k0 + G);
 #pragma unroll
             for (int gg = 0; gg < G; gg++) {
                 const int k = k0 + gg;
                 if (k >= k_end) break;
+                if (ahead && k + 1 < k_end) load_acts(act[(gg + 1) % 2], k + 1);
 #pragma unroll
                 for (int nt = 0; nt < NTILES; nt++) {
                     if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
-                    uint4 bt[TERMS];
+                    uint4 now[TERMS];
+                    if (!ahead)
 #pragma unroll
-                    for (int j = 0; j < TERMS; j++)
-                        bt[j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+                        for (int j = 0; j < TERMS; j++)
+                            now[j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+                    const uint4(&bt)[TERMS] = ahead ? act[gg % 2][nt] : now;
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
