@@ -595,7 +595,6 @@ def test_propose_over_chosen_head_rows(target_path, draft_path):
         full.set_logit_rows([1, 2, V])
 
 
-
 def test_a_chosen_head_that_shrinks_ranks_only_its_rows(target_path, draft_path):
     """A draft context multiplies its chosen head over every row the head's memory holds and ranks
     the first n (so a recorded GPU proposal does not depend on n). Rows chosen before and dropped

@@ -53,12 +53,13 @@ attention_variant attention_variant_of(int32_t arch);
  * only the rows after the unchanged prefix of ids on later calls (a draft vocabulary only grows). */
 typedef struct logit_row_set {
     int32_t *ids;        /* host: the ids gathered now */
-    int32_t *ids_on_backend; /* the same, uploaded for gather_weight_rows; one more int past capacity: */
-    int32_t *n_on_backend;   /* n in backend memory, for ops that read the row count when they run */
+    int32_t *ids_on_backend; /* the same, uploaded for gather_weight_rows, then n (logit_rows_count) */
     int32_t n, capacity; /* rows gathered, rows the memory holds */
     void *memory;        /* backend memory: capacity rows of the head, laid out as the backend's
                             matmul reads them; rows past n are zero or rows chosen before */
 } logit_row_set;
+/* n in backend memory (the int after the capacity ids), for ops that read the row count when they run */
+static inline const int32_t *logit_rows_count(const logit_row_set *set) { return set->ids_on_backend + set->capacity; }
 /* Points *out_head at rows ids[0..n) of head (n = 0: head itself), gathering what changed. */
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
                                 const int32_t *ids, int32_t n, specla_tensor *out_head, const char *op);

@@ -366,7 +366,7 @@ static specla_tensor proposal_head(const specla_draft_context *dc, const int32_t
     if (set->memory && head.data == set->memory) {
         head.nbytes = type_row_bytes(head.type, head.ne0) * set->capacity;
         head.ne1 = set->capacity;
-        *head_rows_ranked = set->n_on_backend;
+        *head_rows_ranked = logit_rows_count(set);
     }
     return head;
 }

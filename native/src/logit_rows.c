@@ -64,7 +64,6 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
         logit_rows_release(set, be);
         set->memory = memory;
         set->ids_on_backend = ids_on_backend;
-        set->n_on_backend = ids_on_backend + capacity;
         set->ids = host_ids;
         set->capacity = capacity;
     } else {
@@ -74,7 +73,7 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     be->ops->upload(be, set->ids_on_backend + keep, set->ids + keep, sizeof(int32_t) * (size_t)(n - keep));
     be->ops->gather_weight_rows(be, head, set->ids_on_backend + keep, n - keep, set->memory, keep);
     set->n = n;
-    be->ops->upload(be, set->n_on_backend, &set->n, sizeof(int32_t));
+    be->ops->upload(be, set->ids_on_backend + set->capacity, &set->n, sizeof(int32_t)); /* logit_rows_count */
     *out_head = *head;
     out_head->data = set->memory;
     out_head->ne1 = n;

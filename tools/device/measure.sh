@@ -18,7 +18,6 @@ set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
 cd "$(dirname "$0")/../.." || exit 1
-draft=$HOME/models/27b-dflash-draft-L5-h32-kv8-d128-f16.gguf
 t0=$(date +%s)
 stage() { echo "=== [+$(( $(date +%s) - t0 ))s] $*"; }
 
@@ -29,7 +28,7 @@ check_pid=$!
 ( bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/measure-ops-check" \
     > "$HOME/measure-ops-check.log" 2>&1; echo $? > "$HOME/measure-ops-check.rc" ) &
 ops_check_pid=$!
-( bash tools/device/write_draft.sh > "$HOME/measure-draft.log" 2>&1; echo $? > "$HOME/measure-draft.rc" ) &
+( bash tools/device/write_draft.sh > "$HOME/measure-draft.path" 2> "$HOME/measure-draft.log"; echo $? > "$HOME/measure-draft.rc" ) &
 
 stage "bench_gpu"
 python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" --commit "$commit" 2>&1 | tail -30
@@ -64,6 +63,7 @@ python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n
 stage "bench_gpu_e2e with the draft's cost"
 wait
 if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
+  draft=$(cat "$HOME/measure-draft.path")
   python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --draft-cost "$draft" --targets 6 --recorded on,off \
     --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -10
 else

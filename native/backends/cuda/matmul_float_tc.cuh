@@ -222,13 +222,16 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
          * block's are loaded right before its MMAs. */
         constexpr bool ahead = NTILES * TERMS <= 4;
         uint4 act[2][NTILES][TERMS];
+        /* tile nt's terms of block k */
+        auto load_tile = [&](uint4 (&f)[TERMS], int nt, int k) {
+#pragma unroll
+            for (int j = 0; j < TERMS; j++)
+                f[j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+        };
         auto load_acts = [&](uint4 (&f)[NTILES][TERMS], int k) {
 #pragma unroll
             for (int nt = 0; nt < NTILES; nt++)
-                if (p0 + 8 * nt < n_batch) /* warp-uniform */
-#pragma unroll
-                    for (int j = 0; j < TERMS; j++)
-                        f[nt][j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+                if (p0 + 8 * nt < n_batch) load_tile(f[nt], nt, k); /* warp-uniform */
         };
         load(cur, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
@@ -245,10 +248,7 @@ MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
                 for (int nt = 0; nt < NTILES; nt++) {
                     if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
                     uint4 now[TERMS];
-                    if (!ahead)
-#pragma unroll
-                        for (int j = 0; j < TERMS; j++)
-                            now[j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+                    if (!ahead) load_tile(now, nt, k);
                     const uint4(&bt)[TERMS] = ahead ? act[gg % 2][nt] : now;
 #pragma unroll
                     for (int h = 0; h < 2; h++)
