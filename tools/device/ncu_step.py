@@ -17,10 +17,18 @@ The stall reasons (results/ncu-stalls-61ccb2f.log), in warp cycles per issued in
 DDTree's shape) and accepts its spine, twice (the second verify folds the first one's path): the
 SpecLA chain kernel's launches for `-k regex:^gdn_tree`. SchedulerStats' issue-slot use and the
 stall reasons say whether its walk is latency- or issue-bound (latency-bound at 6c6e248:
-docs/specla.md)."""
+docs/specla.md).
+
+--depth N first fills the cache with N tokens (chunks of 64), then opens the profiler's range
+(cuProfilerStart) for the decode token and the batch only, so that with `--profile-from-start off`
+the prefill's launches are not profiled: the attention kernels of a batch at depth,
+
+    ncu --clock-control none --profile-from-start off -k regex:^attention_tile -c 2 --set full \\
+        python3 tools/device/ncu_step.py --model 27b.gguf --batch 23 --depth 4096"""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 
@@ -33,12 +41,21 @@ def main(argv=None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, default=23)
     parser.add_argument("--tree-nodes", type=int, default=0, help="then verify a tree of this many nodes, twice")
+    parser.add_argument("--depth", type=int, default=0,
+                        help="cache rows filled before the profiled part (which then starts at cuProfilerStart)")
     args = parser.parse_args(argv)
     if args.tree_nodes < 0 or args.tree_nodes == 1:
         parser.error(f"--tree-nodes takes 0 (none) or 2 or more, got {args.tree_nodes}")
+    if args.depth < 0:
+        parser.error(f"--depth takes 0 or more cache rows, got {args.depth}")
     model = Model.load(args.model, device="cuda")
-    ctx = model.new_context(n_ctx=256, max_batch=max(16, args.batch), max_tree_nodes=args.tree_nodes,
+    ctx = model.new_context(n_ctx=args.depth + 256, max_batch=max(64, args.batch), max_tree_nodes=args.tree_nodes,
                             recorded_steps=False)
+    for start in range(0, args.depth, 64):
+        ctx.eval_argmax([1000 + (i % 5000) for i in range(start, min(args.depth, start + 64))])
+    if args.depth:
+        # the driver API's range start (libcuda is loaded: the model is on the GPU)
+        ctypes.CDLL("libcuda.so.1").cuProfilerStart()
     ctx.eval_argmax([9])
     ctx.eval_argmax([300 + i for i in range(args.batch)])
     if args.tree_nodes:
