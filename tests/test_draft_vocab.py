@@ -86,6 +86,31 @@ def test_growing_shrinking_and_going_back_to_the_full_head(models):
     assert np.array_equal(part, whole[50:170])
 
 
+def test_rows_chosen_before_never_rank_after_a_shrink(models):
+    """The head's memory keeps rows past the current set (rows chosen before), and the LM head is
+    multiplied over all of them so that a recorded step does not depend on the row count: the argmax
+    of a decode step and of a verify must still rank only the chosen rows. The set shrinks to the
+    rows that score worst here, so every row left behind in memory scores better than any chosen one."""
+    model = models["target"]
+    prompt = [11, 12, 13, 14]
+    tree_tokens, parents = [15, 16, 17], [-1, 0, 0]
+    full = model.new_context(n_ctx=32, max_tree_nodes=3)
+    want_logits = full.eval(prompt)
+    _, tree_logits = full.verify_tree(tree_tokens, parents, want_logits=True)
+    worst_first = np.argsort(want_logits, kind="stable").astype(np.int32)
+    for n in (1, 5, 40):
+        ctx = model.new_context(n_ctx=32, max_tree_nodes=3)
+        ctx.set_logit_rows(worst_first)  # every row in memory
+        ctx.set_logit_rows(worst_first[:n])  # the n worst remain chosen
+        ctx.eval(prompt[:-1])
+        chosen = worst_first[:n]
+        assert ctx.eval_argmax(prompt[-1:]) == int(chosen[np.argmax(want_logits[chosen])]), f"{n} rows"
+        got = ctx.verify_tree(tree_tokens, parents)
+        assert got.tolist() == [int(chosen[np.argmax(row[chosen])]) for row in tree_logits], f"{n} rows"
+        ctx.close()
+    full.close()
+
+
 def test_tree_verify_argmax_is_a_token_id(models):
     model = models["target"]
     ids = np.arange(900, 1024, dtype=np.int32)  # row i scores token 900 + i

@@ -231,8 +231,11 @@ typedef struct backend_ops {
     void (*tree_counters)(const backend *be, int64_t out[2]);
 
     /* --- logits ------------------------------------------------------------------------------------ */
-    /* out[r] = argmax of row r (lowest index wins ties); out in backend memory */
-    void (*argmax_rows)(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
+    /* out[r] = argmax of row r (lowest index wins ties); out in backend memory. Rows are V floats
+     * apart; n_valid (one int in backend memory, read when the op runs; NULL: V) is how many of a
+     * row's first entries make the row, as for topk_log_softmax. */
+    void (*argmax_rows)(const backend *be, const float *logits, int n_rows, int V, int32_t *out,
+                        const int32_t *n_valid);
     /* per row the top k as log-softmax over the row, best first (ties to the lower id; NaN never
      * ranks; missing slots id -1, -inf); tokens/logprobs in backend memory. Rows are V floats apart;
      * n_valid (one int in backend memory, read when the op runs; NULL: V) is how many of a row's

@@ -64,6 +64,13 @@ static inline const int32_t *logit_rows_count(const logit_row_set *set) { return
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
                                 const int32_t *ids, int32_t n, specla_tensor *out_head, const char *op);
 void logit_rows_release(logit_row_set *set, const backend *be);
+/* The head an LM-head matmul multiplies for `head` (a context's logit_head), and where the count of
+ * its rows that rank is (*n_valid; NULL: all of them). A chosen head in set's memory is multiplied
+ * over every row the memory holds, and the ops after it (argmax, top-k) rank the first n, read from
+ * backend memory when they run: their launches do not depend on n, so a vocabulary that grows within
+ * its capacity keeps a recorded step. The rows past n (zero, or rows chosen before) cost their share
+ * of the head's matmul, a few per cent. Any other head is returned as it is. */
+specla_tensor logit_rows_scored_head(const logit_row_set *set, const specla_tensor *head, const int32_t **n_valid);
 
 /* Scratch activations for up to max_batch tokens (backend memory). */
 typedef struct forward_scratch {
@@ -98,11 +105,18 @@ typedef struct tree_state {
     int32_t n_verified;       /* nodes of the last verified tree, 0 when none awaits accept */
 } tree_state;
 
+/* The LM head a recorded step multiplies: its memory, the rows multiplied (a chosen head's capacity:
+ * logit_rows_scored_head) and where the count of rows that rank is (NULL: all). */
+typedef struct recorded_head_key {
+    const void *data;
+    int64_t rows;
+    const int32_t *n_valid;
+} recorded_head_key;
+
 /* What a recorded verify was recorded for: every pointer and launch parameter of its ops follows
- * from these (the LM head's rows, the node count, the factor bank the verify writes). */
+ * from these (the LM head, the node count, the factor bank the verify writes). */
 typedef struct recorded_verify_key {
-    const void *head;
-    int64_t head_rows;
+    recorded_head_key head;
     int32_t n_nodes;
     int32_t write_bank;
 } recorded_verify_key;
@@ -139,10 +153,9 @@ struct specla_context {
      * (specla_context_set_logit_head / _rows); logits rows have logit_head.ne1 entries */
     specla_tensor logit_head;
     logit_row_set logit_rows;
-    /* the LM head the recorded decode step was recorded with (its pointer and row count are part of
-     * the recording: a new head means recording again) */
-    const void *recorded_head;
-    int32_t recorded_head_rows;
+    /* the LM head the recorded decode step was recorded with (part of the recording: another head
+     * means recording again; a chosen head that grows within its capacity is the same head) */
+    recorded_head_key recorded_head;
     /* what each recorded verify (key STEP_VERIFY + slot) was recorded for; n_nodes 0: an empty slot.
      * Slots are taken round robin (next_verify_slot) by a key seen before among the last
      * VERIFY_KEYS_SEEN verifies that ran eagerly (a node count that comes once is not recorded). */

@@ -46,7 +46,7 @@ void draft_release_device_weights(specla_draft_model *model);
 
 /* What a recorded proposal depends on besides block_ints: its depths, its top-k and the LM head it
  * multiplies (its memory and rows, and where the count of rows that rank is: forward_dflash.c,
- * proposal_head). */
+ * logit_rows_scored_head). */
 typedef struct recorded_propose_key {
     const void *head;
     int64_t head_rows;

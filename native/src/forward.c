@@ -40,22 +40,35 @@ static void last_residual_add(specla_context *ctx, int T, int n_logit_rows, int 
 
 /* The LM head over the normed last n_logit_rows rows (last_residual_add), in chunks of the
  * scratch's logit rows (a matmul's rows do not depend on the batch, so chunking changes no bits).
- * Logits land in the caller's host buffer directly when the backend's memory is host memory. */
+ * A chosen head is multiplied over its capacity (logit_rows_scored_head): the argmax ranks the first
+ * V entries of rows `stride` apart, and the caller gets those V. So the same ops serve every row
+ * count (a recorded step replays as the vocabulary grows), and logits and argmax come from the same
+ * matmul whether a call wants one or both. Logits land in the caller's host buffer directly when the
+ * backend's memory is host memory and the rows are V apart. */
 static void logits_and_argmax(specla_context *ctx, int n_logit_rows, float *logits_out, int want_argmax) {
     const specla_model *m = ctx->model;
     const backend *be = ctx->be;
     const backend_ops *ops = be->ops;
     forward_scratch *s = &ctx->scratch;
     const int E = m->hp.n_embd;
+    const int32_t *n_valid;
+    const specla_tensor head = logit_rows_scored_head(&ctx->logit_rows, &ctx->logit_head, &n_valid);
     const int64_t V = ctx->logit_head.ne1; /* n_vocab, or the rows of a chosen subset */
-    const int direct = ops->host_memory && logits_out;
+    const int64_t stride = head.ne1;       /* V, or a chosen head's capacity */
+    const int direct = ops->host_memory && logits_out && stride == V;
     const int chunk = direct ? n_logit_rows : s->logit_rows;
     for (int r0 = 0; r0 < n_logit_rows; r0 += chunk) {
         const int n = n_logit_rows - r0 < chunk ? n_logit_rows - r0 : chunk;
         float *logits = direct ? logits_out + (int64_t)r0 * V : s->logits;
-        ops->matmul(be, &ctx->logit_head, s->normed + (int64_t)r0 * E, n, logits);
-        if (want_argmax) ops->argmax_rows(be, logits, n, (int)V, s->argmax + r0);
-        if (logits_out && !direct) ops->download(be, logits_out + (int64_t)r0 * V, logits, sizeof(float) * (size_t)(n * V));
+        ops->matmul(be, &head, s->normed + (int64_t)r0 * E, n, logits);
+        if (want_argmax) ops->argmax_rows(be, logits, n, (int)stride, s->argmax + r0, n_valid);
+        if (!logits_out || direct) continue;
+        if (stride == V) {
+            ops->download(be, logits_out + (int64_t)r0 * V, logits, sizeof(float) * (size_t)(n * V));
+        } else { /* each row's first V entries */
+            for (int r = 0; r < n; r++)
+                ops->download(be, logits_out + (int64_t)(r0 + r) * V, logits + (int64_t)r * stride, sizeof(float) * (size_t)V);
+        }
     }
 }
 
@@ -136,12 +149,25 @@ static int record_and_replay(specla_context *ctx, int key, const batch_view *bv,
     return 0;
 }
 
+/* The LM head a recorded step's launches depend on (logits_and_argmax multiplies a chosen head over
+ * its capacity, so its row count is not part of it). */
+static recorded_head_key scored_head_key(const specla_context *ctx) {
+    recorded_head_key key;
+    const specla_tensor head = logit_rows_scored_head(&ctx->logit_rows, &ctx->logit_head, &key.n_valid);
+    key.data = head.data;
+    key.rows = head.ne1;
+    return key;
+}
+
+static int same_head_key(const recorded_head_key *a, const recorded_head_key *b) {
+    return a->data == b->data && a->rows == b->rows && a->n_valid == b->n_valid;
+}
+
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
-    const int same_head = ctx->recorded_head == ctx->logit_head.data && ctx->recorded_head_rows == ctx->logit_head.ne1;
-    if (!same_head || !be->ops->replay(be, STEP_DECODE)) {
-        ctx->recorded_head = ctx->logit_head.data;
-        ctx->recorded_head_rows = ctx->logit_head.ne1;
+    const recorded_head_key head = scored_head_key(ctx);
+    if (!same_head_key(&ctx->recorded_head, &head) || !be->ops->replay(be, STEP_DECODE)) {
+        ctx->recorded_head = head;
         if (!record_and_replay(ctx, STEP_DECODE, bv, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
     }
     return read_argmax(ctx, argmax_out, 1);
@@ -172,16 +198,14 @@ static int verify_step_recordable(const specla_context *ctx, const specla_tree_b
 }
 
 static int same_verify_key(const recorded_verify_key *a, const recorded_verify_key *b) {
-    return a->head == b->head && a->head_rows == b->head_rows && a->n_nodes == b->n_nodes &&
-           a->write_bank == b->write_bank;
+    return same_head_key(&a->head, &b->head) && a->n_nodes == b->n_nodes && a->write_bank == b->write_bank;
 }
 
 static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
     const int N = bv->T;
     specla_factor_banks *banks = ctx->tree.banks;
-    const recorded_verify_key key = {ctx->logit_head.data, ctx->logit_head.ne1, N,
-                                     banks ? factor_banks_write_bank(banks) : 0};
+    const recorded_verify_key key = {scored_head_key(ctx), N, banks ? factor_banks_write_bank(banks) : 0};
     int slot = -1;
     for (int i = 0; i < STEP_VERIFY_SLOTS && slot < 0; i++)
         if (same_verify_key(&ctx->recorded_verify[i], &key)) slot = i;

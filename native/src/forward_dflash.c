@@ -29,7 +29,7 @@
  * K/V go to the cache through its positions (block_ints, uploaded per call, read on the device), the
  * sliding window's start likewise, attention grids are sized for the cache's capacity (blocks
  * past a query's rows leave), and a chosen head is multiplied over its capacity with the count of
- * rows that rank read on the device (proposal_head). So a backend that records steps records that
+ * rows that rank read on the device (logit_rows_scored_head). So a backend that records steps records that
  * part once per (depths, top-k, head memory and capacity) and replays it; recording off
  * (no_recorded_steps) runs the same ops eagerly. */
 #include <math.h>
@@ -354,23 +354,6 @@ static void enqueue_proposal(specla_draft_context *dc, const specla_tensor *head
                               head_rows_ranked);
 }
 
-/* The head a proposal multiplies, and where the count of its rows that rank is (NULL: all). A chosen
- * head (set_logit_rows) is multiplied over every row its memory holds and the top-k ranks the first
- * n, read from backend memory when it runs: the launches do not depend on n, so a vocabulary that
- * grows within its capacity (logit_rows.c) keeps the recorded proposal. The rows past n (zero, or
- * rows chosen before) cost their share of the head's matmul, a few per cent. */
-static specla_tensor proposal_head(const specla_draft_context *dc, const int32_t **head_rows_ranked) {
-    const logit_row_set *set = &dc->logit_rows;
-    specla_tensor head = dc->logit_head;
-    *head_rows_ranked = NULL;
-    if (set->memory && head.data == set->memory) {
-        head.nbytes = type_row_bytes(head.type, head.ne0) * set->capacity;
-        head.ne1 = set->capacity;
-        *head_rows_ranked = logit_rows_count(set);
-    }
-    return head;
-}
-
 /* A proposal as one recorded step: replayed when one was recorded for these depths, top-k and head,
  * else recorded now and replayed. 1 when it ran so; 0 when the backend could not record (nothing ran;
  * this context proposes eagerly from now on). */
@@ -452,7 +435,7 @@ SPECLA_API specla_status specla_draft_propose(specla_draft_context *dc, const sp
     upload_block(dc, n_past, root_token);
     const backend *be = dc->be;
     const int32_t *head_rows_ranked;
-    const specla_tensor head = proposal_head(dc, &head_rows_ranked);
+    const specla_tensor head = logit_rows_scored_head(&dc->logit_rows, &dc->logit_head, &head_rows_ranked);
     if (be->ops->host_memory) { /* the answer straight into the caller's arrays */
         enqueue_proposal(dc, &head, head_rows_ranked, n_depths, top_k, tokens, logprobs);
         return be->ops->sync(be);

@@ -27,6 +27,17 @@ static size_t head_rows_bytes(const backend *be, const specla_tensor *head, int3
     return be->ops->weight_bytes(be, &shape, WEIGHT_MATMUL);
 }
 
+specla_tensor logit_rows_scored_head(const logit_row_set *set, const specla_tensor *head, const int32_t **n_valid) {
+    specla_tensor scored = *head;
+    *n_valid = NULL;
+    if (set->memory && head->data == set->memory) {
+        scored.nbytes = type_row_bytes(head->type, head->ne0) * set->capacity;
+        scored.ne1 = set->capacity;
+        *n_valid = logit_rows_count(set);
+    }
+    return scored;
+}
+
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
                                 const int32_t *ids, int32_t n, specla_tensor *out_head, const char *op) {
     if (n < 0 || n > n_vocab)
@@ -44,8 +55,8 @@ specla_status logit_rows_select(logit_row_set *set, const backend *be, const spe
     int32_t keep = 0; /* rows already in place: the unchanged prefix of ids */
     if (n > set->capacity) {
         /* Grow with headroom so that a growing vocabulary reallocates rarely (everything is then
-         * re-gathered). A DFlash draft's recorded proposal multiplies all capacity rows (forward_dflash.c,
-         * proposal_head), so the headroom is a small share of n: 1024 rows or n / 32. */
+         * re-gathered). The LM-head matmuls multiply all capacity rows (logit_rows_scored_head), so the
+         * headroom is a small share of n: 1024 rows or n / 32. */
         const int32_t headroom = n / 32 > 1024 ? n / 32 : 1024;
         const int32_t capacity = n < n_vocab - headroom ? n + headroom : n_vocab;
         const size_t bytes = head_rows_bytes(be, head, capacity);

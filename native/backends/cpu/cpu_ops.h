@@ -113,7 +113,7 @@ void cpu_scatter_rows(float *dst, int64_t dst_stride, const int32_t *rows, const
 void cpu_move_rows(float *buf, int64_t stride, int width, const int32_t *from, const int32_t *to, int n);
 void cpu_gather_rows(float *dst, int64_t dst_block, const float *src, int64_t src_block, int n_blocks,
                      const row_field *fields, int n_fields, const int32_t *rows, int n);
-void cpu_argmax_rows(const float *logits, int n_rows, int V, int32_t *out);
+void cpu_argmax_rows(const float *logits, int n_rows, int V, int n, int32_t *out); /* rows V apart, first n */
 /* rows of V logits, row_stride floats apart */
 void cpu_topk_log_softmax(const cpu_exec *ex, const float *logits, int n_rows, int64_t row_stride, int V, int k,
                           int32_t *tokens, float *logprobs);

@@ -90,11 +90,11 @@ void cpu_gather_rows(float *dst, int64_t dst_block, const float *src, int64_t sr
         }
 }
 
-void cpu_argmax_rows(const float *logits, int n_rows, int V, int32_t *out) {
+void cpu_argmax_rows(const float *logits, int n_rows, int V, int n, int32_t *out) {
     for (int r = 0; r < n_rows; r++) {
         const float *row = logits + (int64_t)r * V;
         int32_t best = 0;
-        for (int i = 1; i < V; i++)
+        for (int i = 1; i < n; i++)
             if (row[i] > row[best]) best = i; /* strict: the lowest index wins ties */
         out[r] = best;
     }

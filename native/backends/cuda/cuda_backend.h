@@ -97,7 +97,8 @@ void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, 
 void cuda_conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K);
 
 /* logits.cu */
-void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out);
+void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out,
+                      const int32_t *n_valid);
 void cuda_topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
                            float *logprobs, const int32_t *n_valid);
 

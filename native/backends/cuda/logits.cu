@@ -80,14 +80,18 @@ static __device__ __forceinline__ int32_t argmax_answer(const float *row, ranked
     return first != first || best.id == NO_ID ? 0 : best.id;
 }
 
-/* Block (c, r): best entry of chunk c of row r -> partial[r][c], or with one chunk the answer itself. */
+/* Block (c, r): best entry of chunk c of row r -> partial[r][c], or with one chunk the answer itself.
+ * Rows are V apart and rank their first n_valid entries (NULL: V; read after the grid wait, as it may
+ * have been uploaded just before): a chunk past them yields no entry. */
 static __global__ void __launch_bounds__(LOGIT_THREADS)
-    argmax_chunks_kernel(const float *logits, int V, int chunk, int n_chunks, ranked *partial, int32_t *out) {
+    argmax_chunks_kernel(const float *logits, int V, const int32_t *n_valid, int chunk, int n_chunks, ranked *partial,
+                         int32_t *out) {
     grid_begin();
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
     const float *row = logits + (int64_t)r * V;
-    const int end = min(V, (c + 1) * chunk);
+    const int n = n_valid ? max(0, min(*n_valid, V)) : V;
+    const int end = min(n, (c + 1) * chunk);
     ranked e = make_entry(__int_as_float(0x7fc00000), NO_ID);
     if (chunk == LOGIT_CHUNK) { /* the usual case: all of a thread's loads in flight at once */
         float v[LOGIT_CHUNK / LOGIT_THREADS];
@@ -125,7 +129,8 @@ static __global__ void argmax_combine_kernel(const float *logits, int V, int n_c
     if (lane == 0) out[r] = argmax_answer(logits + (int64_t)r * V, e);
 }
 
-extern "C" void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out) {
+extern "C" void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out,
+                                 const int32_t *n_valid) {
     if (n_rows <= 0 || V <= 0) return;
     const cuda_backend *cb = cuda_of(be);
     int n_chunks = (V + LOGIT_CHUNK - 1) / LOGIT_CHUNK, chunk = LOGIT_CHUNK;
@@ -133,8 +138,8 @@ extern "C" void cuda_argmax_rows(const backend *be, const float *logits, int n_r
     if (!cb->workspace || need > cb->workspace_bytes) n_chunks = 1;
     if (n_chunks == 1) chunk = V;
     ranked *partial = (ranked *)cb->workspace;
-    cuda_launch(argmax_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V, chunk,
-                n_chunks, partial, out);
+    cuda_launch(argmax_chunks_kernel, dim3(n_chunks, n_rows), dim3(LOGIT_THREADS), 0, cuda_stream(be), logits, V,
+                n_valid, chunk, n_chunks, partial, out);
     cuda_note_launch(be, "argmax_rows");
     if (n_chunks > 1) {
         cuda_launch(argmax_combine_kernel, dim3(n_rows), dim3(SPECLA_WARP), 0, cuda_stream(be), logits, V, n_chunks,

@@ -341,13 +341,13 @@ static void test_logits(int rows, int V, int k) {
         if (r == 3) { row[0] = 0.0f; row[1] = -0.0f; row[V - 1] = -0.0f; for (int i = 2; i < V - 1; i++) row[i] = (i % 7 == 0) ? NAN : -1.0f; }
     }
     std::vector<int32_t> ref(rows), got(rows);
-    CPU->ops->argmax_rows(CPU, L.data(), rows, V, ref.data());
+    CPU->ops->argmax_rows(CPU, L.data(), rows, V, ref.data(), NULL);
     float *dL = updev(L); int32_t *dout; cudaMalloc(&dout, rows * 4);
-    cuda_argmax_rows(&G.base, dL, rows, V, dout); down(got.data(), dout, rows * 4);
+    cuda_argmax_rows(&G.base, dL, rows, V, dout, NULL); down(got.data(), dout, rows * 4);
     int bad = 0; for (int r = 0; r < rows; r++) if (got[r] != ref[r]) { bad++; printf("   row %d gpu %d cpu %d\n", r, got[r], ref[r]); }
     printf("argmax rows=%d V=%d %s\n", rows, V, bad ? "FAIL" : "ok"); failures += bad > 0;
     size_t saved = G.workspace_bytes; G.workspace_bytes = 0;
-    cuda_argmax_rows(&G.base, dL, rows, V, dout); down(got.data(), dout, rows * 4); G.workspace_bytes = saved;
+    cuda_argmax_rows(&G.base, dL, rows, V, dout, NULL); down(got.data(), dout, rows * 4); G.workspace_bytes = saved;
     bad = 0; for (int r = 0; r < rows; r++) bad += got[r] != ref[r];
     printf("argmax one chunk rows=%d V=%d %s\n", rows, V, bad ? "FAIL" : "ok"); failures += bad > 0;
 
@@ -376,6 +376,21 @@ static void test_logits(int rows, int V, int k) {
     bad = 0; for (int i = 0; i < rows * k; i++) bad += ct[i] != rt[i] || memcmp(&cl[i], &rl[i], 4) != 0;
     printf("%-40s %s\n", "  cpu: first n_valid == rows cut", bad ? "FAIL" : "ok"); failures += bad > 0;
     int32_t *dn = updevi(std::vector<int32_t>{n_valid});
+    // argmax over the first n_valid (a recorded target step over a chosen head with spare rows)
+    CPU->ops->argmax_rows(CPU, cut.data(), rows, n_valid, ref.data(), NULL);
+    std::vector<int32_t> cpu_first(rows);
+    CPU->ops->argmax_rows(CPU, L.data(), rows, V, cpu_first.data(), &n_valid);
+    bad = 0; for (int r = 0; r < rows; r++) bad += cpu_first[r] != ref[r];
+    printf("%-40s %s\n", "  cpu argmax: first n_valid == rows cut", bad ? "FAIL" : "ok"); failures += bad > 0;
+    for (int shape = 0; shape < 2; shape++) {
+        if (shape == 1) G.workspace_bytes = 0;
+        cudaMemset(dout, 0x7f, rows * 4); // poisoned
+        cuda_argmax_rows(&G.base, dL, rows, V, dout, dn); down(got.data(), dout, rows * 4);
+        G.workspace_bytes = saved;
+        bad = 0; for (int r = 0; r < rows; r++) if (got[r] != ref[r]) { if (bad < 5) printf("   row %d gpu %d cpu %d\n", r, got[r], ref[r]); bad++; }
+        char name[128]; snprintf(name, 128, "argmax first %d of V=%d %s", n_valid, V, shape ? "one chunk" : "chunked");
+        printf("%-40s %s\n", name, bad ? "FAIL" : "ok"); failures += bad > 0;
+    }
     for (int shape = 0; shape < 2; shape++) {
         if (shape == 1) G.workspace_bytes = 0;
         cudaMemset(dl, 0xff, rows * k * 4); cudaMemset(dt, 0x7f, rows * k * 4); // poisoned
