@@ -232,15 +232,16 @@ def test_recorded_steps_follow_a_chosen_head_that_grows(model):
     """A chosen LM head (set_logit_rows: an autoregressive draft's reduced vocabulary, which gains
     the generation's new tokens) that grows within its memory keeps the recorded decode step and the
     recorded verify: the head is multiplied over its capacity and the argmax ranks the first n rows,
-    a count read on the device. Each step replays (one launch) and its argmax is the eager context's,
-    a token of the chosen rows."""
+    a count read on the device. Each step's decode and verify replay (one launch each) and their
+    argmax are the eager context's, tokens of the chosen rows. (A step ends with a decode that takes
+    the accept's pending commit, so the next step's decode launches only itself.)"""
     V = model.hparams.n_vocab
     rng = np.random.default_rng(11)
     order = rng.permutation(V).astype(np.int32)
     prompt = rng.integers(0, V, 9).tolist()
     parents = [-1, 0, 1, 1, 3]
     ctxs = {rec: model.new_context(n_ctx=256, max_tree_nodes=8, recorded_steps=rec) for rec in (True, False)}
-    sizes = [V // 8] * 3 + [V // 8 + 1, V // 4, V // 2 + 3]  # three steps record; then the head grows
+    sizes = [V // 8] * 3 + [V // 8 + 1, V // 4, V // 2 + 3]  # the first steps record; then the head grows
     for ctx in ctxs.values():
         ctx.eval(prompt)
     for step, n in enumerate(sizes):
@@ -254,12 +255,14 @@ def test_recorded_steps_follow_a_chosen_head_that_grows(model):
             verified = ctx.verify_tree(tokens, parents)
             verify_launches = ctx.launch_counters()[0]
             ctx.accept([0, 1, 3])
-            got[rec] = (decoded, verified.tolist())
+            after = ctx.eval_argmax([int(order[step + 1])])  # takes the accept's pending commit
+            got[rec] = (decoded, verified.tolist(), after)
             if rec and step >= 2:  # the decode recorded at step 0, the verify at step 1 (its second time)
                 assert decode_launches == 1, f"{n} rows: the decode step ran {decode_launches} launches, not a replay"
                 assert verify_launches == 1, f"{n} rows: the verify ran {verify_launches} launches, not a replay"
         assert got[True] == got[False], f"{n} rows: recorded {got[True]}, eager {got[False]}"
         chosen = set(order[:n].tolist())
-        assert got[True][0] in chosen and set(got[True][1]) <= chosen, f"{n} rows: a token outside the chosen rows"
+        tokens_out = [got[True][0], *got[True][1], got[True][2]]
+        assert set(tokens_out) <= chosen, f"{n} rows: a token outside the chosen rows"
     for ctx in ctxs.values():
         ctx.close()

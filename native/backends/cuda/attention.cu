@@ -43,9 +43,12 @@
  * (a query tile's block reduces 4 pairs' lane sums at once, wide_scores: the same bits, fewer shuffles);
  * softmax bookkeeping, group w takes pairs w, w+4, ...; V, thread i owns dims i and i + ATT_THREADS
  * of every pair, its accumulators in registers (HG x 2 floats).
- * Shared memory and registers (sm_90, ptxas): attention_kernel<2> 2.9 KB, 127 registers;
- * attention_kernel<8> 10.7 KB, 167; attention_tile_kernel<24> 31.7 KB (q of 24 pairs x 256 dims =
- * 24 KB, scores 24 x 64 = 6 KB) + 8 T bytes for a tree, 168 registers (3 blocks per SM), no spills.
+ * Shared memory and registers (sm_90, ptxas): attention_kernel<2> 2.9 KB, 128 registers (4 blocks
+ * per SM; 28 bytes spilled); attention_kernel<8> 10.7 KB, 167; attention_tile_kernel<24> 31.7 KB (q
+ * of 24 pairs x 256 dims = 24 KB, scores 24 x 64 = 6 KB) + 8 T bytes for a tree, 168 registers (3
+ * blocks per SM; 88 bytes spilled: the cache pointers, reloaded once per loop). The compile-time
+ * shapes (segment_partial_for) cost those registers and took the 27B shape's batch tile from 2310 to
+ * 1731 SASS instructions per K batch (scores) and 1100 to 611 per 8 rows (V).
  * K and V stay in registers (no shared staging): a row is loaded by one group (K) or by every thread
  * for its own dims (V) and used at once for every pair, so staging would add a copy and no reuse. */
 #include <math.h>
@@ -80,6 +83,14 @@
 #define ATT_TILE_MIN_BLOCKS 3
 #endif
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
+/* The pair counts the 27B shape's blocks hold, compiled as constants (segment_partial_for): a query's
+ * heads of one KV head (G = 24 / 4) in a batch's blocks, ATT_DECODE_G in a decode step's */
+#define ATT_QUERY_HEADS_27B 6
+/* resident blocks per SM a decode step's kernel keeps (at most 128 registers): at depth 4096 its 408
+ * blocks on the 27B shape then fit one wave of 528 (the compile-time pairs took 147 registers and 3
+ * blocks per SM); a batch's attention_kernel leaves ptxas free */
+#define ATT_KERNEL_MIN_BLOCKS(HG) ((HG) == ATT_DECODE_G ? 4 : 1)
+#define ATT_KERNEL_FIXED_PAIRS(HG) ((HG) == ATT_DECODE_G ? ATT_DECODE_G : ATT_QUERY_HEADS_27B)
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
 
@@ -134,7 +145,7 @@ static __device__ __forceinline__ void merge_scales(float M, float L, float m, f
 
 template <int HG> struct att_shared {
     float q[HG * ATT_MAX_D];
-    float p[HG][ATT_TILE]; /* scores, then probabilities of the current tile */
+    alignas(16) float p[HG][ATT_TILE]; /* scores, then probabilities of the current tile (float4 reads) */
     int32_t rows[ATT_TILE];       /* physical cache rows of the current tile */
     float m[HG], l[HG], alpha[HG]; /* the segment's running state */
     float M[HG], L[HG], a[HG], b[HG]; /* merged over segments (unsplit) */
@@ -147,9 +158,24 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
     return i < n_direct ? i : n_direct + chain[i - n_direct];
 }
 
+/* Compile-time shapes. A segment's code is instantiated for the shapes that carry the work (the
+ * 27B shape's query tile of 24 pairs and a query's 6 or 2 heads, head_dim 256, whole tiles of
+ * ATT_TILE rows) besides the general one: with the pair count, head_dim and tile length known, the
+ * per-pair, per-dim and per-row guards of the loops disappear and a pair's probabilities are read 4
+ * rows at a time. NG / DD = 0: taken from the arguments at run time; FULL: tile_n == ATT_TILE. The
+ * operations and their order are the same in every instantiation (each guard only skips work past
+ * the shape), so the bits are those of the general code. */
+template <int NG, int DD, bool FULL> struct att_shape {
+    static constexpr bool full = FULL, fixed_pairs = NG > 0 && DD > 0;
+    int ng_rt, D_rt, tile_n_rt;
+    __device__ __forceinline__ int ng() const { return NG ? NG : ng_rt; }
+    __device__ __forceinline__ int D() const { return DD ? DD : D_rt; }
+    __device__ __forceinline__ int tile_n() const { return FULL ? ATT_TILE : tile_n_rt; }
+};
+
 /* Scores of a group's ATT_K_BATCH rows i0, i0 + 4, ... for all ng pairs of a wide block (a query
  * tile), ATT_WIDE_ITEMS = 4 pairs at a time: each (pair, row) lane sum is the same fmaf chain over
- * d = L, L + 32, ... as in segment_partial; the 4 pairs' lane sums of one row are then reduced
+ * d = L, L + 32, ... as in tile_scores; the 4 pairs' lane sums of one row are then reduced
  * together by two halving steps (xor 16, 8: a lane keeps the half of the pairs its lane bit selects
  * and adds its partner's value of those to its own) and three butterfly steps (xor 4, 2, 1). Every
  * step adds, for each pair, the values of lanes L and L ^ m, in group_sum's step order, so each pair's
@@ -157,11 +183,12 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
  * with 6 shuffles for 4 pairs instead of 20. Lane L ends with pair g0 + ((L >> 3) & 3). (8 pairs at a
  * time spilled: 32 lane sums next to 32 K values and the tile's 48 accumulators.) */
 #define ATT_WIDE_ITEMS 4
-template <int HG>
+template <int HG, class Shape>
 static __device__ __forceinline__ void wide_scores(att_shared<HG> &sh, const float (&kv)[ATT_K_BATCH][ATT_DIMS_PER_LANE],
-                                                   int lane, int D, int ng, float scale, int i0, int tile_n) {
+                                                   int lane, const Shape &shape, float scale, int i0) {
     static_assert(HG % ATT_WIDE_ITEMS == 0, "a wide block's pairs come in groups of ATT_WIDE_ITEMS");
     static_assert(SPECLA_WARP == 32, "the halving steps are xor 16, 8");
+    const int ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
     const bool hi16 = lane & 16, hi8 = lane & 8;
 #pragma unroll
     for (int g0 = 0; g0 < HG; g0 += ATT_WIDE_ITEMS) {
@@ -203,40 +230,29 @@ static __device__ __forceinline__ void wide_scores(att_shared<HG> &sh, const flo
     }
 }
 
-/* The partial of segment `seg` for the block's heads: m, l in sh, acc in the caller's registers. */
-template <int HG>
-static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
-                                                       const float *v_cache, int nkv, int kvh, int D, int ng,
-                                                       float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+/* The scores of a tile's rows for the block's pairs, into sh.p: group grp takes rows grp, grp + 4,
+ * ..., ATT_K_BATCH of them at a time (their K loads in flight together); each (row, pair) dot is the
+ * same fmaf chain and butterfly. */
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_scores(att_shared<HG> &sh, const float *k_cache, int64_t row_stride, int kvh,
+                                                   const Shape &shape, float scale) {
     const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
-    const int64_t row_stride = (int64_t)nkv * D;
-    if (tid < HG) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+    const int ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
+    for (int i0 = grp; i0 < tile_n; i0 += ATT_GROUPS * ATT_K_BATCH) {
+        float kv[ATT_K_BATCH][ATT_DIMS_PER_LANE];
 #pragma unroll
-    for (int g = 0; g < HG; g++)
+        for (int u = 0; u < ATT_K_BATCH; u++) {
+            const int i = i0 + ATT_GROUPS * u;
+            const float *kr = k_cache + (int64_t)sh.rows[i < tile_n ? i : i0] * row_stride + (int64_t)kvh * D;
 #pragma unroll
-        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) acc[g][j] = 0.0f;
-    const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
-    for (int tile = seg * ATT_SEG; tile < seg_end; tile += ATT_TILE) {
-        const int tile_n = min(ATT_TILE, seg_end - tile);
-        if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
-        __syncthreads();
-        /* scores: group grp takes rows grp, grp + 4, ..., ATT_K_BATCH of them at a time (their K
-         * loads in flight together); each (row, head) dot is the same fmaf chain and butterfly */
-        for (int i0 = grp; i0 < tile_n; i0 += ATT_GROUPS * ATT_K_BATCH) {
-            float kv[ATT_K_BATCH][ATT_DIMS_PER_LANE];
-#pragma unroll
-            for (int u = 0; u < ATT_K_BATCH; u++) {
-                const int i = i0 + ATT_GROUPS * u;
-                const float *kr = k_cache + (int64_t)sh.rows[i < tile_n ? i : i0] * row_stride + (int64_t)kvh * D;
-#pragma unroll
-                for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
-                    const int d = lane + SPECLA_WARP * j;
-                    kv[u][j] = i < tile_n && d < D ? kr[d] : 0.0f;
-                }
+            for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
+                const int d = lane + SPECLA_WARP * j;
+                kv[u][j] = i < tile_n && d < D ? kr[d] : 0.0f;
             }
-            if constexpr (HG > ATT_MAX_G) { /* a query tile's many pairs: their sums reduced together */
-                wide_scores(sh, kv, lane, D, ng, scale, i0, tile_n);
-            } else {
+        }
+        if constexpr (HG > ATT_MAX_G) { /* a query tile's many pairs: their sums reduced together */
+            wide_scores(sh, kv, lane, shape, scale, i0);
+        } else {
 #pragma unroll
             for (int g = 0; g < HG; g++) {
                 if (g >= ng) continue; /* not break: a loop with one exit unrolls fully for HIP too */
@@ -258,66 +274,145 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
                         if (i0 + ATT_GROUPS * u < tile_n) sh.p[g][i0 + ATT_GROUPS * u] = __fmul_rn(dot[u], scale);
                 }
             }
-            }
         }
-        __syncthreads();
-        /* softmax bookkeeping: group grp takes heads grp, grp + 4 */
-        for (int g = grp; g < ng; g += ATT_GROUPS) {
-            const float s0 = lane < tile_n ? sh.p[g][lane] : -INFINITY;
-            const float s1 = lane + SPECLA_WARP < tile_n ? sh.p[g][lane + SPECLA_WARP] : -INFINITY;
-            const float m_old = sh.m[g];
-            const float m_new = fmaxf(m_old, group_max(fmaxf(s0, s1)));
-            const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-            const float p0 = lane < tile_n ? expf(s0 - m_new) : 0.0f;
-            const float p1 = lane + SPECLA_WARP < tile_n ? expf(s1 - m_new) : 0.0f;
-            sh.p[g][lane] = p0;
-            sh.p[g][lane + SPECLA_WARP] = p1;
-            const float tile_sum = group_sum(__fadd_rn(p0, p1));
-            if (lane == 0) {
-                sh.l[g] = __fadd_rn(__fmul_rn(sh.l[g], alpha), tile_sum);
-                sh.m[g] = m_new;
-                sh.alpha[g] = alpha;
-            }
+    }
+}
+
+/* The tile's weighted V into acc: thread tid owns dims tid, tid + ATT_THREADS of every pair; each
+ * accumulator takes its rows in logical order, acc = fmaf(p_r, v_r[d], acc). A batch of rows' V
+ * loads is issued first (all in flight), then the FMAs; a whole tile of compile-time pairs reads a
+ * pair's probabilities 4 rows at a time (float4) and runs its rows' FMAs pair by pair, which is
+ * each accumulator's same sequence. */
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, const float *v_cache, int64_t row_stride, int kvh,
+                                                   const Shape &shape, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    const int tid = threadIdx.x, ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
+    if (tid >= D) return;
+    const float *vbase = v_cache + (int64_t)kvh * D + tid;
+    const bool second = tid + ATT_THREADS < D;
+    /* rows whose loads are in flight together: fewer when many heads keep the registers busy
+     * (how many loads are batched does not change any FMA or its order) */
+    constexpr int VB = HG > ATT_MAX_G ? ATT_V_BATCH / 2 : ATT_V_BATCH;
+    constexpr bool whole = Shape::full && Shape::fixed_pairs;
+    for (int i0 = 0; i0 < tile_n; i0 += VB) {
+        float v0[VB], v1[VB];
+#pragma unroll
+        for (int u = 0; u < VB; u++) {
+            const bool live = whole || i0 + u < tile_n;
+            const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
+            v0[u] = live ? vr[0] : 0.0f;
+            v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
         }
-        __syncthreads();
-        /* weighted V: thread tid owns dims tid, tid + ATT_THREADS */
+        if constexpr (whole) {
+            static_assert(VB % 4 == 0, "a pair's probabilities are read 4 rows at a time");
 #pragma unroll
-        for (int g = 0; g < HG; g++)
+            for (int g = 0; g < HG; g++) {
+                if (g >= ng) continue;
 #pragma unroll
-            for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
-                if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
-        if (tid < D) {
-            const float *vbase = v_cache + (int64_t)kvh * D + tid;
-            const bool second = tid + ATT_THREADS < D;
-            /* rows whose loads are in flight together: fewer when many heads keep the registers busy
-             * (how many loads are batched does not change any FMA or its order) */
-            constexpr int VB = HG > ATT_MAX_G ? ATT_V_BATCH / 2 : ATT_V_BATCH;
-            for (int i0 = 0; i0 < tile_n; i0 += VB) {
-                /* the batch's loads first (all in flight), then the FMAs in row order */
-                float v0[VB], v1[VB];
+                for (int u4 = 0; u4 < VB; u4 += 4) {
+                    const float4 p4 = *reinterpret_cast<const float4 *>(&sh.p[g][i0 + u4]);
+                    const float pr[4] = {p4.x, p4.y, p4.z, p4.w};
 #pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    const bool live = i0 + u < tile_n;
-                    const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
-                    v0[u] = live ? vr[0] : 0.0f;
-                    v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
+                    for (int u = 0; u < 4; u++) {
+                        acc[g][0] = fmaf(pr[u], v0[u4 + u], acc[g][0]);
+                        if (second) acc[g][1] = fmaf(pr[u], v1[u4 + u], acc[g][1]);
+                    }
                 }
+            }
+        } else {
 #pragma unroll
-                for (int u = 0; u < VB; u++) {
-                    if (i0 + u >= tile_n) break;
+            for (int u = 0; u < VB; u++) {
+                if (i0 + u >= tile_n) break;
 #pragma unroll
-                    for (int g = 0; g < HG; g++) {
-                        if (g < ng) {
-                            const float pg = sh.p[g][i0 + u];
-                            acc[g][0] = fmaf(pg, v0[u], acc[g][0]);
-                            if (second) acc[g][1] = fmaf(pg, v1[u], acc[g][1]);
-                        }
+                for (int g = 0; g < HG; g++) {
+                    if (g < ng) {
+                        const float pg = sh.p[g][i0 + u];
+                        acc[g][0] = fmaf(pg, v0[u], acc[g][0]);
+                        if (second) acc[g][1] = fmaf(pg, v1[u], acc[g][1]);
                     }
                 }
             }
         }
-        __syncthreads(); /* rows and p are rewritten by the next tile */
     }
+}
+
+/* One tile of a segment: its physical rows, scores, the softmax bookkeeping (group grp takes pairs
+ * grp, grp + 4, ...), the weighted V. */
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                 const float *v_cache, int64_t row_stride, int kvh, const Shape &shape,
+                                                 float scale, int tile, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
+    const int ng = shape.ng(), tile_n = shape.tile_n();
+    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
+    __syncthreads();
+    tile_scores(sh, k_cache, row_stride, kvh, shape, scale);
+    __syncthreads();
+    for (int g = grp; g < ng; g += ATT_GROUPS) {
+        const float s0 = lane < tile_n ? sh.p[g][lane] : -INFINITY;
+        const float s1 = lane + SPECLA_WARP < tile_n ? sh.p[g][lane + SPECLA_WARP] : -INFINITY;
+        const float m_old = sh.m[g];
+        const float m_new = fmaxf(m_old, group_max(fmaxf(s0, s1)));
+        const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        const float p0 = lane < tile_n ? expf(s0 - m_new) : 0.0f;
+        const float p1 = lane + SPECLA_WARP < tile_n ? expf(s1 - m_new) : 0.0f;
+        sh.p[g][lane] = p0;
+        sh.p[g][lane + SPECLA_WARP] = p1;
+        const float tile_sum = group_sum(__fadd_rn(p0, p1));
+        if (lane == 0) {
+            sh.l[g] = __fadd_rn(__fmul_rn(sh.l[g], alpha), tile_sum);
+            sh.m[g] = m_new;
+            sh.alpha[g] = alpha;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
+            if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
+    tile_values(sh, v_cache, row_stride, kvh, shape, acc);
+    __syncthreads(); /* rows and p are rewritten by the next tile */
+}
+
+/* The partial of segment `seg` for the block's pairs: m, l in sh, acc in the caller's registers.
+ * NG, DD: the pair count and head_dim when the caller knows them at compile time (0: ng, D). */
+template <int HG, int NG = 0, int DD = 0>
+static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                       const float *v_cache, int nkv, int kvh, int D, int ng,
+                                                       float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    static_assert(NG <= HG, "a block holds at most HG pairs");
+    const int tid = threadIdx.x;
+    const int64_t row_stride = (int64_t)nkv * D;
+    if (tid < HG) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) acc[g][j] = 0.0f;
+    const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
+    for (int tile = seg * ATT_SEG; tile < seg_end; tile += ATT_TILE) {
+        const int tile_n = min(ATT_TILE, seg_end - tile);
+        if (NG > 0 && DD > 0 && tile_n == ATT_TILE) {
+            const att_shape<NG, DD, true> shape{ng, D, tile_n};
+            tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, shape, scale, tile, acc);
+        } else {
+            const att_shape<NG, DD, false> shape{ng, D, tile_n};
+            tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, shape, scale, tile, acc);
+        }
+    }
+}
+
+/* segment_partial with NG pairs and head_dim ATT_MAX_D at compile time when the block has them (the
+ * 27B shape's pair counts: every Qwen3.5/3.6 attention layer has head_dim 256), else the general
+ * code; both give the same bits. */
+template <int HG, int NG>
+static __device__ __forceinline__ void segment_partial_for(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                           const float *v_cache, int nkv, int kvh, int D, int ng,
+                                                           float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    if (ng == NG && D == ATT_MAX_D)
+        segment_partial<HG, NG, ATT_MAX_D>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+    else
+        segment_partial<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 }
 
 /* Query t's logical sequence, set by one thread of the block: a tree node (parents = the block's
@@ -375,7 +470,7 @@ static __device__ __forceinline__ void window_start(const int32_t *first_row, in
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
  * memory: 2 * T ints). */
 template <int HG>
-static __global__ void __launch_bounds__(ATT_THREADS, 1)
+static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                      const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
                      float scale, int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
@@ -408,7 +503,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
     if (seg_blocks > 0) {
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
-            segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+            segment_partial_for<HG, ATT_KERNEL_FIXED_PAIRS(HG)>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg,
+                                                                acc);
             store_partials(sh, acc, ng, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
                            part_acc, part_ml);
             __syncthreads(); /* m, l are reset by the next segment */
@@ -422,7 +518,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, 1)
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
     for (int seg = 0; seg < n_seg; seg++) {
-        segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+        segment_partial_for<HG, ATT_KERNEL_FIXED_PAIRS(HG)>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
         if (tid < ng) merge_scales(sh.M[tid], sh.L[tid], sh.m[tid], sh.l[tid], &sh.M[tid], &sh.L[tid], &sh.a[tid],
                                    &sh.b[tid]);
         __syncthreads();
@@ -507,7 +603,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         }
         if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
         __syncthreads();
-        segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
+        segment_partial_for<P, P>(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
         store_partials(sh, acc, np, D,
                        [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; },
                        part_acc, part_ml);
@@ -517,7 +613,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     if (seg * ATT_SEG >= sh.n_rows) return; /* a segment past query t's rows (uniform over the block) */
     for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
     __syncthreads();
-    segment_partial(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
+    segment_partial_for<P, ATT_QUERY_HEADS_27B>(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
     store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; }, part_acc,
                    part_ml);
 }
