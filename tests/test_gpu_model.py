@@ -169,3 +169,53 @@ def test_quantized_top1_agrees_with_the_cpu_backend(model_files, key):
     assert all(m < 0.2 for m in margins), f"{key}: a mismatch that is not a near-tie: {margins}"
     gpu.close()
     cpu.close()
+
+
+@pytest.fixture(scope="module")
+def deep_attention_model(tmp_path_factory):
+    """qwen35 with the 27B shape's attention geometry where the CUDA attention kernels take their
+    compile-time paths (attention.cu, segment_partial_for): head_dim 256 and 6 query heads per KV
+    head, so a decode block holds 2 pairs, a batch query 6 and a query tile 4 x 6 = 24."""
+    path = write_test_model(tmp_path_factory.mktemp("gpu-deep") / "tiny-d256-qwen35-f32.gguf", "tiny", "f32",
+                            seed=5, head_dim=256, rope_dims=64)
+    model = Model.load(str(path), device="cuda")
+    yield model
+    model.close()
+
+
+DEEP_PREFIX = 1152  # 9 segments of 128 rows: from 1024 rows on a query tile shares its common segments
+
+
+def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model):
+    """Past 1024 rows a batch's query tiles share their common segments (24 pairs a block), its
+    queries' own segments and every decode step take the per-query blocks (6 and 2 pairs), whole
+    tiles through the compile-time code: a 23-token batch and a 23-node tree at that depth must give
+    the bits of decoding token by token (and of each node's path)."""
+    model = deep_attention_model
+    V = model.hparams.n_vocab
+    history = prompt(V, DEEP_PREFIX, seed=6)
+    tokens = prompt(V, 23, seed=7)
+    parents = [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 12, 11, 2, 13, 14, 15, 3, 16, 17]  # bench_gpu_spec's
+    tree = model.new_context(n_ctx=DEEP_PREFIX + 64, max_batch=64, max_tree_nodes=len(parents))
+    tree.eval(history)
+    argmax, tree_logits = tree.verify_tree(tokens, parents, want_logits=True)
+    tree.close()
+    ctx = model.new_context(n_ctx=DEEP_PREFIX + 64, max_batch=64)
+    ctx.eval(history)
+    ctx.save_state()
+    batch = ctx.eval(tokens, logits_all=True)
+    ctx.truncate(DEEP_PREFIX)
+    for i, token in enumerate(tokens):  # one token at a time: the decode kernel's path
+        row = ctx.eval([token], logits_all=True)[-1]
+        assert np.array_equal(row.view(np.uint32), batch[i].view(np.uint32)), f"token {i} of the batch"
+    for t in (0, 11, 15, 22):  # the spine's end, side branches
+        ctx.truncate(DEEP_PREFIX)
+        path = []
+        a = t
+        while a >= 0:
+            path.append(tokens[a])
+            a = parents[a]
+        want = ctx.eval(path[::-1], logits_all=True)[-1]
+        assert np.array_equal(tree_logits[t].view(np.uint32), want.view(np.uint32)), f"node {t}"
+        assert argmax[t] == int(np.argmax(want))
+    ctx.close()
