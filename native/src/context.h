@@ -112,6 +112,9 @@ typedef struct recorded_head_key {
     int64_t rows;
     const int32_t *n_valid;
 } recorded_head_key;
+static inline int same_head_key(const recorded_head_key *a, const recorded_head_key *b) {
+    return a->data == b->data && a->rows == b->rows && a->n_valid == b->n_valid;
+}
 
 /* What a recorded verify was recorded for: every pointer and launch parameter of its ops follows
  * from these (the LM head, the node count, the factor bank the verify writes). */

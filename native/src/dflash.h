@@ -45,12 +45,10 @@ specla_status draft_weights_for(const specla_draft_model *model, const backend *
 void draft_release_device_weights(specla_draft_model *model);
 
 /* What a recorded proposal depends on besides block_ints: its depths, its top-k and the LM head it
- * multiplies (its memory and rows, and where the count of rows that rank is: forward_dflash.c,
- * logit_rows_scored_head). */
+ * multiplies (recorded_head_key: its memory, the rows multiplied and where the count of rows that
+ * rank is; logit_rows_scored_head). */
 typedef struct recorded_propose_key {
-    const void *head;
-    int64_t head_rows;
-    const int32_t *head_rows_ranked;
+    recorded_head_key head;
     int32_t n_depths, top_k;
 } recorded_propose_key;
 

@@ -159,10 +159,6 @@ static recorded_head_key scored_head_key(const specla_context *ctx) {
     return key;
 }
 
-static int same_head_key(const recorded_head_key *a, const recorded_head_key *b) {
-    return a->data == b->data && a->rows == b->rows && a->n_valid == b->n_valid;
-}
-
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
     const recorded_head_key head = scored_head_key(ctx);

@@ -360,10 +360,9 @@ static void enqueue_proposal(specla_draft_context *dc, const specla_tensor *head
 static int replay_proposal(specla_draft_context *dc, const specla_tensor *head, const int32_t *head_rows_ranked,
                            int n_depths, int top_k, int32_t *top_ids, float *top_logprobs) {
     const backend *be = dc->be;
-    const recorded_propose_key key = {head->data, head->ne1, head_rows_ranked, n_depths, top_k};
+    const recorded_propose_key key = {{head->data, head->ne1, head_rows_ranked}, n_depths, top_k};
     const recorded_propose_key *r = &dc->recorded;
-    const int same_key = r->head == key.head && r->head_rows == key.head_rows &&
-                         r->head_rows_ranked == key.head_rows_ranked && r->n_depths == key.n_depths &&
+    const int same_key = same_head_key(&r->head, &key.head) && r->n_depths == key.n_depths &&
                          r->top_k == key.top_k;
     if (same_key && be->ops->replay(be, STEP_PROPOSE)) return 1;
     be->ops->capture_begin(be);
