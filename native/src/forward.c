@@ -65,7 +65,8 @@ static void logits_and_argmax(specla_context *ctx, int n_logit_rows, float *logi
         if (!logits_out || direct) continue;
         if (stride == V) {
             ops->download(be, logits_out + (int64_t)r0 * V, logits, sizeof(float) * (size_t)(n * V));
-        } else { /* each row's first V entries */
+        } else { /* each row's first V entries: one download (a wait) per row; a chosen head's logits
+                  * are a draft's, one row per decode step */
             for (int r = 0; r < n; r++)
                 ops->download(be, logits_out + (int64_t)(r0 + r) * V, logits + (int64_t)r * stride, sizeof(float) * (size_t)V);
         }

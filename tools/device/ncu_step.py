@@ -19,7 +19,7 @@ SpecLA chain kernel's launches for `-k regex:^gdn_tree`. SchedulerStats' issue-s
 stall reasons say whether its walk is latency- or issue-bound (latency-bound at 6c6e248:
 docs/specla.md).
 
---depth N first fills the cache with N tokens (chunks of 64), then opens the profiler's range
+--depth N first fills the cache with N tokens (in chunks of the context's max_batch), then opens the profiler's range
 (cuProfilerStart) for the decode token and the batch only, so that with `--profile-from-start off`
 the prefill's launches are not profiled: the attention kernels of a batch at depth,
 
@@ -49,10 +49,11 @@ def main(argv=None) -> int:
     if args.depth < 0:
         parser.error(f"--depth takes 0 or more cache rows, got {args.depth}")
     model = Model.load(args.model, device="cuda")
-    ctx = model.new_context(n_ctx=args.depth + 256, max_batch=max(64, args.batch), max_tree_nodes=args.tree_nodes,
+    max_batch = max(16, args.batch)
+    ctx = model.new_context(n_ctx=args.depth + 256, max_batch=max_batch, max_tree_nodes=args.tree_nodes,
                             recorded_steps=False)
-    for start in range(0, args.depth, 64):
-        ctx.eval_argmax([1000 + (i % 5000) for i in range(start, min(args.depth, start + 64))])
+    for start in range(0, args.depth, max_batch):
+        ctx.eval_argmax([1000 + (i % 5000) for i in range(start, min(args.depth, start + max_batch))])
     if args.depth:
         # the driver API's range start (libcuda is loaded: the model is on the GPU)
         ctypes.CDLL("libcuda.so.1").cuProfilerStart()

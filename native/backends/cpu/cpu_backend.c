@@ -179,15 +179,17 @@ static void tree_counters(const backend *be, int64_t out[2]) {
     out[0] = cb->tree_counts[0], out[1] = cb->tree_counts[1];
     cb->tree_counts[0] = cb->tree_counts[1] = 0;
 }
+/* how many of a row's V entries rank: *n_valid clamped to [0, V], or V (backend.h) */
+static int ranked_entries(const int32_t *n_valid, int V) {
+    return n_valid ? (*n_valid < 0 ? 0 : *n_valid < V ? *n_valid : V) : V;
+}
 static void argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out,
                         const int32_t *n_valid) {
-    const int n = n_valid ? (*n_valid < 0 ? 0 : *n_valid < V ? *n_valid : V) : V;
-    cpu_argmax_rows(logits, n_rows, V, n, out);
+    cpu_argmax_rows(logits, n_rows, V, ranked_entries(n_valid, V), out);
 }
 static void topk_log_softmax(const backend *be, const float *logits, int n_rows, int V, int k, int32_t *tokens,
                              float *logprobs, const int32_t *n_valid) {
-    const int n = n_valid ? (*n_valid < 0 ? 0 : *n_valid < V ? *n_valid : V) : V;
-    cpu_topk_log_softmax(ex_of(be), logits, n_rows, V, n, k, tokens, logprobs);
+    cpu_topk_log_softmax(ex_of(be), logits, n_rows, V, ranked_entries(n_valid, V), k, tokens, logprobs);
 }
 
 static const backend_ops cpu_ops_table = {

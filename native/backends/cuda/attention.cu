@@ -162,11 +162,13 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
  * 27B shape's query tile of 24 pairs and a query's 6 or 2 heads, head_dim 256, whole tiles of
  * ATT_TILE rows) besides the general one: with the pair count, head_dim and tile length known, the
  * per-pair, per-dim and per-row guards of the loops disappear and a pair's probabilities are read 4
- * rows at a time. NG / DD = 0: taken from the arguments at run time; FULL: tile_n == ATT_TILE. The
- * operations and their order are the same in every instantiation (each guard only skips work past
- * the shape), so the bits are those of the general code. */
+ * rows at a time. NG / DD = 0: taken from the arguments at run time; FULL: tile_n == ATT_TILE (only
+ * with NG and DD fixed: segment_partial). The operations and their order are the same in every
+ * instantiation (each guard only skips work past the shape), so the bits are those of the general
+ * code. */
 template <int NG, int DD, bool FULL> struct att_shape {
-    static constexpr bool full = FULL, fixed_pairs = NG > 0 && DD > 0;
+    static_assert(!FULL || (NG > 0 && DD > 0), "whole tiles are compiled with the pairs and head_dim fixed");
+    static constexpr bool full = FULL;
     int ng_rt, D_rt, tile_n_rt;
     __device__ __forceinline__ int ng() const { return NG ? NG : ng_rt; }
     __device__ __forceinline__ int D() const { return DD ? DD : D_rt; }
@@ -293,7 +295,7 @@ static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, const flo
     /* rows whose loads are in flight together: fewer when many heads keep the registers busy
      * (how many loads are batched does not change any FMA or its order) */
     constexpr int VB = HG > ATT_MAX_G ? ATT_V_BATCH / 2 : ATT_V_BATCH;
-    constexpr bool whole = Shape::full && Shape::fixed_pairs;
+    constexpr bool whole = Shape::full;
     for (int i0 = 0; i0 < tile_n; i0 += VB) {
         float v0[VB], v1[VB];
 #pragma unroll
@@ -392,13 +394,15 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
     const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
     for (int tile = seg * ATT_SEG; tile < seg_end; tile += ATT_TILE) {
         const int tile_n = min(ATT_TILE, seg_end - tile);
-        if (NG > 0 && DD > 0 && tile_n == ATT_TILE) {
-            const att_shape<NG, DD, true> shape{ng, D, tile_n};
-            tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, shape, scale, tile, acc);
-        } else {
-            const att_shape<NG, DD, false> shape{ng, D, tile_n};
-            tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, shape, scale, tile, acc);
+        if constexpr (NG > 0 && DD > 0) {
+            if (tile_n == ATT_TILE) {
+                tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, true>{ng, D, tile_n}, scale,
+                          tile, acc);
+                continue;
+            }
         }
+        tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, false>{ng, D, tile_n}, scale, tile,
+                  acc);
     }
 }
 

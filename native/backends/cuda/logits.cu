@@ -72,6 +72,12 @@ static __device__ ranked block_best(ranked e, ranked *shared_entries) {
     return best;
 }
 
+/* How many of a row's V entries rank: *n_valid clamped to [0, V], or V (backend.h). Read after the
+ * grid wait: the count may have been uploaded just before the launch. */
+static __device__ __forceinline__ int ranked_entries(const int32_t *n_valid, int V) {
+    return n_valid ? max(0, min(*n_valid, V)) : V;
+}
+
 /* ---- argmax --------------------------------------------------------------------------------------- */
 
 /* The CPU's answer from the best non-NaN entry: 0 when row[0] is NaN (never replaced) or nothing ranks. */
@@ -81,8 +87,8 @@ static __device__ __forceinline__ int32_t argmax_answer(const float *row, ranked
 }
 
 /* Block (c, r): best entry of chunk c of row r -> partial[r][c], or with one chunk the answer itself.
- * Rows are V apart and rank their first n_valid entries (NULL: V; read after the grid wait, as it may
- * have been uploaded just before): a chunk past them yields no entry. */
+ * Rows are V apart and rank their first n_valid entries (ranked_entries): a chunk past them yields no
+ * entry. */
 static __global__ void __launch_bounds__(LOGIT_THREADS)
     argmax_chunks_kernel(const float *logits, int V, const int32_t *n_valid, int chunk, int n_chunks, ranked *partial,
                          int32_t *out) {
@@ -90,8 +96,7 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
     const float *row = logits + (int64_t)r * V;
-    const int n = n_valid ? max(0, min(*n_valid, V)) : V;
-    const int end = min(n, (c + 1) * chunk);
+    const int end = min(ranked_entries(n_valid, V), (c + 1) * chunk);
     ranked e = make_entry(__int_as_float(0x7fc00000), NO_ID);
     if (chunk == LOGIT_CHUNK) { /* the usual case: all of a thread's loads in flight at once */
         float v[LOGIT_CHUNK / LOGIT_THREADS];
@@ -267,8 +272,8 @@ static __global__ void __launch_bounds__(LOGIT_THREADS)
     __shared__ ranked shared_entries[LOGIT_GROUPS];
     __shared__ double shared_doubles[LOGIT_GROUPS];
     const int c = blockIdx.x, r = blockIdx.y;
-    const int ranked_entries = n_valid ? max(0, min(*n_valid, V)) : V;
-    const int first = c * chunk, n = max(0, min(ranked_entries, first + chunk) - first);
+    const int n_ranked = ranked_entries(n_valid, V);
+    const int first = c * chunk, n = max(0, min(n_ranked, first + chunk) - first);
     const float *values = logits + (int64_t)r * V + first;
     double m, s;
     chunk_max_sum(values, n, shared_doubles, &m, &s);
