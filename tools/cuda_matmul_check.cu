@@ -1257,8 +1257,11 @@ static double median(std::vector<double> v) {
 /* The median over `timed` passes (after `warmup` more) of the microseconds per call of pass(), which
  * makes `calls` calls on the default stream. */
 constexpr int kTimedPasses = 20; /* the benchmarks' default, recorded in their rows */
-/* a -DMM_LOAD_ONLY build (matmul.cu): the one-token kernel's loads without its arithmetic, for timing */
-#if defined(MM_LOAD_ONLY)
+/* a diagnostic build whose results are meaningless, for timing only: -DMM_LOAD_ONLY (matmul.cu: the
+ * one-token kernel's and the bulk staged kernel's loads without their arithmetic) or
+ * -DMM_TILE_DIAG_ACT_ONCE (matmul_tile.cuh: the bulk staged kernel without its per-block activation
+ * staging) */
+#if defined(MM_LOAD_ONLY) || defined(MM_TILE_DIAG_ACT_ONCE)
 constexpr bool kLoadOnlyBuild = true;
 #else
 constexpr bool kLoadOnlyBuild = false;
@@ -1453,7 +1456,7 @@ static void run_bench() {
         exit(2);
     }
     if (kLoadOnlyBuild)
-        printf("bench: a -DMM_LOAD_ONLY build: the one-token dp4a kernel loads its weights and does no arithmetic\n");
+        printf("bench: a diagnostic build (-DMM_LOAD_ONLY or -DMM_TILE_DIAG_ACT_ONCE): timings only, results meaningless\n");
     printf("  %-11s %-5s %6s %6s  %8s  %-14s", "matrix", "type", "ne0", "ne1", "MB", "read us (GB/s)");
     if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
     for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);

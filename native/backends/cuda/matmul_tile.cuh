@@ -570,16 +570,31 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
         mm_tile_copies_wait();
         mm_cta_sync();
         for (int k = k_begin; k < k_end; k++, step++) {
+#if defined(MM_TILE_DIAG_ACT_ONCE)
+            /* diagnostic build: every block reads the first block's staged activations (wrong
+             * results), to time the kernel without its per-block activation staging */
+            const int cur_buf = 0, st = step % S;
+#else
             const int cur_buf = (k - k_begin) & 1, st = step % S;
             if (k + 1 < k_end) /* buffer cur_buf ^ 1 was last read before the previous block's barrier */
                 mm_tile_stage<TYPE, NT, MM_THREADS>(acts + (cur_buf ^ 1) * buf_bytes, args.act, (uint32_t)args.n,
                                                     args.n_batch, k + 1, p0, tid);
+#endif
             mm_bar_wait(full + st, (unsigned)(step / S) & 1u);
             if (active) {
                 mm_tile_frag<TYPE> f;
                 /* the warp's row group's slot in stage st, read as block 0 of a row group there */
                 mm_tile_load<TYPE, true>(f, mm_tile_wptr_for<TYPE>(stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t), 0);
+#if defined(MM_LOAD_ONLY)
+                /* diagnostic build: the same stage reads, no arithmetic (results meaningless) */
+                uint32_t fold = 0;
+                const uint32_t *words = reinterpret_cast<const uint32_t *>(&f);
+#pragma unroll
+                for (int i = 0; i < (int)(sizeof(f) / 4); i++) fold ^= words[i];
+                acc[0][0] += __uint_as_float(fold & 0x3f7fffffu);
+#else
                 mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc);
+#endif
             }
             mm_tile_copies_wait();
             mm_cta_sync(); /* every thread is done with stage st and activation buffer cur_buf */
