@@ -314,7 +314,6 @@ static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, cons
     mm_acts act;
     act.x = x, act.codes = a.codes.data(), act.scales = a.scales.data(), act.bsums = a.bsums.data();
     act.minops = a.minops.data();
-    act.image = nullptr; /* the bulk staged kernel's image: that kernel has no host model */
 #pragma omp parallel for schedule(dynamic)
     for (int o = 0; o < ne1; o++) {
         const int rg = o / MM_GROUP_ROWS, lane = o % MM_GROUP_ROWS;
@@ -576,7 +575,6 @@ static void emulate_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, 
     args.n_mats = 1, args.n_units = p.row_groups * p.n_chunks, args.n_batch = n_batch, args.n = ne0;
     args.act.x = x, args.act.codes = a.codes.data(), args.act.scales = a.scales.data(), args.act.bsums = a.bsums.data();
     args.act.minops = a.minops.data();
-    args.act.image = nullptr;
     run(args, p);
     if (p.n_chunks > 1)
         for (int b = 0; b < n_batch; b++)
@@ -1259,9 +1257,11 @@ static double median(std::vector<double> v) {
 /* The median over `timed` passes (after `warmup` more) of the microseconds per call of pass(), which
  * makes `calls` calls on the default stream. */
 constexpr int kTimedPasses = 20; /* the benchmarks' default, recorded in their rows */
-/* a -DMM_LOAD_ONLY build (matmul.cu, matmul_tile.cuh): the one-token kernel's and the bulk staged
- * kernel's loads without their arithmetic, for timing; its results are meaningless */
-#if defined(MM_LOAD_ONLY)
+/* a diagnostic build whose results are meaningless, for timing only: -DMM_LOAD_ONLY (matmul.cu: the
+ * one-token kernel's and the bulk staged kernel's loads without their arithmetic) or
+ * -DMM_TILE_DIAG_ACT_ONCE (matmul_tile.cuh: the bulk staged kernel without its per-block activation
+ * staging) */
+#if defined(MM_LOAD_ONLY) || defined(MM_TILE_DIAG_ACT_ONCE)
 constexpr bool kLoadOnlyBuild = true;
 #else
 constexpr bool kLoadOnlyBuild = false;
@@ -1456,7 +1456,7 @@ static void run_bench() {
         exit(2);
     }
     if (kLoadOnlyBuild)
-        printf("bench: a -DMM_LOAD_ONLY build: the dp4a and bulk staged kernels load their weights and do no arithmetic\n");
+        printf("bench: a diagnostic build (-DMM_LOAD_ONLY or -DMM_TILE_DIAG_ACT_ONCE): timings only, results meaningless\n");
     printf("  %-11s %-5s %6s %6s  %8s  %-14s", "matrix", "type", "ne0", "ne1", "MB", "read us (GB/s)");
     if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
     for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);

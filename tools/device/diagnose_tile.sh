@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Device diagnosis of the staged tensor-core matmul (matmul_tile.cuh's bulk kernel, 2..64 tokens):
-# what limits a block step, by difference. Two checkers of the same tree, timed side by side in
-# alternating rounds on the 27B matrices at n = 1, 8, 16, 23 (n = 1 is the dp4a kernel):
+# what limits a block step, by difference. Three checkers of the same tree, timed side by side in
+# alternating rounds on the 27B matrices at n = 1, 8, 16, 23 (n = 1 is the dp4a kernel: the
+# reference the variants must not move):
 #
 #   normal     the real kernel                                                  commit+normal
-#   load-only  the weight stages, activation copies and fragment reads, no     commit+load-only
-#              arithmetic (-DMM_LOAD_ONLY; also strips the dp4a kernel's arithmetic at n = 1)
+#   act-once   no per-block activation staging (every block reads the first    commit+act-once
+#              block's staged codes: -DMM_TILE_DIAG_ACT_ONCE)
+#   load-only  the weight stages and fragment reads, no arithmetic             commit+load-only
+#              (-DMM_LOAD_ONLY; also strips the dp4a kernel's arithmetic at n = 1)
 #
-# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py; the raw
-# timelines to $OUT/tile-trace.jsonl.gz when OUT is set) and Nsight Compute on the first bulk-kernel
-# launches of a real 23-token forward (stall reasons, occupancy, memory). The load-only variant
-# computes wrong results: it only times. (At 180ede6 a third variant without the per-block
-# activation staging measured what the activation image of the next commit could gain.)
+# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py) and Nsight
+# Compute on the first bulk-kernel launches of a real 23-token forward (stall reasons, occupancy,
+# memory). The two diagnostic variants compute wrong results: they only time.
 #
 # From the repository root, on the device (rows to $ROWS, the rest to bench.log):
 #   SKIP_LLAMA=1 bash tools/device/run_gpu.sh "bash tools/device/diagnose_tile.sh COMMIT"
@@ -27,7 +28,7 @@ if ! { cmake -S . -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Re
        cmake --build "$cpu_lib" -j "$(nproc)"; } > "$HOME/diag-cpu-lib.log" 2>&1; then
   echo "diagnose_tile: the CPU oracle library did not build"; tail -20 "$HOME/diag-cpu-lib.log"; exit 1
 fi
-declare -A flags=([normal]="" [load-only]="-DMM_LOAD_ONLY" [trace]="-DMM_TRACE")
+declare -A flags=([normal]="" [act-once]="-DMM_TILE_DIAG_ACT_ONCE" [load-only]="-DMM_LOAD_ONLY" [trace]="-DMM_TRACE")
 for name in "${!flags[@]}"; do
   EXTRA_NVCC_FLAGS=${flags[$name]} CPU_LIB_BUILD=$cpu_lib \
     bash tools/device/build_cuda_checks.sh "$HOME/tile-$name" 90 > "$HOME/tile-$name.log" 2>&1 &
@@ -40,11 +41,11 @@ grep -h "mm_tile_bulk_kernel" "$HOME/tile-normal/ptxas-summary.txt" 2>/dev/null 
 
 matrices="ffn_up attn_q ffn_down attn_gate attn_qkv attn_k"
 for round in $(seq 1 "$rounds"); do
-  for name in normal load-only; do
+  for name in normal act-once load-only; do
     echo "=== round $round: $name"
     for m in $matrices; do
       timeout 60 "$HOME/tile-$name/cuda_matmul_check" --no-check --matrix "$m" --batches 1,8,16,23 \
-        --json "$ROWS" --commit "$commit+$name" 2>&1 | grep -E "^  $m "
+        --json "$ROWS" --commit "$commit+$name" 2>&1 | grep -v "^bench:" | tail -1
     done
   done
 done
@@ -52,7 +53,6 @@ done
 echo "=== launch timelines at n = 23"
 timeout 90 "$HOME/tile-trace/cuda_matmul_check" --no-check --batches 23 --trace "$HOME/tile-trace.jsonl" > /dev/null 2>&1
 python3 tools/device/matmul_trace_report.py "$HOME/tile-trace.jsonl" --copy-gbps 4250 2>&1 | head -40
-[ -n "${OUT:-}" ] && gzip -c "$HOME/tile-trace.jsonl" > "$OUT/tile-trace.jsonl.gz"
 
 echo "=== Nsight Compute: the first bulk-kernel launches of a 23-token forward"
 metrics='regex:smsp__average_warps_issue_stalled_(long_scoreboard|barrier|wait|short_scoreboard|math_pipe_throttle|not_selected|selected|membar|imc_miss|no_instruction|sleeping|lg_throttle|mio_throttle|branch_resolving|dispatch_stall)_per_issue_active\.ratio'

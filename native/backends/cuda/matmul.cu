@@ -83,7 +83,6 @@ extern "C" int64_t cuda_matmul_kernel_launches(void) { return mm_kernels_launche
 typedef struct mm_workspace_layout {
     size_t codes_q8_0, scales_q8_0, codes_q8_k, scales_q8_k, bsums_q8_k, minops_q8_k, counters, partials;
     size_t split, inv_scale; /* the F16/BF16 tensor-core path's activation terms and F16 token scales */
-    size_t image_q4_k, image_q6_k; /* the staged kernel's activation images (mm_image_*) */
     size_t total;
 } mm_workspace_layout;
 
@@ -103,8 +102,6 @@ static mm_workspace_layout mm_workspace_for(int n_batch, int n) {
     l.partials = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * nb * MM_MAX_PARTIALS_PER_TOKEN * sizeof(float));
     l.split = off, off = mm_align(off + (size_t)MM_FTC_MAX_TERMS * nb * nn * sizeof(uint16_t));
     l.inv_scale = off, off = mm_align(off + nb * sizeof(float));
-    l.image_q4_k = off, off = mm_align(off + (nn / 256) * (size_t)mm_image_record_bytes(SPECLA_TYPE_Q4_K, n_batch));
-    l.image_q6_k = off, off = mm_align(off + (nn / 256) * (size_t)mm_image_record_bytes(SPECLA_TYPE_Q6_K, n_batch));
     l.total = off;
     return l;
 }
@@ -144,18 +141,10 @@ __device__ void mm_warp_quantize_q8_0(const float *x, int8_t *codes, float *scal
     if (lane == 0) *scale = mm_round_to_half(mm_div(amax, 127.0f));
 }
 
-/* Where one Q8_K block's operands also go in an activation image (mm_image_*, matmul_blocks.h): its
- * codes, min operands (NULL: the image has none) and scale. */
-struct mm_image_dst {
-    int8_t *codes;
-    uint8_t *minops;
-    float *scale;
-};
-
 /* Q8_K: lane l holds elements 8l..8l+7 (mm_quantize_q8_k_block spread over the warp); with minops,
- * also the block's mm_min_operands; the same bytes into each of the n_images image places. */
+ * also the block's mm_min_operands. */
 __device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums, uint8_t *minops,
-                                      const mm_image_dst *images, int n_images, int lane) {
+                                      int lane) {
     float v[8];
     const float4 v0 = *(const float4 *)(x + 8 * lane), v1 = *(const float4 *)(x + 8 * lane + 4);
     v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
@@ -198,24 +187,19 @@ __device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scal
     if ((lane & 1) == 0) bsums[lane / 2] = (int16_t)sum;
     /* pair j = bsum 2j + bsum 2j+1 = the sum of lanes 4j..4j+3, split as mm_min_operands does */
     const int32_t pair = sum + __shfl_xor_sync(MM_FULL_MASK, sum, 2);
-    const uint8_t pair_lo = (uint8_t)(pair & 127), pair_hi = (uint8_t)(int8_t)(pair >> 7);
-    if (minops && (lane & 3) == 0) minops[lane / 4] = pair_lo, minops[8 + lane / 4] = pair_hi;
-    const float d = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
-    if (lane == 0) *scale = d;
-    for (int i = 0; i < n_images; i++) {
-        *(int2 *)(images[i].codes + 8 * lane) = packed;
-        if (images[i].minops && (lane & 3) == 0) images[i].minops[lane / 4] = pair_lo, images[i].minops[8 + lane / 4] = pair_hi;
-        if (lane == 0) *images[i].scale = d;
+    if (minops && (lane & 3) == 0) {
+        minops[lane / 4] = (uint8_t)(pair & 127);
+        minops[8 + lane / 4] = (uint8_t)(int8_t)(pair >> 7);
     }
+    if (lane == 0) *scale = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
 }
 
 /* Quantizes x[n_batch][n] to one kind of activation blocks (kind MM_ACT_FLOAT: none; Q8_K blocks with
- * their min operands when minops is not NULL, and into the Q4_K and Q6_K activation images where those
- * are not NULL) and zeroes the split-K arrival counters of the launches that follow. */
+ * their min operands when minops is not NULL) and zeroes the split-K arrival counters of the launches
+ * that follow. */
 __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__restrict__ x, int64_t n, int n_batch,
                                                                   int kind, int8_t *codes, float *scales,
-                                                                  int16_t *bsums, uint8_t *minops, uint8_t *image_q4_k,
-                                                                  uint8_t *image_q6_k, unsigned *counters,
+                                                                  int16_t *bsums, uint8_t *minops, unsigned *counters,
                                                                   int n_counters) {
     const int64_t tid = (int64_t)blockIdx.x * MM_THREADS + threadIdx.x;
     grid_begin(); /* x is the previous kernel's output, the counters its matmul's; the matmul after this
@@ -230,24 +214,9 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
     const int64_t b = blk / per_row, k = blk % per_row;
     const float *xb = x + b * n + k * unit;
     int8_t *cb = codes + b * n + k * unit;
-    if (kind == MM_ACT_Q8_K) {
-        mm_image_dst images[2];
-        int n_images = 0;
-        const int tokens = mm_image_tokens(n_batch);
-        if (image_q4_k) {
-            uint8_t *rec = image_q4_k + k * mm_image_record_bytes(SPECLA_TYPE_Q4_K, n_batch);
-            images[n_images++] = {(int8_t *)(rec + b * mm_image_row_stride(SPECLA_TYPE_Q4_K)),
-                                  rec + mm_image_minops_at(SPECLA_TYPE_Q4_K, tokens) + 16 * b,
-                                  (float *)(rec + mm_image_scales_at(SPECLA_TYPE_Q4_K, tokens)) + b};
-        }
-        if (image_q6_k) {
-            uint8_t *rec = image_q6_k + k * mm_image_record_bytes(SPECLA_TYPE_Q6_K, n_batch);
-            images[n_images++] = {(int8_t *)(rec + b * mm_image_row_stride(SPECLA_TYPE_Q6_K)), nullptr,
-                                  (float *)(rec + mm_image_scales_at(SPECLA_TYPE_Q6_K, tokens)) + b};
-        }
-        mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, minops ? minops + blk * 16 : nullptr, images,
-                              n_images, lane);
-    } else
+    if (kind == MM_ACT_Q8_K)
+        mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, minops ? minops + blk * 16 : nullptr, lane);
+    else
         mm_warp_quantize_q8_0(xb, cb, scales + blk, lane);
 }
 
@@ -565,16 +534,6 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
-/* Whether a launch of `type` weights for n_batch tokens of n elements runs the staged kernel's bulk
- * form (mm_launch_type's choice), which reads the type's activation image instead of the row-major
- * codes: the quantizer writes that image exactly when this holds. */
-static int mm_staged_bulk_for(int32_t type, int n_batch, int n) {
-    const int tile_type = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
-    return tile_type && n_batch >= 2 && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
-           (int64_t)n_batch * n < ((int64_t)1 << 31) /* the staged kernels' activation offsets are 32-bit */ &&
-           mm_tile_bulk();
-}
-
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
@@ -594,8 +553,7 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
                 /* its activation offsets are 32-bit */
                 if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && (int64_t)args.n_batch * args.n < ((int64_t)1 << 31)) {
                     const unsigned ctas = (unsigned)args.n_ctas;
-                    if (mm_staged_bulk_for(TYPE, args.n_batch, args.n)) {
-                        if (!args.act.image) return cudaErrorInvalidValue; /* the quantizer wrote none */
+                    if (mm_tile_bulk()) {
                         switch (mm_tile_tiles<TYPE>(args.n_batch)) {
                         case 1: return mm_start_tile_bulk<TYPE, 1>(ctas, stream, args);
                         case 2: return mm_start_tile_bulk<TYPE, 2>(ctas, stream, args);
@@ -643,9 +601,8 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
     }
 }
 
-/* image_types: SPECLA_TYPE_Q4_K / Q6_K bits (1 << type) of the activation images to write (Q8_K only) */
 static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n_batch, int kind, uint8_t *ws,
-                               const mm_workspace_layout &l, int zero_counters, unsigned image_types) {
+                               const mm_workspace_layout &l, int zero_counters) {
     /* Q8_K blocks always come with their min operands (the staged tensor-core kernel's Q4_K input) */
     const int unit = kind == MM_ACT_Q8_K ? 256 : 32;
     const int64_t warps = kind == MM_ACT_FLOAT ? 0 : (int64_t)n_batch * (n / unit);
@@ -657,12 +614,8 @@ static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n
     int8_t *codes = (int8_t *)(ws + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
     float *scales = (float *)(ws + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
     uint8_t *minops = kind == MM_ACT_Q8_K ? ws + l.minops_q8_k : nullptr;
-    const int q8_k = kind == MM_ACT_Q8_K;
-    uint8_t *image_q4_k = q8_k && (image_types >> SPECLA_TYPE_Q4_K & 1) ? ws + l.image_q4_k : nullptr;
-    uint8_t *image_q6_k = q8_k && (image_types >> SPECLA_TYPE_Q6_K & 1) ? ws + l.image_q6_k : nullptr;
     return mm_start(mm_quantize_kernel, (unsigned)grid, stream, x, (int64_t)n, n_batch, kind, codes, scales,
-                    (int16_t *)(ws + l.bsums_q8_k), minops, image_q4_k, image_q6_k, (unsigned *)(ws + l.counters),
-                    n_counters);
+                    (int16_t *)(ws + l.bsums_q8_k), minops, (unsigned *)(ws + l.counters), n_counters);
 }
 
 /* The F16/BF16 tensor-core path's activation terms of x for weight `type` (a CTA per token), and,
@@ -690,7 +643,7 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
         return cudaErrorInvalidValue;
     const int64_t grid = ((int64_t)n_batch * (n / unit) * 32 + MM_THREADS - 1) / MM_THREADS;
     cuda_launch(mm_quantize_kernel, dim3((unsigned)grid), dim3(MM_THREADS), 0, stream, x, n, n_batch, kind, codes,
-                scales, bsums, nullptr, nullptr, nullptr, nullptr, 0);
+                scales, bsums, nullptr, nullptr, 0);
     mm_kernels_launched++;
     return cudaGetLastError();
 }
@@ -700,7 +653,6 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
     const int n = w[0] ? w[0]->ne0 : 0;
     int need_q8_0 = 0, need_q8_k = 0, need_split = 0;
-    unsigned image_types = 0; /* 1 << type of each type whose launch reads an activation image */
     const int float_tc = mm_float_tensor_cores();
     for (int i = 0; i < n_mats; i++) {
         if (!w[i] || !w[i]->data || !y[i]) return cudaErrorInvalidValue;
@@ -709,7 +661,6 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
         need_q8_0 |= mm_act_kind(w[i]->type) == MM_ACT_Q8_0;
         need_q8_k |= mm_act_kind(w[i]->type) == MM_ACT_Q8_K;
         need_split |= float_tc && (w[i]->type == SPECLA_TYPE_F16 || w[i]->type == SPECLA_TYPE_BF16);
-        if (mm_staged_bulk_for(w[i]->type, n_batch, n)) image_types |= 1u << w[i]->type;
     }
     const mm_workspace_layout l = mm_workspace_for(n_batch, n);
     if (ws.bytes < l.total) return cudaErrorInvalidValue;
@@ -722,11 +673,10 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
     cudaError_t err = cudaSuccess;
     int counters_zeroed = 0;
     if (need_q8_k || need_q8_0 || !need_split) {
-        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1,
-                          image_types);
+        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1);
         counters_zeroed = 1;
     }
-    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0, 0);
+    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
     if (err != cudaSuccess) return err;
 
     mm_acts act;
@@ -740,7 +690,6 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
         const int kind = mm_act_kind(type);
         act.codes = (const int8_t *)(base + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
         act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
-        act.image = image_types >> type & 1 ? base + (type == SPECLA_TYPE_Q4_K ? l.image_q4_k : l.image_q6_k) : nullptr;
         mm_launch_args args;
         memset(&args, 0, sizeof args);
         int split_done = 0; /* this type's terms are in the workspace */

@@ -538,33 +538,7 @@ typedef struct mm_acts {
     const uint16_t *split;   /* F16/BF16 tensor-core path (matmul_float_tc.cuh): term j of token b at
                                 split + (j * n_batch + b) * n, 16-bit f16/bf16 patterns */
     const float *inv_scale;  /* its F16 tokens' 2^-e, [n_batch] */
-    const uint8_t *image;    /* Q4_K / Q6_K on the sm_90 staged kernel: the launch type's activation
-                                image (mm_image_* below), or NULL where no kernel of the launch reads one */
 } mm_acts;
-
-/* The staged tensor-core kernel's activation image (Q4_K and Q6_K weights; matmul_tile.cuh). For each
- * activation block k, one record that holds the block's Q8_K operands of every token exactly as the
- * kernel stages them in shared memory: the codes of token b at b * row_stride (256 bytes, then the
- * padding that spreads the kernel's fragment reads over the banks), then (Q4_K) the 16 min operands of
- * token b at tokens * row_stride + 16 b, then the float scale of token b. tokens is n_batch rounded up
- * to 4, so every section of a pass's tokens starts and ends on 16 bytes: one bulk copy per section
- * brings a block of a pass into shared memory. The quantizer writes the records (the codes, min
- * operands and scales are those of the row-major arrays, byte for byte); the tokens past n_batch are
- * never written, and the kernel never stores what they give. */
-MM_HD constexpr int mm_image_row_stride(int32_t type) { return type == SPECLA_TYPE_Q4_K ? 288 : 272; }
-MM_HD constexpr int mm_image_has_minops(int32_t type) { return type == SPECLA_TYPE_Q4_K ? 1 : 0; }
-MM_HD constexpr int mm_image_tokens(int n_batch) { return (n_batch + 3) & ~3; }
-MM_HD constexpr int mm_image_token_bytes(int32_t type) {
-    return mm_image_row_stride(type) + 16 * mm_image_has_minops(type) + 4;
-}
-MM_HD constexpr int64_t mm_image_record_bytes(int32_t type, int n_batch) {
-    return (int64_t)mm_image_tokens(n_batch) * mm_image_token_bytes(type);
-}
-/* offsets in a record of `tokens` (mm_image_tokens) tokens: min operands, scales */
-MM_HD constexpr int64_t mm_image_minops_at(int32_t type, int tokens) { return (int64_t)tokens * mm_image_row_stride(type); }
-MM_HD constexpr int64_t mm_image_scales_at(int32_t type, int tokens) {
-    return (int64_t)tokens * (mm_image_row_stride(type) + 16 * mm_image_has_minops(type));
-}
 
 /* The min-term operands of one Q8_K activation block, for the staged tensor-core kernel
  * (matmul_tile.cuh), which computes a Q4_K block's t = sum_j m_j pair_j (pair_j = bsums[2j] +

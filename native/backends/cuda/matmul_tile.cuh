@@ -129,8 +129,8 @@ template <int TYPE> struct mm_tile_traits {
     /* bytes per token row of staged codes: 256 + padding. Q4_K reads 8 bytes at 32j + 8t of rows g
      * (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks); Q6_K
      * reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
-    static constexpr int row_stride = mm_image_row_stride(TYPE);
-    static constexpr int has_minops = mm_image_has_minops(TYPE);
+    static constexpr int row_stride = TYPE == SPECLA_TYPE_Q4_K ? 288 : 272;
+    static constexpr int has_minops = TYPE == SPECLA_TYPE_Q4_K;
 };
 
 /* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q4_K 5
@@ -476,13 +476,9 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
  * before the wait for the previous kernel (the weights are constant), and no register holds a block
  * ahead, which leaves room for a fifth CTA per SM. A thread reads its fragment of the current block
  * from the stage with mm_tile_load's offsets (its SHARED form); the arithmetic (mm_tile_block)
- * and the partial sums are mm_tile_cta's, bit for bit. The activations come the same way: the quantizer
- * wrote each block's operands of every token as one record laid out as the staged buffer (the launch's
- * activation image, mm_image_* in matmul_blocks.h), so thread 0 brings a pass's tokens of block k + 1
- * into the other of two buffers with three bulk copies (codes, min operands, scales) counted by that
- * buffer's mbarrier, one block ahead, and no other thread spends an instruction on staging. The CTA
- * barrier that ends each block frees the stage and the buffer just read; thread 0 then refills the
- * stage with the block MM_TILE_STAGES further on. */
+ * and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as there (cp.async,
+ * one block ahead, a CTA barrier per block); that barrier also frees the stage just read, into which
+ * thread 0 then issues the block MM_TILE_STAGES further on. */
 #define MM_TILE_STAGES 3
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
 #define MM_TILE_BULK_DEVICE 1
@@ -491,8 +487,8 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
 #endif
 
 template <int TYPE> MM_HD constexpr int mm_tile_slot_bytes() { return MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes; }
-/* dynamic shared memory of the bulk kernel: the mbarriers (128 bytes: MM_TILE_STAGES for the weight
- * stages, 2 for the activation buffers), the weight stages, the two activation buffers */
+/* dynamic shared memory of the bulk kernel: the mbarriers (128 bytes), the weight stages, the two
+ * activation buffers */
 template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
     return 128 + MM_TILE_STAGES * 2 * mm_tile_slot_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
 }
@@ -537,7 +533,7 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
     extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
     constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
-    uint64_t *full = (uint64_t *)mm_tile_dyn, *afull = full + S; /* weight stages', activation buffers' */
+    uint64_t *full = (uint64_t *)mm_tile_dyn;
     uint8_t *stages = mm_tile_dyn + 128, *acts = stages + S * 2 * slot_bytes;
     const int cta = blockIdx.x, tid = threadIdx.x;
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
@@ -559,45 +555,32 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
             mm_bulk_copy(stages + (st * 2 + i) * slot_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, slot_bytes,
                          full + st);
     };
-    /* thread 0 brings the pass's tokens of block k's activation image (mm_image_*) into buffer b:
-     * codes, min operands and scales, each one bulk copy, counted by the buffer's barrier */
-    typedef mm_tile_traits<TYPE> tr;
-    const int image_tokens = mm_image_tokens(args.n_batch);
-    const int64_t record_bytes = mm_image_record_bytes(TYPE, args.n_batch);
-    const int64_t minops_at = mm_image_minops_at(TYPE, image_tokens), scales_at = mm_image_scales_at(TYPE, image_tokens);
-    auto issue_acts = [&](int k, int b, int p0) {
-        const uint8_t *record = args.act.image + (int64_t)k * record_bytes;
-        const int nv = min(tokens, image_tokens - p0); /* a multiple of 4: every copy is whole 16-byte units */
-        uint8_t *buf = acts + b * buf_bytes;
-        mm_bar_expect(afull + b, (unsigned)(nv * mm_image_token_bytes(TYPE)));
-        mm_bulk_copy(buf, record + (int64_t)p0 * tr::row_stride, (unsigned)(nv * tr::row_stride), afull + b);
-        if (tr::has_minops)
-            mm_bulk_copy(buf + tokens * tr::row_stride, record + minops_at + 16 * p0, (unsigned)(16 * nv), afull + b);
-        mm_bulk_copy(buf + tokens * (tr::row_stride + 16 * tr::has_minops), record + scales_at + 4 * p0,
-                     (unsigned)(4 * nv), afull + b);
-    };
     if (tid == 0) {
         for (int st = 0; st < S; st++) mm_bar_init(full + st, 1);
-        for (int b = 0; b < 2; b++) mm_bar_init(afull + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    /* blocks consumed so far, over every pass: weight stage step % S with phase parity (step / S) & 1,
-     * activation buffer step & 1 with parity (step / 2) & 1 */
-    int step = 0;
+    int step = 0; /* blocks consumed so far, over every pass: stage step % S, phase parity (step / S) & 1 */
     for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
         if (tid == 0)
             for (int i = 0; i < S && k_begin + i < k_end; i++) issue(k_begin + i, (step + i) % S);
         float acc[NT][4] = {};
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
-        if (tid == 0) issue_acts(k_begin, step & 1, p0);
-        if (p0 == 0) mm_cta_sync(); /* the barriers are initialized before any thread waits on them */
+        mm_tile_stage<TYPE, NT, MM_THREADS>(acts, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
+        mm_tile_copies_wait();
+        mm_cta_sync();
         for (int k = k_begin; k < k_end; k++, step++) {
-            const int cur_buf = step & 1, st = step % S;
-            if (tid == 0 && k + 1 < k_end) /* buffer cur_buf ^ 1 was last read before the previous block's barrier */
-                issue_acts(k + 1, cur_buf ^ 1, p0);
+#if defined(MM_TILE_DIAG_ACT_ONCE)
+            /* diagnostic build: every block reads the first block's staged activations (wrong
+             * results), to time the kernel without its per-block activation staging */
+            const int cur_buf = 0, st = step % S;
+#else
+            const int cur_buf = (k - k_begin) & 1, st = step % S;
+            if (k + 1 < k_end) /* buffer cur_buf ^ 1 was last read before the previous block's barrier */
+                mm_tile_stage<TYPE, NT, MM_THREADS>(acts + (cur_buf ^ 1) * buf_bytes, args.act, (uint32_t)args.n,
+                                                    args.n_batch, k + 1, p0, tid);
+#endif
             mm_bar_wait(full + st, (unsigned)(step / S) & 1u);
-            mm_bar_wait(afull + cur_buf, (unsigned)(step / 2) & 1u);
             if (active) {
                 mm_tile_frag<TYPE> f;
                 /* the warp's row group's slot in stage st, read as block 0 of a row group there */
@@ -613,6 +596,7 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
                 mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc);
 #endif
             }
+            mm_tile_copies_wait();
             mm_cta_sync(); /* every thread is done with stage st and activation buffer cur_buf */
             if (tid == 0 && k + S < k_end) issue(k + S, st);
         }
