@@ -3,6 +3,7 @@ cuda_matmul_check --trace in a -DMM_TRACE build)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -43,6 +44,14 @@ def test_two_waves_show_their_tail_peak_and_parts():
     assert row["span_over_ideal"] == pytest.approx(2.0)
 
 
+def test_loop_ends_are_grouped_by_the_units_their_sm_ran():
+    row = report.analyse(two_waves())
+    # SM 0 ran 4 units (loop ends 9, 9, 19, 19 us), SM 1 ran 2 (9, 9)
+    assert row["loop_end_by_load"] == {"2": [2, pytest.approx(9.0), pytest.approx(9.0)],
+                                       "4": [4, pytest.approx(14.0), pytest.approx(19.0)]}
+    assert row["finish_max_us"] == pytest.approx(1.0)
+
+
 def test_a_launch_whose_last_quarter_runs_alone_has_that_tail():
     line = two_waves()
     line["records"] = [[0, 0, 500, 9_000, 10_000]] * 3 + [[1, 0, 500, 19_000, 20_000]]
@@ -61,6 +70,17 @@ def test_the_command_prints_a_row_and_appends_json(tmp_path):
     assert "dp4a" in run.stdout
     rows = [json.loads(s) for s in out.read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["tail_us"] == pytest.approx(10.0)
+    assert "4 per SM: 14.0 / 19.0 (4)" in run.stdout
+
+
+def test_a_gzipped_trace_reads_as_the_plain_one(tmp_path):
+    trace = tmp_path / "trace.jsonl.gz"
+    with gzip.open(trace, "wt") as f:
+        f.write(json.dumps(two_waves()) + "\n")
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "device" / "matmul_trace_report.py"), str(trace)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "2 per SM: 9.0 / 9.0 (2)" in run.stdout
 
 
 def test_a_file_without_records_is_a_clear_error(tmp_path):

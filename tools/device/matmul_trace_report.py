@@ -16,13 +16,18 @@ Per launch it prints and (with --out) writes:
   unit_us        median main loop of a unit (past the wait to loop done)
   finish_us      median and largest split-K finish (loop done to end)
   per_sm         fewest and most records an SM ran, and the spread of the SMs' last ends (us)
-The units' work is equal within a launch (one chunk of one row group), so a long tail with a short
+  loop_end_by_load  per count of records an SM ran: how many records, and the median and last
+                 main-loop end (us from the launch's first start) of the records on such SMs; a
+                 second printed line. An SM's units share its issue slots, so where the SMs with
+                 one unit more end last, that extra unit sets the launch's end.
+The trace may be gzipped (.gz). The units' work is equal within a launch (one chunk of one row group), so a long tail with a short
 unit means waves (more units than run at once), a long finish means the split-K arrival, and a
 ramp close to a unit means the first loads wait on memory."""
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -61,6 +66,9 @@ def analyse(line: dict, copy_gbps: float | None = None) -> dict:
     for r in records:
         per_sm.setdefault(r[0], []).append(r)
     sm_last_ends = [max(x[4] for x in rs) for rs in per_sm.values()]
+    by_load: dict[int, list] = {}
+    for rs in per_sm.values():
+        by_load.setdefault(len(rs), []).extend((x[3] - start) / 1e3 for x in rs)
     row = {
         "matrix": line.get("matrix"), "type": line.get("type"), "n_batch": line.get("n_batch"),
         "kernel": line.get("kernel"), "records": len(records), "sms": len(per_sm),
@@ -72,6 +80,7 @@ def analyse(line: dict, copy_gbps: float | None = None) -> dict:
         "finish_max_us": max((r[4] - r[3]) / 1e3 for r in records),
         "per_sm_min": min(len(rs) for rs in per_sm.values()), "per_sm_max": max(len(rs) for rs in per_sm.values()),
         "sm_end_spread_us": (max(sm_last_ends) - min(sm_last_ends)) / 1e3,
+        "loop_end_by_load": {str(k): [len(v), statistics.median(v), max(v)] for k, v in sorted(by_load.items())},
     }
     if copy_gbps and line.get("weight_bytes"):
         row["ideal_us"] = line["weight_bytes"] / (copy_gbps * 1e9) * 1e6
@@ -86,9 +95,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="append one JSON row per launch here")
     args = ap.parse_args(argv)
     try:
-        with open(args.trace) as f:
+        opener = gzip.open if args.trace.endswith(".gz") else open
+        with opener(args.trace, "rt") as f:
             lines = [json.loads(s) for s in f if s.strip()]
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, EOFError, json.JSONDecodeError) as e:
         print(f"matmul_trace_report: cannot read {args.trace}: {e}", file=sys.stderr)
         return 2
     rows = []
@@ -105,6 +115,8 @@ def main(argv=None) -> int:
         print(f"{row['matrix']:<12}{row['type']:<6}{row['n_batch']:>3} {row['kernel']:<16}{row['records']:>6}"
               f"{row['span_us']:8.1f}{ideal}{row['peak']:>6}{row['ramp_us']:7.1f}{row['tail_us']:7.1f}"
               f"{row['unit_us']:7.1f}{row['finish_us']:8.2f}{row['per_sm_min']:>4}-{row['per_sm_max']:<3}")
+        loads = ", ".join(f"{k} per SM: {v[1]:.1f} / {v[2]:.1f} ({v[0]})" for k, v in row["loop_end_by_load"].items())
+        print(f"{'':<12}loop ends (median / last): {loads}; finish at most {row['finish_max_us']:.1f}")
     append_rows(rows, args.out)
     return 0
 
