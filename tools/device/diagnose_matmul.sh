@@ -21,21 +21,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
 
-cpu_lib=$HOME/diag-cpu-lib
-if ! { cmake -S . -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$cpu_lib" -j "$(nproc)"; } > "$HOME/diag-cpu-lib.log" 2>&1; then
-  echo "diagnose_matmul: the CPU oracle library did not build"; tail -20 "$HOME/diag-cpu-lib.log"; exit 1
-fi
-# the three checkers at once: each is one single-threaded nvcc of matmul.cu
-declare -A flags=([normal]="" [load-only]="-DMM_LOAD_ONLY" [trace]="-DMM_TRACE")
-for name in "${!flags[@]}"; do
-  EXTRA_NVCC_FLAGS=${flags[$name]} CPU_LIB_BUILD=$cpu_lib \
-    bash tools/device/build_cuda_checks.sh "$HOME/diag-$name" 90 > "$HOME/diag-$name.log" 2>&1 &
-done
-wait
-for name in "${!flags[@]}"; do
-  [ -x "$HOME/diag-$name/cuda_matmul_check" ] || { echo "diagnose_matmul: the $name checker did not build"; tail -20 "$HOME/diag-$name.log"; }
-done
+bash tools/device/build_checker_variants.sh "$HOME/diag" normal= load-only=-DMM_LOAD_ONLY trace=-DMM_TRACE || exit 1
 
 echo "=== 1. benchmark with read probes (n = 1, 23)"
 timeout 150 "$HOME/diag-normal/cuda_matmul_check" --no-check --batches 1,23 --json "$ROWS" --commit "$commit"

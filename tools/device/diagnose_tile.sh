@@ -7,10 +7,12 @@
 #   normal     the real kernel                                                  commit+normal
 #   act-once   no per-block activation staging (every block reads the first    commit+act-once
 #              block's staged codes: -DMM_TILE_DIAG_ACT_ONCE)
-#   load-only  the weight stages and fragment reads, no arithmetic             commit+load-only
+#   load-only  the weight stages, activation staging and fragment reads, no    commit+load-only
+#              arithmetic
 #              (-DMM_LOAD_ONLY; also strips the dp4a kernel's arithmetic at n = 1)
 #
-# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py) and Nsight
+# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py; the raw timelines
+# to $OUT/tile-trace.jsonl.gz when OUT is set) and Nsight
 # Compute on the first bulk-kernel launches of a real 23-token forward (stall reasons, occupancy,
 # memory). The two diagnostic variants compute wrong results: they only time.
 #
@@ -23,20 +25,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
 
-cpu_lib=$HOME/diag-cpu-lib
-if ! { cmake -S . -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$cpu_lib" -j "$(nproc)"; } > "$HOME/diag-cpu-lib.log" 2>&1; then
-  echo "diagnose_tile: the CPU oracle library did not build"; tail -20 "$HOME/diag-cpu-lib.log"; exit 1
-fi
-declare -A flags=([normal]="" [act-once]="-DMM_TILE_DIAG_ACT_ONCE" [load-only]="-DMM_LOAD_ONLY" [trace]="-DMM_TRACE")
-for name in "${!flags[@]}"; do
-  EXTRA_NVCC_FLAGS=${flags[$name]} CPU_LIB_BUILD=$cpu_lib \
-    bash tools/device/build_cuda_checks.sh "$HOME/tile-$name" 90 > "$HOME/tile-$name.log" 2>&1 &
-done
-wait
-for name in "${!flags[@]}"; do
-  [ -x "$HOME/tile-$name/cuda_matmul_check" ] || { echo "diagnose_tile: the $name checker did not build"; tail -20 "$HOME/tile-$name.log"; }
-done
+bash tools/device/build_checker_variants.sh "$HOME/tile" normal= act-once=-DMM_TILE_DIAG_ACT_ONCE load-only=-DMM_LOAD_ONLY trace=-DMM_TRACE || exit 1
 grep -h "mm_tile_bulk_kernel" "$HOME/tile-normal/ptxas-summary.txt" 2>/dev/null | head -8
 
 matrices="ffn_up attn_q ffn_down attn_gate attn_qkv attn_k"
@@ -45,14 +34,15 @@ for round in $(seq 1 "$rounds"); do
     echo "=== round $round: $name"
     for m in $matrices; do
       timeout 60 "$HOME/tile-$name/cuda_matmul_check" --no-check --matrix "$m" --batches 1,8,16,23 \
-        --json "$ROWS" --commit "$commit+$name" 2>&1 | grep -v "^bench:" | tail -1
+        --json "$ROWS" --commit "$commit+$name" 2>&1 | grep -E "^  $m "
     done
   done
 done
 
 echo "=== launch timelines at n = 23"
 timeout 90 "$HOME/tile-trace/cuda_matmul_check" --no-check --batches 23 --trace "$HOME/tile-trace.jsonl" > /dev/null 2>&1
-python3 tools/device/matmul_trace_report.py "$HOME/tile-trace.jsonl" --copy-gbps 4250 2>&1 | head -40
+python3 tools/device/matmul_trace_report.py "$HOME/tile-trace.jsonl" --copy-gbps 4250 2>&1 | head -80
+[ -n "${OUT:-}" ] && gzip -c "$HOME/tile-trace.jsonl" > "$OUT/tile-trace.jsonl.gz"
 
 echo "=== Nsight Compute: the first bulk-kernel launches of a 23-token forward"
 metrics='regex:smsp__average_warps_issue_stalled_(long_scoreboard|barrier|wait|short_scoreboard|math_pipe_throttle|not_selected|selected|membar|imc_miss|no_instruction|sleeping|lg_throttle|mio_throttle|branch_resolving|dispatch_stall)_per_issue_active\.ratio'
