@@ -1257,14 +1257,16 @@ static double median(std::vector<double> v) {
 /* The median over `timed` passes (after `warmup` more) of the microseconds per call of pass(), which
  * makes `calls` calls on the default stream. */
 constexpr int kTimedPasses = 20; /* the benchmarks' default, recorded in their rows */
-/* a diagnostic build whose results are meaningless, for timing only: -DMM_LOAD_ONLY (matmul.cu: the
- * one-token kernel's and the bulk staged kernel's loads without their arithmetic) or
- * -DMM_TILE_DIAG_ACT_ONCE (matmul_tile.cuh: the bulk staged kernel without its per-block activation
- * staging) */
-#if defined(MM_LOAD_ONLY) || defined(MM_TILE_DIAG_ACT_ONCE)
-constexpr bool kLoadOnlyBuild = true;
+/* A diagnostic build times kernels that compute meaningless results, so it only benchmarks; its rows
+ * name it ("diagnostic"). -DMM_LOAD_ONLY (matmul.cu, matmul_tile.cuh): the dp4a and bulk staged
+ * kernels' loads without their arithmetic; -DMM_TILE_DIAG_ACT_ONCE (matmul_tile.cuh): the bulk staged
+ * kernel without its per-block activation staging. */
+#if defined(MM_LOAD_ONLY)
+constexpr const char *kDiagnosticBuild = "load_only";
+#elif defined(MM_TILE_DIAG_ACT_ONCE)
+constexpr const char *kDiagnosticBuild = "act_once";
 #else
-constexpr bool kLoadOnlyBuild = false;
+constexpr const char *kDiagnosticBuild = nullptr;
 #endif
 template <class Pass> static double median_us_per_call(int calls, Pass pass, int timed = kTimedPasses, int warmup = 2) {
     cudaEvent_t e0, e1;
@@ -1455,8 +1457,8 @@ static void run_bench() {
         fprintf(stderr, "cuda_matmul_check: cannot write --trace %s\n", g_opt.trace.c_str());
         exit(2);
     }
-    if (kLoadOnlyBuild)
-        printf("bench: a diagnostic build (-DMM_LOAD_ONLY or -DMM_TILE_DIAG_ACT_ONCE): timings only, results meaningless\n");
+    if (kDiagnosticBuild)
+        printf("bench: a diagnostic build (%s): timings only, results meaningless\n", kDiagnosticBuild);
     printf("  %-11s %-5s %6s %6s  %8s  %-14s", "matrix", "type", "ne0", "ne1", "MB", "read us (GB/s)");
     if (g_opt.batches.empty()) g_opt.batches.assign(std::begin(kBenchBatches), std::end(kBenchBatches));
     for (int n : g_opt.batches) printf("  n=%-2d us (GB/s)", n);
@@ -1514,11 +1516,11 @@ static void run_bench() {
                         "\"ne1\": %d, \"n_batch\": %d, \"kernel\": \"%s\", \"weight_bytes\": %.0f, \"copies\": %d, "
                         "\"passes\": %d, \"median_us\": %.3f, \"gbps\": %.1f, \"copy_gbps\": %.1f, "
                         "\"ratio_to_copy\": %.4f, \"time_vs_n1\": %.4f, \"overlap\": %d, \"tensor_cores\": %d, "
-                        "\"target_units\": %d, \"read_probe_us\": %.3f, \"load_only\": %d}\n",
+                        "\"target_units\": %d, \"read_probe_us\": %.3f, \"diagnostic\": \"%s\"}\n",
                         g_opt.commit.c_str(), prop.name, bs.name, type_name(bs.type), bs.ne0, bs.ne1, n_batch, kernel,
                         weight_bytes, copies, kTimedPasses, us, gbps, copy_gbps, gbps / copy_gbps,
                         us1 > 0 ? us / us1 : 0.0, g_opt.overlap ? 1 : 0, g_opt.tc_mode, mm_target_units(bs.type),
-                        read_us, kLoadOnlyBuild ? 1 : 0);
+                        read_us, kDiagnosticBuild ? kDiagnosticBuild : "");
             if (tf) {
                 specla_tensor dt = hw;
                 dt.data = dev[0];
@@ -1592,8 +1594,9 @@ int main(int argc, char **argv) {
             usage(("unknown or incomplete argument " + a).c_str());
     }
     if (g_opt.self_test && !g_opt.host_model) usage("--self-test runs with --host-model");
-    if (kLoadOnlyBuild && (g_opt.check || g_opt.host_model)) {
-        fprintf(stderr, "cuda_matmul_check: this -DMM_LOAD_ONLY build computes nothing; run it with --no-check on a GPU\n");
+    if (kDiagnosticBuild && (g_opt.check || g_opt.host_model)) {
+        fprintf(stderr, "cuda_matmul_check: this diagnostic build (%s) computes nothing; run it with --no-check on a GPU\n",
+                kDiagnosticBuild);
         return 2;
     }
     if (!g_opt.host_model) {

@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
 # Device diagnosis of the staged tensor-core matmul (matmul_tile.cuh's bulk kernel, 2..64 tokens):
 # what limits a block step, by difference. Three checkers of the same tree, timed side by side in
-# alternating rounds on the 27B matrices at n = 1, 8, 16, 23 (n = 1 is the dp4a kernel: the
-# reference the variants must not move):
+# alternating rounds on the 27B matrices at n = 1, 8, 16, 23 (n = 1 is the dp4a kernel):
 #
 #   normal     the real kernel                                                  commit+normal
 #   act-once   no per-block activation staging (every block reads the first    commit+act-once
-#              block's staged codes: -DMM_TILE_DIAG_ACT_ONCE)
+#              block's staged codes: -DMM_TILE_DIAG_ACT_ONCE; n = 1 unchanged)
 #   load-only  the weight stages, activation staging and fragment reads, no    commit+load-only
-#              arithmetic
-#              (-DMM_LOAD_ONLY; also strips the dp4a kernel's arithmetic at n = 1)
+#              arithmetic (-DMM_LOAD_ONLY; also strips the dp4a kernel's arithmetic at n = 1)
 #
-# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py; the raw timelines
-# to $OUT/tile-trace.jsonl.gz when OUT is set) and Nsight
-# Compute on the first bulk-kernel launches of a real 23-token forward (stall reasons, occupancy,
-# memory). The two diagnostic variants compute wrong results: they only time.
+# then the -DMM_TRACE checker's launch timelines at n = 23 (matmul_trace_report.py; the raw
+# timelines to $OUT/tile-trace.jsonl.gz when OUT is set) and Nsight Compute on the first bulk-kernel
+# launches of a real 23-token forward (stall reasons, occupancy, memory). The two diagnostic
+# variants compute wrong results: they only time, and their rows say which they are ("diagnostic").
 #
 # From the repository root, on the device (rows to $ROWS, the rest to bench.log):
 #   SKIP_LLAMA=1 bash tools/device/run_gpu.sh "bash tools/device/diagnose_tile.sh COMMIT"

@@ -20,8 +20,8 @@ Per launch it prints and (with --out) writes:
                  main-loop end (us from the launch's first start) of the records on such SMs; a
                  second printed line. An SM's units share its issue slots, so where the SMs with
                  one unit more end last, that extra unit sets the launch's end.
-The trace may be gzipped (.gz). The units' work is equal within a launch (one chunk of one row group), so a long tail with a short
-unit means waves (more units than run at once), a long finish means the split-K arrival, and a
+The trace may be gzipped (.gz). The units' work is equal within a launch (one chunk of one row
+group), so a long tail with a short unit means waves (more units than run at once), a long finish means the split-K arrival, and a
 ramp close to a unit means the first loads wait on memory."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def analyse(line: dict, copy_gbps: float | None = None) -> dict:
     for r in records:
         per_sm.setdefault(r[0], []).append(r)
     sm_last_ends = [max(x[4] for x in rs) for rs in per_sm.values()]
-    by_load: dict[int, list] = {}
+    by_load: dict[int, list] = {}  # records an SM ran -> the loop ends of the records on such SMs
     for rs in per_sm.values():
         by_load.setdefault(len(rs), []).extend((x[3] - start) / 1e3 for x in rs)
     row = {
@@ -78,7 +78,7 @@ def analyse(line: dict, copy_gbps: float | None = None) -> dict:
         "wait_us": statistics.median((r[2] - r[1]) / 1e3 for r in records),
         "finish_us": statistics.median((r[4] - r[3]) / 1e3 for r in records),
         "finish_max_us": max((r[4] - r[3]) / 1e3 for r in records),
-        "per_sm_min": min(len(rs) for rs in per_sm.values()), "per_sm_max": max(len(rs) for rs in per_sm.values()),
+        "per_sm_min": min(by_load), "per_sm_max": max(by_load),
         "sm_end_spread_us": (max(sm_last_ends) - min(sm_last_ends)) / 1e3,
         "loop_end_by_load": {str(k): [len(v), statistics.median(v), max(v)] for k, v in sorted(by_load.items())},
     }
