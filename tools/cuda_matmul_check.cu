@@ -624,13 +624,11 @@ static void emulate_tile_dispatch(const mm_launch_args &args) { /* the tile coun
     }
 }
 
-/* split_begin: the first unit run as one CTA per 8-token tile (matmul_launch.h's tail split); -1: none */
 static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int ne1, const float *x, int n_batch,
-                                float *y, int split_begin = -1) {
-    emulate_matmul(type, prep, ne0, ne1, x, n_batch, y, [type, n_batch, split_begin](mm_launch_args &args, const mm_plan &p) {
-        args.mat[0].tile_begin = 0;
-        args.tile_units = mm_tile_units(p.row_groups, p.n_chunks);
-        mm_tile_set_split(args, split_begin < 0 ? args.tile_units : split_begin, (n_batch + 7) / 8);
+                                float *y) {
+    emulate_matmul(type, prep, ne0, ne1, x, n_batch, y, [type](mm_launch_args &args, const mm_plan &p) {
+        args.mat[0].cta_begin = 0;
+        args.n_ctas = mm_tile_ctas(p.row_groups, p.n_chunks);
         switch (type) {
         case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
         case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
@@ -763,32 +761,25 @@ static void check_mma_emulation(bool one_type = false) {
             if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(type));
             std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
             host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
-            const mm_plan p = mm_plan_for(type, ne0, ne1);
             const int before = g_failures;
             const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
-            /* kernel 2: the staged kernel with its tail split from just past the middle unit (a pair's
-             * chunks on both sides where it has several), the split CTAs running one tile each */
-            for (int kernel = 0; kernel < (staged ? 3 : 1); kernel++)
+            for (int kernel = 0; kernel < (staged ? 2 : 1); kernel++)
                 for (int n_batch : batches) {
-                    if (kernel == 2 && n_batch <= 8) continue; /* one tile: nothing to split */
                     std::fill(y.begin(), y.end(), NAN);
                     if (kernel == 0) emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
-                    else
-                        emulate_tile_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data(),
-                                            kernel == 2 ? mm_tile_units(p.row_groups, p.n_chunks) / 2 + 1 : -1);
+                    else emulate_tile_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
                     for (size_t i = 0; i < (size_t)n_batch * ne1; i++)
                         if (memcmp(&y[i], &model[i], 4) != 0) {
                             fail("%s %dx%d n_batch %d: emulated %s tensor-core y[%zu][%zu] = %.9g, host model %.9g",
-                                 type_name(type), ne0, ne1, n_batch,
-                                 kernel == 2 ? "staged (tail split)" : kernel ? "staged" : "per-warp", i / ne1, i % ne1,
+                                 type_name(type), ne0, ne1, n_batch, kernel ? "staged" : "per-warp", i / ne1, i % ne1,
                                  y[i], model[i]);
                             break;
                         }
                 }
+            const mm_plan p = mm_plan_for(type, ne0, ne1);
             printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s, %s: %s\n", type_name(type), ne0, ne1,
                    p.n_chunks, p.chunk_blocks, ne1 == 990 ? "{5,23}" : "{2,5,8,17,23,25,64}",
-                   staged ? "per-warp, staged and split staged kernels" : "per-warp kernel",
-                   g_failures == before ? "bits equal" : "FAILED");
+                   staged ? "per-warp and staged kernels" : "per-warp kernel", g_failures == before ? "bits equal" : "FAILED");
             fflush(stdout);
         }
     }
@@ -1023,35 +1014,22 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
     std::vector<float> ref1((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
     for (int b = 0; b < MAX_BATCH; b++) s.run(b, 1, ref1.data() + (size_t)b * ne1);
     static const int kModes[3] = {CUDA_MATMUL_TC_STAGED, CUDA_MATMUL_TC_PER_WARP, CUDA_MATMUL_TC_OFF};
-    /* the staged kernel's tail split (cuda_matmul_set_tile_split) forced on every unit, then on the
-     * units from just past the middle: passes 3 and 4 of each n_batch (the default plan splits only
-     * where the unit count suits the SM count) */
-    static const int kSplits[5] = {CUDA_MATMUL_SPLIT_AUTO, CUDA_MATMUL_SPLIT_AUTO, CUDA_MATMUL_SPLIT_AUTO,
-                                   CUDA_MATMUL_SPLIT_ALL, CUDA_MATMUL_SPLIT_HALF};
     const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
-    for (int pass = 0; pass < 5 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
+    for (int pass = 0; pass < 3 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
         /* every n_batch with each kernel choice (cuda_matmul_set_tensor_cores): the default (the
          * staged tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other 8-bit types, at
-         * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only;
-         * then the staged kernel with its tail split forced */
-        const int n_batch = kBatches[pass / 5];
-        const int split = kSplits[pass % 5];
-        const int mode = pass % 5 < 3 ? kModes[pass % 5] : CUDA_MATMUL_TC_STAGED;
-        if (split != CUDA_MATMUL_SPLIT_AUTO && (!has_staged || n_batch <= 8 || g_opt.host_model)) continue;
+         * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only */
+        const int n_batch = kBatches[pass / 3];
+        const int mode = kModes[pass % 3];
         /* F16/BF16 also with the tensor cores off (the fma path: another order), every n_batch */
         const bool ftc_type = type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16;
         const bool fma_pass = ftc_type && mode == CUDA_MATMUL_TC_OFF;
         if (mode != CUDA_MATMUL_TC_STAGED && !fma_pass && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
         if (mode == CUDA_MATMUL_TC_PER_WARP && !has_staged) continue; /* the default already is */
-        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(mode), cuda_matmul_set_tile_split(split);
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(mode);
         s.run(0, n_batch, y.data(), mode);
-        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(CUDA_MATMUL_TC_STAGED), cuda_matmul_set_tile_split(CUDA_MATMUL_SPLIT_AUTO);
-        const char *path = fma_pass                          ? " (fma path)"
-                           : mode == CUDA_MATMUL_TC_OFF      ? " (dp4a only)"
-                           : mode == CUDA_MATMUL_TC_PER_WARP ? " (per-warp MMA)"
-                           : split == CUDA_MATMUL_SPLIT_ALL  ? " (staged, every unit split)"
-                           : split == CUDA_MATMUL_SPLIT_HALF ? " (staged, half the units split)"
-                                                             : "";
+        if (!g_opt.host_model) cuda_matmul_set_tensor_cores(CUDA_MATMUL_TC_STAGED);
+        const char *path = fma_pass ? " (fma path)" : mode == CUDA_MATMUL_TC_OFF ? " (dp4a only)" : mode == CUDA_MATMUL_TC_PER_WARP ? " (per-warp MMA)" : "";
         /* the F16/BF16 tensor-core path: the host model's order with the MMA as sequential fmas, the
          * hardware's accumulation its own, so a tolerance (the oracle's bound) instead of bits */
         const bool tc = float_tc_path(type, mode);
@@ -1117,11 +1095,7 @@ static void check_group(int32_t type, int ne0, uint64_t seed) {
         ws.push_back(make_weight(t, ne0, shapes[i], r));
         subj.push_back(new Subject(t, ne0, shapes[i], ws.back(), x, false));
     }
-    /* 23 tokens also with the staged kernel's tail split from just past the launch's middle unit (the
-     * split then starts inside one matrix and runs over the next ones of the launch) */
-    for (int pass = 0; pass < 4; pass++) {
-        const int n_batch = pass == 0 ? 1 : pass == 1 ? 5 : 23;
-        const int split = pass == 3 ? CUDA_MATMUL_SPLIT_HALF : CUDA_MATMUL_SPLIT_AUTO;
+    for (int n_batch : {1, 5, 23}) {
         std::vector<specla_tensor> ts(n_mats);
         std::vector<const specla_tensor *> tp(n_mats);
         std::vector<float *> yp(n_mats);
@@ -1130,17 +1104,15 @@ static void check_group(int32_t type, int ne0, uint64_t seed) {
             CK(cudaMalloc(&yp[i], (size_t)n_batch * shapes[i] * sizeof(float)));
             CK(cudaMemset(yp[i], 0xff, (size_t)n_batch * shapes[i] * sizeof(float)));
         }
-        cuda_matmul_set_tile_split(split);
         CK(cuda_matmul_group(0, n_mats, tp.data(), subj[0]->x_dev, n_batch, yp.data(), subj[0]->ws));
         CK(cudaDeviceSynchronize());
-        cuda_matmul_set_tile_split(CUDA_MATMUL_SPLIT_AUTO);
         for (int i = 0; i < n_mats; i++) {
             std::vector<float> g((size_t)n_batch * shapes[i]), sep((size_t)n_batch * shapes[i]);
             CK(cudaMemcpy(g.data(), yp[i], g.size() * sizeof(float), cudaMemcpyDeviceToHost));
             subj[i]->run(0, n_batch, sep.data());
             if (memcmp(g.data(), sep.data(), g.size() * sizeof(float)) != 0)
-                fail("group %s: matrix %d (%s %dx%d) n_batch %d%s differs from its separate call", type_name(type), i,
-                     type_name(ts[i].type), ne0, shapes[i], n_batch, split == CUDA_MATMUL_SPLIT_HALF ? " (split)" : "");
+                fail("group %s: matrix %d (%s %dx%d) n_batch %d differs from its separate call", type_name(type), i,
+                     type_name(ts[i].type), ne0, shapes[i], n_batch);
             cudaFree(yp[i]);
         }
     }

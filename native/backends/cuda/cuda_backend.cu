@@ -328,17 +328,6 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
                                tc);
         cuda_matmul_set_tensor_cores(tc[0] - '0');
     }
-    /* SPECLA_CUDA_TILE_SPLIT=0|1|2|3 sets cuda_matmul_set_tile_split (default 1, automatic), for
-     * comparisons; the bits are the same in every mode. */
-    const char *split = getenv("SPECLA_CUDA_TILE_SPLIT");
-    if (split && *split) {
-        if (split[0] < '0' || split[0] > '3' || split[1] != '\0')
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_TILE_SPLIT must be 0 (off), 1 (automatic), 2 (every unit) "
-                               "or 3 (half the units), got '%s'",
-                               split);
-        cuda_matmul_set_tile_split(split[0] - '0');
-    }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
     ci->pub.base.ops = &cuda_ops_table;

@@ -88,16 +88,6 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
 #define CUDA_MATMUL_TC_STAGED 1
 #define CUDA_MATMUL_TC_PER_WARP 2
 void cuda_matmul_set_tensor_cores(int mode);
-/* The staged kernel's tail split (matmul_launch.h; its bulk-copy form): at 9 or more tokens the units past the launch's
- * last full round of the SMs run as one CTA per 8-token tile. CUDA_MATMUL_SPLIT_AUTO (the default;
- * any value but the others) where that shortens the round, CUDA_MATMUL_SPLIT_OFF never,
- * CUDA_MATMUL_SPLIT_ALL every unit and CUDA_MATMUL_SPLIT_HALF the units from just past the middle
- * (both for checks). The bits are the same in every mode. */
-#define CUDA_MATMUL_SPLIT_OFF 0
-#define CUDA_MATMUL_SPLIT_AUTO 1
-#define CUDA_MATMUL_SPLIT_ALL 2
-#define CUDA_MATMUL_SPLIT_HALF 3
-void cuda_matmul_set_tile_split(int mode);
 /* 1 when the staged kernel (2..64 tokens, Q4_K/Q6_K) runs its bulk-copy form on the current device:
  * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
 int cuda_matmul_staged_bulk(void);

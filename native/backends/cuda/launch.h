@@ -57,19 +57,6 @@ inline int cuda_device_major(void) {
     return major_of[dev];
 }
 
-/* The current device's multiprocessor count, read once per device (0 when it cannot be read). */
-inline int cuda_device_sms(void) {
-    static int sms_of[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (sms_of[dev] == 0) {
-        int sms = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-        sms_of[dev] = sms;
-    }
-    return sms_of[dev];
-}
-
 /* The overlap switch: on by default, off with SPECLA_CUDA_PDL=0 (cuda_backend.cu) or the matmul
  * check's --no-overlap, for comparisons; the bits are the same either way. */
 inline int g_launch_overlap = 1;

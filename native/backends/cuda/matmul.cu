@@ -534,27 +534,6 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
-/* The staged kernel's tail split (matmul_launch.h's mm_tile_set_split): CUDA_MATMUL_SPLIT_AUTO by
- * default; the bits are the same in every mode. */
-static int g_tile_split_mode = CUDA_MATMUL_SPLIT_AUTO;
-extern "C" void cuda_matmul_set_tile_split(int mode) {
-    g_tile_split_mode = mode == CUDA_MATMUL_SPLIT_OFF || mode == CUDA_MATMUL_SPLIT_ALL || mode == CUDA_MATMUL_SPLIT_HALF
-                            ? mode
-                            : CUDA_MATMUL_SPLIT_AUTO;
-}
-static int mm_tile_bulk(void);
-static void mm_tile_plan_split(mm_launch_args &args) {
-    const int units = args.tile_units, parts = (args.n_batch + 7) / 8;
-    int begin = units;
-    switch (mm_tile_bulk() ? g_tile_split_mode : CUDA_MATMUL_SPLIT_OFF) { /* the register form has no split */
-    case CUDA_MATMUL_SPLIT_OFF: break;
-    case CUDA_MATMUL_SPLIT_ALL: begin = 0; break;
-    case CUDA_MATMUL_SPLIT_HALF: begin = units / 2 + 1; break; /* odd: a pair's chunks on both sides */
-    default: begin = mm_tile_auto_split_begin(units, cuda_device_sms(), parts); break;
-    }
-    mm_tile_set_split(args, begin, parts);
-}
-
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
@@ -723,7 +702,6 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
                     counters_zeroed = 1, split_done = 1;
                 }
                 args.n_batch = n_batch, args.n = n, args.act = act;
-                mm_tile_plan_split(args); /* the staged kernel's grid (the other kernels ignore it) */
                 err = mm_launch(stream, type, args);
                 if (err != cudaSuccess) return err;
                 memset(&args, 0, sizeof args);
@@ -739,8 +717,8 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
             m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
             m.unit_begin = args.n_units;
             args.n_units += p.row_groups * p.n_chunks;
-            m.tile_begin = args.tile_units;
-            args.tile_units += mm_tile_units(p.row_groups, p.n_chunks);
+            m.cta_begin = args.n_ctas;
+            args.n_ctas += mm_tile_ctas(p.row_groups, p.n_chunks);
             args.n_mats++;
         }
     }

@@ -19,16 +19,13 @@ typedef struct mm_mat_args {
     float *partials;  /* [n_batch][n_chunks][row_groups * 32] when n_chunks > 1 */
     unsigned *counters;
     int ne1, n_blocks, row_groups, chunk_blocks, n_chunks, unit_begin;
-    int tile_begin; /* the staged tensor-core kernel's first unit of this matrix (mm_tile_units of them) */
+    int cta_begin; /* the staged tensor-core kernel's first CTA of this matrix (mm_tile_ctas each) */
 } mm_mat_args;
 
 typedef struct mm_launch_args {
     mm_mat_args mat[CUDA_MATMUL_GROUP_LAUNCH];
     int n_mats, n_units, n_batch;
-    /* the staged tensor-core kernel: its units (the sum of the matrices' mm_tile_units), the tail
-     * split (units split_begin.. run as split_parts CTAs each; split_begin = tile_units: none) and
-     * its grid (mm_tile_set_split) */
-    int tile_units, split_begin, split_parts, n_ctas;
+    int n_ctas; /* the staged tensor-core kernel's grid: the sum of the matrices' mm_tile_ctas */
     int64_t n;
     mm_acts act;
 } mm_launch_args;
@@ -209,39 +206,17 @@ template <int TYPE> MM_HD mm_unit_place mm_unit_of(const mm_launch_args &args, i
     return p;
 }
 
-/* The staged tensor-core kernel (matmul_tile.cuh) works in units of (pair of row groups, chunk): unit
+/* The staged tensor-core kernel (matmul_tile.cuh) runs a CTA per (pair of row groups, chunk): CTA
  * `local` of a matrix takes row groups 2 (local / n_chunks) and 2 (local / n_chunks) + 1, chunk
- * local % n_chunks. A unit is one CTA, or split_parts CTAs in the launch's tail split. */
-MM_HD int mm_tile_units(int row_groups, int n_chunks) { return (row_groups + 1) / 2 * n_chunks; }
+ * local % n_chunks. */
+MM_HD int mm_tile_ctas(int row_groups, int n_chunks) { return (row_groups + 1) / 2 * n_chunks; }
 
-/* The tail split. A launch's units run as one wave, a few CTAs per SM; where the unit count is just
- * past a multiple of the SM count, the SMs holding one unit more end several microseconds after the
- * rest and the launch waits for them (docs/cuda-matmul.md, "The tail split"). So the units past the
- * last full round of the SMs, [begin, tile_units), each run as `parts` CTAs of one 8-token tile (part
- * j: tokens 8 j .. 8 j + 7), which spreads that remainder over more SMs in pieces a third (at 23
- * tokens) of a unit. Which CTA computes a (row, token) changes no operation on it: the bits are the
- * same, only the split-K arrival count of a pair grows (mm_tile_place_of). */
-MM_HD void mm_tile_set_split(mm_launch_args &args, int begin, int parts) {
-    if (parts < 2 || begin >= args.tile_units) begin = args.tile_units, parts = 1;
-    args.split_begin = begin, args.split_parts = parts;
-    args.n_ctas = begin + (args.tile_units - begin) * parts;
-}
-/* The automatic plan's first split unit for `units` units on `sms` SMs and `parts` token tiles: the
- * remainder past the last full round, when its pieces fit in fewer rounds than whole units would
- * (ceil(remainder x parts / sms) < parts); else none (units). */
-MM_HD int mm_tile_auto_split_begin(int units, int sms, int parts) {
-    if (sms < 1 || parts < 2) return units;
-    const int rem = units % sms;
-    if (rem == 0 || (rem * parts + sms - 1) / sms >= parts) return units;
-    return units - rem;
-}
-
-/* The matrix of a group launch that unit `unit` of the staged tensor-core kernel belongs to. */
-MM_HD mm_mat_args mm_select_mat_tile(const mm_launch_args &args, int unit) {
+/* The matrix of a group launch that CTA `cta` of the staged tensor-core kernel belongs to. */
+MM_HD mm_mat_args mm_select_mat_cta(const mm_launch_args &args, int cta) {
     mm_mat_args M = args.mat[0];
 #pragma unroll
     for (int i = 1; i < CUDA_MATMUL_GROUP_LAUNCH; i++)
-        if (i < args.n_mats && unit >= args.mat[i].tile_begin) M = args.mat[i];
+        if (i < args.n_mats && cta >= args.mat[i].cta_begin) M = args.mat[i];
     return M;
 }
 

@@ -3,9 +3,8 @@
  * mm_kernel and mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
  *
  * Thread mapping. A CTA of 4 warps owns two row groups (2 x 32 rows) and one chunk of a matrix
- * (mm_tile_units, mm_select_mat_tile; matmul_launch.h's tail split runs a few units as one CTA per
- * 8-token tile): warp w takes rows 16 (w & 1) .. 16 (w & 1) + 15 of row group 2 pair + (w >> 1), one
- * 16-row MMA tile (M); thread (g = lane / 4, t = lane % 4) holds rows g and
+ * (mm_tile_ctas, mm_select_mat_cta): warp w takes rows 16 (w & 1) .. 16 (w & 1) + 15 of row group
+ * 2 pair + (w >> 1), one 16-row MMA tile (M); thread (g = lane / 4, t = lane % 4) holds rows g and
  * g + 8 of it. Tokens go in passes of 8 NT (NT tiles of 8 tokens on N, up to mm_tile_traits::max_tiles);
  * per pass the CTA walks its chunk block by block:
  *   - the 128 threads stage the block's activations for the pass's tokens in shared memory (codes,
@@ -376,58 +375,48 @@ MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cu
     mm_cta_sync();
 }
 
-/* Where warp `warp` of staged CTA `cta` works: its unit (matrix, row-group pair and chunk c), its row
- * group rg = 2 pair + warp / 2 (active: it exists; the second of an odd count does not) and 16-row
- * half, the chunk's blocks [k_begin, k_end), its tokens [p_begin, p_end) (the whole batch, or one
- * 8-token tile for a CTA of the tail split: `part`) and the arrivals that complete the pair's
- * split-K sums (n_chunks, plus parts - 1 for each of the pair's units in the split). */
+/* Where warp `warp` of staged CTA `cta` works: its matrix, row-group pair and chunk c, its row group
+ * rg = 2 pair + warp / 2 (active: it exists; the second of an odd count does not) and 16-row half,
+ * and the chunk's blocks [k_begin, k_end). */
 typedef struct mm_tile_place {
     mm_mat_args M;
-    int pair, c, rg, half, k_begin, k_end, p_begin, p_end, arrivals;
-    bool active, part;
+    int pair, c, rg, half, k_begin, k_end;
+    bool active;
 } mm_tile_place;
 MM_HD mm_tile_place mm_tile_place_of(const mm_launch_args &args, int cta, int warp) {
     mm_tile_place P;
-    int unit = cta;
-    P.part = cta >= args.split_begin;
-    P.p_begin = 0, P.p_end = args.n_batch;
-    if (P.part) {
-        const int j = cta - args.split_begin;
-        unit = args.split_begin + j / args.split_parts;
-        P.p_begin = 8 * (j % args.split_parts);
-        P.p_end = args.n_batch < P.p_begin + 8 ? args.n_batch : P.p_begin + 8;
-    }
-    P.M = mm_select_mat_tile(args, unit);
-    const int local = unit - P.M.tile_begin;
+    P.M = mm_select_mat_cta(args, cta);
+    const int local = cta - P.M.cta_begin;
     P.pair = local / P.M.n_chunks, P.c = local % P.M.n_chunks;
     P.rg = 2 * P.pair + (warp >> 1), P.half = warp & 1;
     P.active = P.rg < P.M.row_groups;
     P.k_begin = P.c * P.M.chunk_blocks;
     P.k_end = P.M.n_blocks < P.k_begin + P.M.chunk_blocks ? P.M.n_blocks : P.k_begin + P.M.chunk_blocks;
-    const int pair_end = P.M.tile_begin + (P.pair + 1) * P.M.n_chunks; /* the pair's units end here */
-    int split = pair_end - args.split_begin;
-    split = split < 0 ? 0 : split > P.M.n_chunks ? P.M.n_chunks : split;
-    P.arrivals = P.M.n_chunks + split * (args.split_parts - 1);
     return P;
 }
 
-/* The passes of the CTA at place P over tokens [p_begin, p_end), NT tiles each (see mm_tile_cta). */
+/* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
+ * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token, stored
+ * with mm_store. The split-K finish is the caller's. Each weight block is loaded one block ahead of
+ * its MMAs (two register fragments, the loop unrolled by 2 so that no fragment is copied; a third,
+ * deeper one cost the registers of a fifth CTA per SM at one tile). On the host (the emulation) NTHREADS is 32: each emulated warp stages every copy itself,
+ * which writes the same bytes. */
 template <int TYPE, int NT, int NTHREADS>
-MM_HD void mm_tile_cta_tokens(const mm_launch_args &args, const mm_tile_place &P, int p_begin, int p_end, int cta,
-                              int lane, int tid, uint8_t *smem) {
+MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, uint8_t *smem) {
     const int g = lane >> 2, t = lane & 3;
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
     const mm_mat_args &M = P.M;
     const int c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin, k_end = P.k_end;
     const bool active = P.active;
     const mm_tile_wptr wp = mm_tile_wptr_for<TYPE>(M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0), half, g, t);
     constexpr int tokens = 8 * NT;
 
-    for (int p0 = p_begin; p0 < p_end; p0 += tokens) {
+    for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
         float acc[NT][4] = {};
         mm_tile_frag<TYPE> f0, f1;
         if (active) mm_tile_load(f0, wp, k_begin);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        if (p0 == p_begin && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
+        if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
         mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
@@ -437,26 +426,6 @@ MM_HD void mm_tile_cta_tokens(const mm_launch_args &args, const mm_tile_place &P
         }
         if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
-}
-
-/* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
- * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token of its
- * place (mm_tile_place_of), stored with mm_store. The split-K finish is the caller's. Each weight
- * block is loaded one block ahead of its MMAs (two register fragments, the loop unrolled by 2 so that
- * no fragment is copied; a third, deeper one cost the registers of a fifth CTA per SM at one tile).
- * A CTA of the tail split runs its one tile with the NT = 1 code: per (row, token) the same
- * operations. SPLIT false leaves that path out (the device's register form: with it ptxas spilled at
- * Q4_K's 3 tiles, and matmul.cu splits only for the bulk form). On the host (the emulation) NTHREADS
- * is 32: each emulated warp stages every copy itself, which writes the same bytes. */
-template <int TYPE, int NT, int NTHREADS, bool SPLIT = true>
-MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, int tid, uint8_t *smem) {
-    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
-    if constexpr (NT > 1 && SPLIT)
-        if (P.part) {
-            mm_tile_cta_tokens<TYPE, 1, NTHREADS>(args, P, P.p_begin, P.p_end, cta, lane, tid, smem);
-            return;
-        }
-    mm_tile_cta_tokens<TYPE, NT, NTHREADS>(args, P, 0, args.n_batch, cta, lane, tid, smem);
 }
 
 /* The token tiles per pass the staged kernel (and the host emulation) runs for n_batch tokens. */
@@ -470,14 +439,14 @@ template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
  * (one arrival counter per pair, counters[pair]) adds the pair's partial sums in chunk order,
  * ((p_0 + p_1) + p_2) + ..., as mm_finish_unit does (mm_finish_rows: thread tid takes the 4 rows
  * 64 pair + 4 (tid % 16) and every eighth token from tid / 16, 16 reads of 16 bytes in flight). */
-__device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, int arrivals, int n_batch) {
+__device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, int n_batch) {
     if (M.n_chunks == 1) return; /* the partial sums were y */
     __shared__ unsigned arrived;
     __threadfence(); /* this thread's partial sums, before the CTA's arrival */
     __syncthreads();
     if (threadIdx.x == 0) arrived = atomicAdd(M.counters + pair, 1u);
     __syncthreads();
-    if (arrived != (unsigned)arrivals - 1) return; /* the whole CTA */
+    if (arrived != (unsigned)M.n_chunks - 1) return; /* the whole CTA */
     __threadfence();
     mm_finish_rows<16>(M, pair * 2 * MM_GROUP_ROWS, 2 * MM_GROUP_ROWS, n_batch, threadIdx.x, MM_THREADS);
     if (threadIdx.x == 0) M.counters[pair] = 0; /* ready for the next launch that uses this slot */
@@ -491,10 +460,10 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
     if (cta >= args.n_ctas) return; /* the whole CTA */
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_START);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    mm_tile_cta<TYPE, NT, MM_THREADS, false>(args, cta, warp, lane, threadIdx.x, smem);
+    mm_tile_cta<TYPE, NT, MM_THREADS>(args, cta, warp, lane, threadIdx.x, smem);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
     const mm_tile_place P = mm_tile_place_of(args, cta, warp);
-    mm_tile_finish(P.M, P.pair, P.arrivals, args.n_batch);
+    mm_tile_finish(P.M, P.pair, args.n_batch);
     if (threadIdx.x == 0) mm_trace(cta, MM_TRACE_END);
 }
 
@@ -557,17 +526,21 @@ __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
 
 #endif
 
-#if MM_TILE_BULK_DEVICE
-/* The bulk kernel's work at place P (its tokens in passes of NT tiles), thread `tid` of the CTA,
- * `dyn` its dynamic shared memory (the stage barriers initialised). */
 template <int TYPE, int NT>
-__device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, const mm_tile_place &P, int cta, int tid,
-                                                 uint8_t *dyn) {
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
+    mm_tile_bulk_kernel(const mm_launch_args args) {
+#if MM_TILE_BULK_DEVICE
+    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
     constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
-    uint64_t *full = (uint64_t *)dyn;
-    uint8_t *stages = dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    uint64_t *full = (uint64_t *)mm_tile_dyn;
+    uint8_t *stages = mm_tile_dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    const int cta = blockIdx.x, tid = threadIdx.x;
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
+    if (cta >= args.n_ctas) return; /* the whole CTA */
+    if (tid == 0) mm_trace(cta, MM_TRACE_START);
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
     const mm_mat_args &M = P.M;
     const int pair = P.pair, c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin, k_end = P.k_end;
     const bool active = P.active;
@@ -582,13 +555,17 @@ __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, con
             mm_bulk_copy(stages + (st * 2 + i) * slot_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, slot_bytes,
                          full + st);
     };
+    if (tid == 0) {
+        for (int st = 0; st < S; st++) mm_bar_init(full + st, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
     int step = 0; /* blocks consumed so far, over every pass: stage step % S, phase parity (step / S) & 1 */
-    for (int p0 = P.p_begin; p0 < P.p_end; p0 += tokens) {
+    for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
         if (tid == 0)
             for (int i = 0; i < S && k_begin + i < k_end; i++) issue(k_begin + i, (step + i) % S);
         float acc[NT][4] = {};
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        if (p0 == P.p_begin && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
+        if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
         mm_tile_stage<TYPE, NT, MM_THREADS>(acts, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
@@ -625,28 +602,8 @@ __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, con
         }
         if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
-}
-#endif
-
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
-    mm_tile_bulk_kernel(const mm_launch_args args) {
-#if MM_TILE_BULK_DEVICE
-    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
-    const int cta = blockIdx.x, tid = threadIdx.x;
-    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
-    if (cta >= args.n_ctas) return; /* the whole CTA */
-    if (tid == 0) mm_trace(cta, MM_TRACE_START);
-    const mm_tile_place P = mm_tile_place_of(args, cta, tid >> 5);
-    if (tid == 0) {
-        for (int st = 0; st < MM_TILE_STAGES; st++) mm_bar_init((uint64_t *)mm_tile_dyn + st, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    /* a CTA of the tail split: its one tile with the NT = 1 code (mm_tile_cta says why) */
-    if (NT > 1 && P.part) mm_tile_bulk_cta<TYPE, 1>(args, P, cta, tid, mm_tile_dyn);
-    else mm_tile_bulk_cta<TYPE, NT>(args, P, cta, tid, mm_tile_dyn);
     if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
-    mm_tile_finish(P.M, P.pair, P.arrivals, args.n_batch);
+    mm_tile_finish(M, pair, args.n_batch);
     if (tid == 0) mm_trace(cta, MM_TRACE_END);
 #else
     (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
