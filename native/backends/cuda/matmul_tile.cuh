@@ -609,6 +609,133 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
     (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
 #endif
 }
+
+/* ---- sm_90: the same CTA with split-phase barriers instead of a CTA barrier per block ------------- */
+/* mm_tile_bulk_kernel's weights, units, fragments and block step (so the same bits), without its
+ * __syncthreads per block, which held every warp of a CTA in lock-step: Nsight put the barrier
+ * among the top stalls of the 23-token launches (1.33 cycles per issued instruction, fourteenth
+ * pass). Every hand-off is an mbarrier instead:
+ *   - full[st]: stage st's weight block landed (thread 0's expect-tx plus the bulk copies' bytes);
+ *   - empty[st]: the 4 warps are done reading stage st (one arrival per warp, lane 0 after
+ *     __syncwarp); thread 0 waits for it before it refills the stage;
+ *   - afull[b]: activation buffer b is staged (every thread's cp.async.mbarrier.arrive.noinc: the
+ *     arrival fires when that thread's copies have landed; 128 arrivals per phase);
+ *   - aempty[b]: the 4 warps are done reading buffer b; every thread waits for it before staging the
+ *     buffer again.
+ * The blocks of every pass form one sequence of steps s (pass s / nblk, block k_begin + s % nblk):
+ * step s reads stage s % S and buffer s % 2. At step s a thread stages the activations of step s + 1
+ * once step s - 1 has released that buffer, waits for step s's weights and activations, computes,
+ * and its warp releases both; then thread 0 refills the stage step s - 1 released with step s + S - 1.
+ * So a warp may run one block ahead of the slowest one, and S - 1 weight blocks stay in flight
+ * beyond the one being computed, as in mm_tile_bulk_kernel. */
+#if MM_TILE_BULK_DEVICE
+__device__ __forceinline__ void mm_bar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(mm_smem_addr(bar)) : "memory");
+}
+/* fires one arrival on `bar` once this thread's earlier cp.async copies have landed */
+__device__ __forceinline__ void mm_bar_arrive_copies(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(mm_smem_addr(bar)) : "memory");
+}
+#endif
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
+    mm_tile_pipe_kernel(const mm_launch_args args) {
+#if MM_TILE_BULK_DEVICE
+    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
+    constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
+    constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
+    static_assert(2 * S + 4 <= 16, "the barriers fit the 128 bytes before the stages");
+    uint64_t *full = (uint64_t *)mm_tile_dyn, *empty = full + S, *afull = empty + S, *aempty = afull + 2;
+    uint8_t *stages = mm_tile_dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    const int cta = blockIdx.x, tid = threadIdx.x;
+    mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
+    if (cta >= args.n_ctas) return; /* the whole CTA */
+    if (tid == 0) mm_trace(cta, MM_TRACE_START);
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const mm_tile_place P = mm_tile_place_of(args, cta, warp);
+    const mm_mat_args &M = P.M;
+    const int pair = P.pair, c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin;
+    const bool active = P.active;
+    const int nblk = P.k_end - k_begin, passes = (args.n_batch + tokens - 1) / tokens, total = nblk * passes;
+    const int n_slots = 2 * pair + 1 < M.row_groups ? 2 : 1;
+    const uint8_t *w0 = M.w + mm_slot_offset(TYPE, M.n_blocks, 2 * pair, 0);
+    const int64_t rg_stride = (int64_t)M.n_blocks * slot_bytes;
+    /* thread 0 brings step s's weight block into stage s % S, once the stage's previous step released it */
+    auto issue = [&](int s) {
+        const int st = s % S;
+        if (s >= S) mm_bar_wait(empty + st, (unsigned)(s / S - 1) & 1u);
+        const int k = k_begin + s % nblk;
+        mm_bar_expect(full + st, (unsigned)(n_slots * slot_bytes));
+        for (int i = 0; i < n_slots; i++)
+            mm_bulk_copy(stages + (st * 2 + i) * slot_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, slot_bytes,
+                         full + st);
+    };
+    /* every thread stages its share of step s's activations into buffer s % 2 and arrives on afull */
+    auto stage = [&](int s) {
+#if defined(MM_TILE_DIAG_ACT_ONCE)
+        /* diagnostic build: only step 0 is staged and every step reads it (wrong results), to time
+         * the kernel without its per-block activation staging */
+        if (s == 0)
+#endif
+            mm_tile_stage<TYPE, NT, MM_THREADS>(acts + (s & 1) * buf_bytes, args.act, (uint32_t)args.n, args.n_batch,
+                                                k_begin + s % nblk, (s / nblk) * tokens, tid);
+        mm_bar_arrive_copies(afull + (s & 1));
+    };
+    if (tid == 0) {
+        for (int st = 0; st < S; st++) mm_bar_init(full + st, 1), mm_bar_init(empty + st, 4);
+        for (int b = 0; b < 2; b++) mm_bar_init(afull + b, MM_THREADS), mm_bar_init(aempty + b, 4);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int s = 0; s < S && s < total; s++) issue(s);
+    }
+    mm_cta_sync(); /* the barriers are initialised before any thread arrives on them */
+    mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+    if (tid == 0) mm_trace(cta, MM_TRACE_WAITED);
+    stage(0);
+    float acc[NT][4];
+    for (int s = 0; s < total; s++) {
+        const int b = s & 1, st = s % S;
+        if (s % nblk == 0)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        if (s + 1 < total) {
+            if (s >= 1) mm_bar_wait(aempty + (b ^ 1), (unsigned)((s - 1) >> 1) & 1u); /* step s - 1 read it */
+            stage(s + 1);
+        }
+        mm_bar_wait(full + st, (unsigned)(s / S) & 1u);
+#if defined(MM_TILE_DIAG_ACT_ONCE)
+        mm_bar_wait(afull + b, (unsigned)(s >> 1) & 1u);
+        const uint8_t *abuf = acts;
+#else
+        mm_bar_wait(afull + b, (unsigned)(s >> 1) & 1u);
+        const uint8_t *abuf = acts + b * buf_bytes;
+#endif
+        if (active) {
+            mm_tile_frag<TYPE> f;
+            mm_tile_load<TYPE, true>(f, mm_tile_wptr_for<TYPE>(stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t), 0);
+#if defined(MM_LOAD_ONLY)
+            uint32_t fold = 0;
+            const uint32_t *words = reinterpret_cast<const uint32_t *>(&f);
+#pragma unroll
+            for (int i = 0; i < (int)(sizeof(f) / 4); i++) fold ^= words[i];
+            acc[0][0] += __uint_as_float(fold & 0x3f7fffffu);
+            (void)abuf;
+#else
+            mm_tile_block<TYPE, NT>(f, abuf, g, t, acc);
+#endif
+        }
+        __syncwarp();
+        if (lane == 0) mm_bar_arrive(empty + st), mm_bar_arrive(aempty + b);
+        if (tid == 0 && s >= 1 && s + S - 1 < total) issue(s + S - 1); /* into the stage step s - 1 released */
+        if (active && s % nblk == nblk - 1) mm_store_c_tiles<NT>(M, c, rg, half, g, t, (s / nblk) * tokens, args.n_batch, acc);
+    }
+    if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
+    mm_tile_finish(M, pair, args.n_batch);
+    if (tid == 0) mm_trace(cta, MM_TRACE_END);
+#else
+    (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
+#endif
+}
 #endif
 
 #endif
