@@ -512,16 +512,10 @@ template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas,
     return cudaErrorNotSupported; /* mm_tile_bulk() is 0 there */
 #else
     constexpr int smem = mm_tile_bulk_smem_bytes<TYPE, NT>();
-    /* SPECLA_CUDA_TILE_PIPE=0: the form with a CTA barrier per block (an A/B; the bits are the same) */
-    static const int pipe = !(getenv("SPECLA_CUDA_TILE_PIPE") && strcmp(getenv("SPECLA_CUDA_TILE_PIPE"), "0") == 0);
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(mm_tile_bulk_kernel<TYPE, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    static const cudaError_t attr_pipe_err =
-        cudaFuncSetAttribute(mm_tile_pipe_kernel<TYPE, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static const cudaError_t attr_err = cudaFuncSetAttribute(mm_tile_bulk_kernel<TYPE, NT>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr_err != cudaSuccess) return attr_err;
-    if (attr_pipe_err != cudaSuccess) return attr_pipe_err;
-    if (pipe) cuda_launch(mm_tile_pipe_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
-    else cuda_launch(mm_tile_bulk_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
+    cuda_launch(mm_tile_bulk_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
     mm_kernels_launched++;
     return cudaGetLastError();
 #endif
