@@ -21,8 +21,8 @@ Per launch it prints and (with --out) writes:
                  second printed line. An SM's units share its issue slots, so where the SMs with
                  one unit more end last, that extra unit sets the launch's end.
 The trace may be gzipped (.gz). The units' work is equal within a launch (one chunk of one row
-group), so a long tail with a short unit means waves (more units than run at once), a long finish means the split-K arrival, and a
-ramp close to a unit means the first loads wait on memory."""
+group), so a long tail with a short unit means waves (more units than run at once), a long finish
+means the split-K arrival, and a ramp close to a unit means the first loads wait on memory."""
 
 from __future__ import annotations
 
