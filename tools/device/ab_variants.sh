@@ -15,7 +15,8 @@
 # patched source and was labelled main). Patches are `patch -p1` diffs against this tree, a branch's own changes from its merge base
 # (git diff main...BRANCH -- native tools > ab/NAME.patch: with two dots, a diff from an older branch
 # would also revert what main gained since); they travel as untracked files. NAME=env:VAR=VALUE[,VAR=VALUE...] is main's library run with those
-# environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build; NAME=lib:PATH a library
+# environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build; NAME=of:OTHER:VAR=VALUE[,...] is
+# the library of OTHER, a variant named before it, run with those settings; NAME=lib:PATH a library
 # built elsewhere (the same nvcc as the device's: built on the session's machine from main plus a
 # patch and carried), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
 # AB_PYTEST="NAME ..." runs them for those variants only. A single-patch variant
@@ -60,6 +61,17 @@ for spec in "$@"; do
     cp "$SPECLA_LIBRARY" "$libs/$name.so"
     names+=("$name")
     echo "variant $name: main's library with ${variant_env[$name]}"
+    continue
+  fi
+  if [[ "${spec#*=}" == of:* ]]; then # an earlier variant's library with settings: NAME=of:OTHER:VAR=VALUE[,...]
+    rest=${spec#*=of:} other=${rest%%:*} settings=${rest#*:}
+    if [ ! -f "$libs/$other.so" ] || [[ ! "$settings" =~ ^[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]]; then
+      echo "variant $name: of:$rest needs a variant built before it and VAR=VALUE[,VAR=VALUE...]"; continue
+    fi
+    variant_env[$name]=${settings//,/ }
+    cp "$libs/$other.so" "$libs/$name.so"
+    names+=("$name")
+    echo "variant $name: $other's library with ${variant_env[$name]}"
     continue
   fi
   if [[ "${spec#*=}" == lib:* ]]; then # a library built elsewhere (e.g. on the session's machine), carried in
