@@ -155,6 +155,13 @@ typedef struct backend_ops {
     /* split conv rows [q (Hk*S) | k (Hk*S) | v (Hv*S)] and L2-normalise q and k per head */
     void (*gdn_split_qkv)(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
                           float *k, float *v);
+    /* A plain batch's Gated DeltaNet inputs: the results of gdn_gates(beta, g, dt_bias, ssm_a, T, Hv),
+     * causal_conv(x, conv_weight, T, 2 Hk S + Hv S, K, conv_state, conv_out) and
+     * gdn_split_qkv(conv_out, T, Hk, Hv, S, eps, q, k, v), bit for bit (a backend may run them as one
+     * kernel: a decode step's three dependent launches are one) */
+    void (*gdn_prepare)(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
+                        const float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
+                        float *conv_state, float *conv_out, float *q, float *k, float *v);
     /* gated RMSNorm of head outputs: x[r] = rms(x[r]) * weight * silu(gate[r]) over rows of n */
     void (*gated_rms_norm)(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
                            float eps);

@@ -14,7 +14,7 @@ void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const bat
     const backend *be = ctx->be;
     const backend_ops *ops = be->ops;
     forward_scratch *s = &ctx->scratch;
-    const int C = m->conv_channels, S = hp->ssm_state_size, Hk = hp->ssm_group_count;
+    const int S = hp->ssm_state_size, Hk = hp->ssm_group_count;
     const int Hv = hp->ssm_time_step_rank, K = hp->ssm_conv_kernel;
     const int slot = m->state_slot[il];
 
@@ -23,20 +23,23 @@ void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const bat
     float *proj = s->proj, *k = s->k, *g = s->g;
     if (bv->schedule) factor_banks_layer_inputs(ctx->tree.banks, slot, &proj, &k, &g);
 
-    /* one pass over x for the four projections: raw conv inputs [T][C], z [T][Hv*S], beta, alpha [T][Hv] */
+    /* one pass over x for the four projections: raw conv inputs [T][2 Hk S + Hv S], z [T][Hv*S], beta, alpha [T][Hv] */
     const specla_tensor *mats[4] = {&w->attn_qkv, &w->attn_gate, &w->ssm_beta, &w->ssm_alpha};
     float *const outs[4] = {proj, s->gate, s->beta, g};
     ops->matmul_group(be, 4, mats, x, T, outs);
-    ops->gdn_gates(be, s->beta, g, (const float *)w->ssm_dt_bias.data, (const float *)w->ssm_a.data, T, Hv);
+    const float *dt_bias = (const float *)w->ssm_dt_bias.data, *ssm_a = (const float *)w->ssm_a.data;
+    const float *conv_weight = (const float *)w->ssm_conv1d.data;
 
     if (bv->schedule) {
-        const specla_conv_tree_args args = {bv->schedule, slot, proj, (const float *)w->ssm_conv1d.data,
-                                            ctx->conv_state[slot], s->conv_out};
+        ops->gdn_gates(be, s->beta, g, dt_bias, ssm_a, T, Hv);
+        const specla_conv_tree_args args = {bv->schedule, slot, proj, conv_weight, ctx->conv_state[slot], s->conv_out};
         factor_banks_conv_tree(ctx->tree.banks, be, ctx->tree.schedule, &args);
+        ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, k, s->v);
     } else {
-        ops->causal_conv(be, proj, (const float *)w->ssm_conv1d.data, T, C, K, ctx->conv_state[slot], s->conv_out);
+        /* gates, causal conv and split as one op (one kernel on a GPU for a decode step) */
+        ops->gdn_prepare(be, s->beta, g, dt_bias, ssm_a, proj, conv_weight, T, Hk, Hv, S, K, hp->rms_eps,
+                         ctx->conv_state[slot], s->conv_out, s->q, k, s->v);
     }
-    ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, k, s->v);
 
     if (bv->schedule) {
         const specla_gdn_tree_args args = {bv->schedule, slot, s->q, k, s->v, g, s->beta, ctx->gdn_state[slot],

@@ -144,6 +144,14 @@ static void causal_conv(const backend *be, const float *x, const float *weight, 
                         float *conv_state, float *y) {
     cpu_causal_conv(ex_of(be), x, weight, T, C, K, conv_state, y);
 }
+/* the oracle: the three ops it stands for, in their order */
+static void gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
+                        const float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
+                        float *conv_state, float *conv_out, float *q, float *k, float *v) {
+    gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
+    causal_conv(be, x, conv_weight, T, 2 * Hk * S + Hv * S, K, conv_state, conv_out);
+    gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
+}
 static void gated_delta_rule(const backend *be, const float *q, const float *k, const float *v, const float *g,
                              const float *beta, int T, int Hk, int Hv, int S, float *state, float *out) {
     cpu_gated_delta_rule(ex_of(be), q, k, v, g, beta, T, Hk, Hv, S, state, out);
@@ -220,6 +228,7 @@ static const backend_ops cpu_ops_table = {
     .sigmoid_mul = sigmoid_mul,
     .gdn_gates = gdn_gates,
     .gdn_split_qkv = gdn_split_qkv,
+    .gdn_prepare = gdn_prepare,
     .gated_rms_norm = gated_rms_norm,
     .split_q_gate = split_q_gate,
     .rope_neox = rope_neox,

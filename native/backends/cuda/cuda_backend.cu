@@ -277,6 +277,7 @@ static const backend_ops cuda_ops_table = {
     /* sigmoid_mul */ cuda_sigmoid_mul,
     /* gdn_gates */ cuda_gdn_gates,
     /* gdn_split_qkv */ cuda_gdn_split_qkv,
+    /* gdn_prepare */ cuda_gdn_prepare,
     /* gated_rms_norm */ cuda_gated_rms_norm,
     /* split_q_gate */ cuda_split_q_gate,
     /* rope_neox */ cuda_rope_neox,

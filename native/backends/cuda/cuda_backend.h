@@ -56,6 +56,9 @@ void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n)
 void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T, int Hv);
 void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
                         float *k, float *v);
+void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, const float *x,
+                      const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
+                      float *conv_out, float *q, float *k, float *v);
 void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
                          float eps);
 void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);

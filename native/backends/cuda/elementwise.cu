@@ -28,10 +28,9 @@
 #include "cuda_backend.h"
 #include "launch.h"
 #include "element_types.h"
+#include "row_math.cuh"
 
-#define NORM_THREADS 256
 #define EW_THREADS 256
-#define SPECLA_WARP 32
 
 /* ---- element decoders (quant_scalar.c, one element at a time) ------------------------------- */
 
@@ -161,36 +160,7 @@ extern "C" void cuda_dequantize(const backend *be, int32_t type, const void *src
     cuda_note_launch(be, "dequantize");
 }
 
-/* ---- norms ------------------------------------------------------------------------------------- */
-
-static __device__ __forceinline__ float group_sum(float v) {
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, SPECLA_SHFL_XOR(v, m));
-    return v;
-}
-
-/* Sum of squares of x[0..n) by the block (NORM_THREADS threads), in the order the header states;
- * every thread gets the total. `partials` is NORM_THREADS / 32 floats of shared memory. */
-static __device__ float row_sum_squares(const float *x, int n, float *partials) {
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += NORM_THREADS) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
-    s = group_sum(s);
-    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
-    __syncthreads();
-    float total = 0.0f;
-    for (int g = 0; g < NORM_THREADS / SPECLA_WARP; g++) total = __fadd_rn(total, partials[g]);
-    __syncthreads(); /* partials may be reused by the caller's next row */
-    return total;
-}
-
-static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-static __device__ __forceinline__ float sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-static __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
-    const float sum = row_sum_squares(x, n, partials);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
-    for (int i = threadIdx.x; i < n; i += NORM_THREADS) y[i] = __fmul_rn(x[i], scale);
-}
+/* ---- norms (row_math.cuh holds the row arithmetic) ------------------------------------------- */
 
 static __global__ void __launch_bounds__(NORM_THREADS) l2_norm_kernel(const float *x, int n, float eps, float *y) {
     grid_begin();
@@ -457,8 +427,7 @@ static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_b
     grid_begin();
     GRID_STRIDE(i, total) {
         const int h = (int)(i % Hv);
-        beta[i] = sigmoid_dev(beta[i]);
-        g[i] = __fmul_rn(softplus_dev(__fadd_rn(g[i], dt_bias[h])), ssm_a[h]); /* log-decay <= 0 */
+        gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
     }
 }
 /* qg[t][h] = [D query | D gate] -> q[t][h], gate[t][h] */

@@ -56,6 +56,7 @@
 #include "cuda_backend.h"
 #include "launch.h"
 #include "hld_layout.h"
+#include "row_math.cuh"
 
 #define GDN_LANES 16 /* lanes per state row (one half warp) */
 #ifndef GDN_ROWS_PER_THREAD
@@ -646,8 +647,6 @@ __global__ void GDN_LAUNCH_BOUNDS
  * Conv: one thread per channel, window of KMAX registers of which the first K are used.
  * ---------------------------------------------------------------------------------------- */
 
-__device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
 /* SiLU of window . w, summed from the oldest sample (window[0]); the one conv output function */
 template <int KMAX>
 __device__ __forceinline__ float conv_output(const float (&window)[KMAX], const float (&w)[KMAX], int K) {
@@ -669,16 +668,15 @@ __device__ __forceinline__ float conv_row(const float *conv_state, const float *
     return row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
 }
 
-/* grid (ceil(C / 128), ceil(T / CONV_T_CHUNK)); with one chunk the thread also writes the new state */
-template <int KMAX>
-__global__ void __launch_bounds__(CONV_THREADS)
-    causal_conv_kernel(const float *x, const float *weight, int T, int C, int K, float *conv_state, float *y) {
-    grid_begin();
-    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (c >= C) return;
+/* Channel c's causal conv over tokens t0 .. t1 - 1 (one thread): the window starts from the K - 1 rows
+ * before t0 of [conv_state ; x], then per token the raw input enters last, out(t, SiLU(window . w))
+ * receives the output and the window shifts. On return window[0 .. K - 1) holds the raw inputs of rows
+ * t1 .. t1 + K - 2 of the concatenation: the new conv state when t0 = 0 and t1 = T. */
+template <int KMAX, class Out>
+__device__ __forceinline__ void conv_channel(const float *x, const float *weight, int C, int K, const float *conv_state,
+                                             int c, int t0, int t1, float (&window)[KMAX], Out out) {
     const int hist = K - 1;
-    const int t0 = (int)blockIdx.y * CONV_T_CHUNK, t1 = min(T, t0 + CONV_T_CHUNK);
-    float w[KMAX], window[KMAX];
+    float w[KMAX];
     conv_load_weights<KMAX>(w, weight, c, K);
 #pragma unroll
     for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, t0 + j, hist, C, c) : 0.0f;
@@ -687,17 +685,78 @@ __global__ void __launch_bounds__(CONV_THREADS)
 #pragma unroll
         for (int j = 0; j < KMAX; j++)
             if (j == hist) window[j] = x[(int64_t)t * C + c];
-        y[(int64_t)t * C + c] = conv_output<KMAX>(window, w, K);
+        out(t, conv_output<KMAX>(window, w, K));
 #pragma unroll
         for (int j = 0; j + 1 < KMAX; j++)
             if (j < hist) window[j] = window[j + 1];
     }
-    if (gridDim.y == 1) {
-        /* window[0 .. hist) = rows T .. T + hist - 1: the last K - 1 raw inputs */
+}
+
+/* the last K - 1 raw inputs (conv_channel's window after the last token) as channel c's conv state */
+template <int KMAX>
+__device__ __forceinline__ void conv_store_state(float *conv_state, int C, int K, int c, const float (&window)[KMAX]) {
 #pragma unroll
-        for (int j = 0; j < KMAX; j++)
-            if (j < hist) conv_state[(int64_t)j * C + c] = window[j];
+    for (int j = 0; j < KMAX; j++)
+        if (j < K - 1) conv_state[(int64_t)j * C + c] = window[j];
+}
+
+/* grid (ceil(C / 128), ceil(T / CONV_T_CHUNK)); with one chunk the thread also writes the new state */
+template <int KMAX>
+__global__ void __launch_bounds__(CONV_THREADS)
+    causal_conv_kernel(const float *x, const float *weight, int T, int C, int K, float *conv_state, float *y) {
+    grid_begin();
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= C) return;
+    const int t0 = (int)blockIdx.y * CONV_T_CHUNK, t1 = min(T, t0 + CONV_T_CHUNK);
+    float window[KMAX];
+    conv_channel<KMAX>(x, weight, C, K, conv_state, c, t0, t1, window,
+                       [&](int t, float out) { y[(int64_t)t * C + c] = out; });
+    if (gridDim.y == 1) conv_store_state<KMAX>(conv_state, C, K, c, window);
+}
+
+/* gdn_prepare as one launch, for at most CONV_T_CHUNK tokens (a decode step: one) and S <= NORM_THREADS.
+ * Block b, NORM_THREADS threads:
+ *   - b < 2 Hk: q head b, or k head b - Hk (a conv row starts with the 2 Hk S channels of q and k):
+ *     thread i < S runs channel b S + i through conv_channel (causal_conv_kernel's steps), writes
+ *     conv_out and the channel's new state and keeps the T outputs in shared memory; then the block
+ *     L2-normalises each token's head row with l2_row, gdn_split_qkv's function, into q or k;
+ *   - the next ceil(Hv S / NORM_THREADS) blocks: the v channels, each output to conv_out and v;
+ *   - the last block: the gates of the T x Hv values (gdn_gate_values, gdn_gates' function).
+ * Every channel has one thread, so its conv state is read and written by that thread only; every
+ * value is computed by the functions of the three ops it replaces, so the bits are theirs. */
+template <int KMAX>
+__global__ void __launch_bounds__(NORM_THREADS)
+    gdn_prepare_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, const float *x,
+                       const float *weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
+                       float *conv_out, float *q, float *k, float *v) {
+    grid_begin();
+    __shared__ float rows[CONV_T_CHUNK][NORM_THREADS];
+    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
+    const int tid = (int)threadIdx.x, b = (int)blockIdx.x;
+    const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
+    const int v_blocks = (v_width + NORM_THREADS - 1) / NORM_THREADS;
+    if (b == 2 * Hk + v_blocks) {
+        for (int i = tid; i < T * Hv; i += NORM_THREADS) {
+            const int h = i % Hv;
+            gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
+        }
+        return;
     }
+    const bool head = b < 2 * Hk;
+    const int c = head ? b * S + tid : 2 * qk_width + (b - 2 * Hk) * NORM_THREADS + tid;
+    if (head ? tid < S : c < C) {
+        float window[KMAX];
+        conv_channel<KMAX>(x, weight, C, K, conv_state, c, 0, T, window, [&](int t, float out) {
+            conv_out[(int64_t)t * C + c] = out;
+            if (head) rows[t][tid] = out;
+            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
+        });
+        conv_store_state<KMAX>(conv_state, C, K, c, window);
+    }
+    if (!head) return; /* the whole block */
+    __syncthreads();
+    float *dst = (b < Hk ? q + (int64_t)b * S : k + (int64_t)(b - Hk) * S);
+    for (int t = 0; t < T; t++) l2_row(rows[t], S, eps, dst + (int64_t)t * qk_width, partials);
 }
 
 /* the new conv state after P more raw inputs: rows P .. P + K - 2 of [conv_state ; x], read into
@@ -956,6 +1015,25 @@ extern "C" void cuda_causal_conv(const backend *be, const float *x, const float 
 #undef LAUNCH
         cuda_note_launch(be, "causal_conv (state)");
     }
+}
+
+extern "C" void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
+                                 const float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K,
+                                 float eps, float *conv_state, float *conv_out, float *q, float *k, float *v) {
+    if (T <= 0) return;
+    if (T > CONV_T_CHUNK || S > NORM_THREADS || K < 2 || K > CONV_MAX_K) { /* the three ops (which refuse a bad K) */
+        cuda_gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
+        cuda_causal_conv(be, x, conv_weight, T, 2 * Hk * S + Hv * S, K, conv_state, conv_out);
+        cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
+        return;
+    }
+    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
+#define LAUNCH(KMAX)                                                                                                   \
+    cuda_launch(gdn_prepare_kernel<KMAX>, dim3(blocks), dim3(NORM_THREADS), 0, cuda_stream(be), beta, g, dt_bias,     \
+                ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v)
+    CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+    cuda_note_launch(be, "gdn_prepare");
 }
 
 extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C,

@@ -12,7 +12,7 @@ ARCH=${CUDA_ARCH:-sm_90}
 F="-O2 -arch=$ARCH -I native/include -I native/common -I native/backends/cuda"
 TMP=$(mktemp -d)
 gcc -O2 -c -I native/include -I native/common native/common/error.c -o "$TMP/error.o"
-for f in elementwise attention logits; do nvcc $F -c native/backends/cuda/$f.cu -o "$TMP/$f.o"; done
-nvcc $F tools/device/cuda_ops_check/check.cu "$TMP/elementwise.o" "$TMP/attention.o" "$TMP/logits.o" \
+for f in elementwise attention logits recurrent; do nvcc $F -c native/backends/cuda/$f.cu -o "$TMP/$f.o"; done
+nvcc $F tools/device/cuda_ops_check/check.cu "$TMP/elementwise.o" "$TMP/attention.o" "$TMP/logits.o" "$TMP/recurrent.o" \
   "$BUILD/native/libspecla_cpu.a" "$TMP/error.o" -Xcompiler -fopenmp -lgomp -lm -o "$BIN"
 echo "built $BIN"

@@ -1,5 +1,5 @@
-// Device check (tools/device/cuda_ops_check/build.sh): the CUDA ops of elementwise.cu, attention.cu, logits.cu
-// against the CPU backend's ops table on seeded random inputs.
+// Device check (tools/device/cuda_ops_check/build.sh): the CUDA ops of elementwise.cu, attention.cu, logits.cu and
+// recurrent.cu's gdn_prepare against the CPU backend's ops table on seeded random inputs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -156,6 +156,38 @@ static void test_elementwise() {
     { int T = 4, nh = 5, hd = 256, nr = 64; auto x = randv(T * nh * hd); std::vector<int32_t> pos = {0, 17, 4000, 131071};
       auto r = x; CPU->ops->rope_neox(CPU, r.data(), pos.data(), T, nh, hd, nr, 1e7f);
       float *d = updev(x); cuda_rope_neox(&G.base, d, updevi(pos), T, nh, hd, nr, 1e7f); cmp("rope_neox", get(d, x.size()), r, 1e-6); }
+}
+
+// gdn_prepare (recurrent.cu: one kernel up to 8 tokens, the three ops beyond) against the three CUDA
+// ops it stands for, bit for bit, every output poisoned first; then against the CPU oracle's.
+static void test_gdn_prepare(int T, int Hk, int Hv, int S, int K) {
+    const int C = 2 * Hk * S + Hv * S;
+    auto x = randv((size_t)T * C), w = randv((size_t)C * K, -0.5f, 0.5f), st = randv((size_t)(K - 1) * C);
+    auto beta = randv((size_t)T * Hv, -8, 8), g = randv((size_t)T * Hv, -10, 25), dt = randv(Hv), sa = randv(Hv, -5, 0);
+    const size_t nqk = (size_t)T * Hk * S, nv = (size_t)T * Hv * S, nco = (size_t)T * C;
+    float *dx = updev(x), *dw = updev(w), *ddt = updev(dt), *dsa = updev(sa);
+    float *rb = updev(beta), *rg = updev(g), *rst = updev(st), *rco = dev(nco), *rq = dev(nqk), *rk = dev(nqk), *rv = dev(nv);
+    cuda_gdn_gates(&G.base, rb, rg, ddt, dsa, T, Hv);
+    cuda_causal_conv(&G.base, dx, dw, T, C, K, rst, rco);
+    cuda_gdn_split_qkv(&G.base, rco, T, Hk, Hv, S, 1e-6f, rq, rk, rv);
+    float *fb = updev(beta), *fg = updev(g), *fst = updev(st), *fco = dev(nco), *fq = dev(nqk), *fk = dev(nqk), *fv = dev(nv);
+    cuda_gdn_prepare(&G.base, fb, fg, ddt, dsa, dx, dw, T, Hk, Hv, S, K, 1e-6f, fst, fco, fq, fk, fv);
+    char name[96];
+    const struct { const char *what; float *a, *b; size_t n; } outs[] = {
+        {"beta", fb, rb, beta.size()}, {"g", fg, rg, g.size()}, {"conv_state", fst, rst, st.size()},
+        {"conv_out", fco, rco, nco}, {"q", fq, rq, nqk}, {"k", fk, rk, nqk}, {"v", fv, rv, nv}};
+    for (const auto &o : outs) {
+        snprintf(name, sizeof name, "gdn_prepare T=%d S=%d %s = 3 ops", T, S, o.what);
+        cmp(name, get(o.a, o.n), get(o.b, o.n), 0, true);
+    }
+    std::vector<float> q(nqk), k(nqk), v(nv), co(nco);
+    auto hb = beta, hg = g, hst = st;
+    CPU->ops->gdn_prepare(CPU, hb.data(), hg.data(), dt.data(), sa.data(), x.data(), w.data(), T, Hk, Hv, S, K, 1e-6f,
+                          hst.data(), co.data(), q.data(), k.data(), v.data());
+    snprintf(name, sizeof name, "gdn_prepare T=%d S=%d q vs cpu", T, S);
+    cmp(name, get(fq, nqk), q, 1e-6);
+    snprintf(name, sizeof name, "gdn_prepare T=%d S=%d v vs cpu", T, S);
+    cmp(name, get(fv, nv), v, 1e-6);
 }
 
 // Attention in float64 (the softmax written out directly): the yardstick for both float32 backends.
@@ -415,6 +447,9 @@ int main() {
     printf("device %s sms %d\n", prop.name, G.sm_count);
     test_quant();
     test_elementwise();
+    for (int T : {1, 5, 8, 9}) test_gdn_prepare(T, 4, 8, 128, 4);
+    test_gdn_prepare(1, 3, 6, 48, 4);
+    test_gdn_prepare(3, 2, 4, 64, 7);
     test_attention(8, 2, 128, 0, 1);
     test_attention(8, 2, 128, 37, 5);
     test_attention(24, 4, 256, 3000, 4);

@@ -1,0 +1,54 @@
+/* Per-row arithmetic that more than one kernel file runs, so each result has one definition: the
+ * block-wide sum of squares and L2 norm of a row (NORM_THREADS threads; elementwise.cu's l2_norm and
+ * gdn_split_qkv, recurrent.cu's gdn_prepare), the activation functions, and the GDN gates. Every
+ * float operation is an explicit round-to-nearest intrinsic, so the bits are those of the one
+ * order written here wherever it is compiled. */
+#ifndef SPECLA_CUDA_ROW_MATH_CUH
+#define SPECLA_CUDA_ROW_MATH_CUH
+
+#include <math.h>
+
+#include "vendor.h"
+
+#define NORM_THREADS 256
+#ifndef SPECLA_WARP
+#define SPECLA_WARP 32
+#endif
+
+static __device__ __forceinline__ float group_sum(float v) {
+    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, SPECLA_SHFL_XOR(v, m));
+    return v;
+}
+
+/* Sum of squares of x[0..n) by the block (NORM_THREADS threads), in the order the header states;
+ * every thread gets the total. `partials` is NORM_THREADS / 32 floats of shared memory. */
+static __device__ float row_sum_squares(const float *x, int n, float *partials) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) s = __fadd_rn(s, __fmul_rn(x[i], x[i]));
+    s = group_sum(s);
+    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
+    __syncthreads();
+    float total = 0.0f;
+    for (int g = 0; g < NORM_THREADS / SPECLA_WARP; g++) total = __fadd_rn(total, partials[g]);
+    __syncthreads(); /* partials may be reused by the caller's next row */
+    return total;
+}
+
+static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+static __device__ __forceinline__ float sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+static __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
+    const float sum = row_sum_squares(x, n, partials);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
+    for (int i = threadIdx.x; i < n; i += NORM_THREADS) y[i] = __fmul_rn(x[i], scale);
+}
+
+/* One GDN head's gates (gdn_gates): beta = sigmoid(beta); g = softplus(g + dt_bias) * ssm_a, a
+ * log-decay <= 0 */
+static __device__ __forceinline__ void gdn_gate_values(float *beta, float *g, float dt_bias, float ssm_a) {
+    *beta = sigmoid_dev(*beta);
+    *g = __fmul_rn(softplus_dev(__fadd_rn(*g, dt_bias)), ssm_a);
+}
+
+#endif
