@@ -21,7 +21,7 @@
 # patch and carried), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
 # AB_PYTEST="NAME ..." runs them for those variants only. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
-# touches attention.cu, elementwise.cu or logits.cu cuda_ops_check (against the CPU ops and float64,
+# touches attention.cu, elementwise.cu, logits.cu or recurrent.cu cuda_ops_check (against the CPU ops and float64,
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
 # occupancy, whose operations are those of a checked build). Check results go to stdout (run_gpu.sh's
 # bench.log). AB_EXTRA: a shell command run after bench_gpu for every variant and round, with that
@@ -40,7 +40,8 @@ names=(main)
 
 revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
 
-# the checkers' CPU oracle library, built once when a variant is a patch (patches touch only the CUDA sources)
+# the checkers' CPU oracle library, built once when a variant is a patch (a patch that touches more
+# than the CUDA sources gets its own, below)
 cpu_lib=$HOME/ab-cpu-lib
 if [[ " $* " != *.patch* ]]; then cpu_lib=
 elif ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
@@ -96,13 +97,22 @@ for spec in "$@"; do
     # single-threaded nvcc of matmul.cu, so they overlap the next variant's library build
     if [ "${AB_CHECKS:-1}" != 0 ] && [ ${#list[@]} -eq 1 ]; then
       snap=$HOME/ab-src-$name
-      rm -rf "$snap" && mkdir -p "$snap/tools" && cp -r native "$snap/" && cp -r tools/device tools/cuda_matmul_check.cu "$snap/tools/"
+      rm -rf "$snap" && mkdir -p "$snap/tools" && cp -r native CMakeLists.txt "$snap/" && cp -r tools/device tools/cuda_matmul_check.cu "$snap/tools/"
+      # a patch that changes more than the CUDA sources (the op table, the CPU backend) needs its own
+      # CPU oracle: main's would not match the patched ops table
+      variant_cpu=$cpu_lib
+      if [ -n "$cpu_lib" ] && grep -E "^\+\+\+ b/native/" "${list[0]}" | grep -qv "^+++ b/native/backends/cuda/"; then
+        variant_cpu=$snap/cpu-build
+        { cmake -S "$snap" -B "$variant_cpu" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
+          cmake --build "$variant_cpu" -j "$(nproc)" --target specla_cpu; } > "$HOME/ab-cpu-lib-$name.log" 2>&1 ||
+          { echo "variant $name: its CPU oracle did not build"; variant_cpu=; }
+      fi
       if grep -q "matmul" "${list[0]}"; then
-        CPU_LIB_BUILD=$cpu_lib bash "$snap/tools/device/build_cuda_checks.sh" "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1 &
+        CPU_LIB_BUILD=$variant_cpu bash "$snap/tools/device/build_cuda_checks.sh" "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1 &
         checks+=("matmul:$name:$!")
       fi
-      if [ -n "$cpu_lib" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits)\.cu" "${list[0]}"; then
-        bash "$snap/tools/device/cuda_ops_check/build.sh" "$cpu_lib" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1 &
+      if [ -n "$variant_cpu" ] && grep -qE "^\+\+\+ b/native/backends/cuda/(attention|elementwise|logits|recurrent)\.cu" "${list[0]}"; then
+        bash "$snap/tools/device/cuda_ops_check/build.sh" "$variant_cpu" "$HOME/ab-ops-check-$name" > "$HOME/ab-ops-check-$name.log" 2>&1 &
         checks+=("ops:$name:$!")
       fi
     fi
