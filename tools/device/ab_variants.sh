@@ -51,28 +51,24 @@ fi
 
 checks=() # KIND:NAME:PID of the background checker builds
 declare -A variant_env # NAME -> "VAR=VALUE ..." for the env: variants (main's library, another setting)
+# variant NAME: library LIB run with SETTINGS (VAR=VALUE[,VAR=VALUE...]), LABEL's library
+env_variant() {
+  local name=$1 lib=$2 settings=$3 label=$4
+  if [[ ! "$settings" =~ ^[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]]; then
+    echo "variant $name: '$settings' is not VAR=VALUE[,VAR=VALUE...]"; return
+  fi
+  variant_env[$name]=${settings//,/ }
+  cp "$lib" "$libs/$name.so"
+  names+=("$name")
+  echo "variant $name: $label's library with ${variant_env[$name]}"
+}
 for spec in "$@"; do
   name=${spec%%=*}
-  if [[ "${spec#*=}" == env:* ]]; then
-    settings=${spec#*=env:}
-    if [[ ! "$settings" =~ ^[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]]; then
-      echo "variant $name: env:$settings is not VAR=VALUE[,VAR=VALUE...]"; continue
-    fi
-    variant_env[$name]=${settings//,/ }
-    cp "$SPECLA_LIBRARY" "$libs/$name.so"
-    names+=("$name")
-    echo "variant $name: main's library with ${variant_env[$name]}"
-    continue
-  fi
+  if [[ "${spec#*=}" == env:* ]]; then env_variant "$name" "$SPECLA_LIBRARY" "${spec#*=env:}" main; continue; fi
   if [[ "${spec#*=}" == of:* ]]; then # an earlier variant's library with settings: NAME=of:OTHER:VAR=VALUE[,...]
-    rest=${spec#*=of:} other=${rest%%:*} settings=${rest#*:}
-    if [ ! -f "$libs/$other.so" ] || [[ ! "$settings" =~ ^[A-Z_][A-Z0-9_]*=[^,[:space:]]*(,[A-Z_][A-Z0-9_]*=[^,[:space:]]*)*$ ]]; then
-      echo "variant $name: of:$rest needs a variant built before it and VAR=VALUE[,VAR=VALUE...]"; continue
-    fi
-    variant_env[$name]=${settings//,/ }
-    cp "$libs/$other.so" "$libs/$name.so"
-    names+=("$name")
-    echo "variant $name: $other's library with ${variant_env[$name]}"
+    rest=${spec#*=of:} other=${rest%%:*}
+    if [ -f "$libs/$other.so" ]; then env_variant "$name" "$libs/$other.so" "${rest#*:}" "$other"
+    else echo "variant $name: of:$other names no variant built before it"; fi
     continue
   fi
   if [[ "${spec#*=}" == lib:* ]]; then # a library built elsewhere (e.g. on the session's machine), carried in
