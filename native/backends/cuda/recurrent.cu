@@ -668,6 +668,15 @@ __device__ __forceinline__ float conv_row(const float *conv_state, const float *
     return row < hist ? conv_state[(int64_t)row * C + c] : x[(int64_t)(row - hist) * C + c];
 }
 
+/* window[0 .. K - 1) = channel c's raw inputs at rows row0 .. row0 + K - 2 of [conv_state ; x], the rest 0 */
+template <int KMAX>
+__device__ __forceinline__ void conv_load_window(float (&window)[KMAX], const float *conv_state, const float *x,
+                                                 int row0, int C, int K, int c) {
+    const int hist = K - 1;
+#pragma unroll
+    for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, row0 + j, hist, C, c) : 0.0f;
+}
+
 /* Channel c's causal conv over tokens t0 .. t1 - 1 (one thread): the window starts from the K - 1 rows
  * before t0 of [conv_state ; x], then per token the raw input enters last, out(t, SiLU(window . w))
  * receives the output and the window shifts. On return window[0 .. K - 1) holds the raw inputs of rows
@@ -678,8 +687,7 @@ __device__ __forceinline__ void conv_channel(const float *x, const float *weight
     const int hist = K - 1;
     float w[KMAX];
     conv_load_weights<KMAX>(w, weight, c, K);
-#pragma unroll
-    for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, t0 + j, hist, C, c) : 0.0f;
+    conv_load_window<KMAX>(window, conv_state, x, t0, C, K, c);
     for (int t = t0; t < t1; t++) {
         /* window of token t = rows t .. t + K - 1 of the concatenation, oldest first */
 #pragma unroll
@@ -770,13 +778,9 @@ __global__ void __launch_bounds__(CONV_THREADS)
     const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (P_at) P = *P_at;
     if (c >= C || P <= 0) return;
-    const int hist = K - 1;
     float window[KMAX];
-#pragma unroll
-    for (int j = 0; j < KMAX; j++) window[j] = j < hist ? conv_row(conv_state, x, P + j, hist, C, c) : 0.0f;
-#pragma unroll
-    for (int j = 0; j < KMAX; j++)
-        if (j < hist) conv_state[(int64_t)j * C + c] = window[j];
+    conv_load_window<KMAX>(window, conv_state, x, P, C, K, c);
+    conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
 /* grid (ceil(C / 128), max_nodes): thread (c, node t); the window is t's raw input and its
