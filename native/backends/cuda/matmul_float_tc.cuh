@@ -328,9 +328,9 @@ __global__ void __launch_bounds__(MM_SPLIT_THREADS) mm_split_kernel(const float 
     }
 }
 
-template <int TYPE, int NTILES>
+template <int TYPE, int NTILES, bool CHUNK_MAJOR>
 __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_args args) {
-    mm_run_warp_unit(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
+    mm_run_warp_unit<CHUNK_MAJOR>(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
 }
 #endif
 
