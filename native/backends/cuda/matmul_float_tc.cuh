@@ -41,6 +41,12 @@
  * terms x ne0 / 16 MMA steps plus the chunk adds, the same class as the fma chain's ne0 roundings;
  * the measured figures against float64 are in the check's output and the commit message.
  *
+ * Unit order: a matrix's warps go chunk by chunk (mm_unit_chunk_major): the 4 warps of a CTA take 4
+ * row groups of one chunk and read the same activation terms, which L1 then serves to 3 of them.
+ * Against the row-group order (a CTA's warps on 4 chunks of one row group) it took 3-16 % off the
+ * DFlash draft's matrices at 1 and 16 tokens on an H200 (docs/perf.md, seventeenth pass; draft_kv,
+ * 1024 rows, 1-4 % slower at 16-23). A permutation of units: the same bits.
+ *
  * Thread mapping (per warp, like matmul_mma.cuh): a warp owns one (row group of 32, chunk) unit:
  * row tiles mt = 0, 1 of 16 rows; thread (g = lane / 4, t = lane % 4) loads, per block and row
  * quarter hr (rows 8 hr + g), piece t of that row's block: elements 8t..8t+7, one 16-byte load
