@@ -263,16 +263,18 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
     if (lane == 0) M.counters[rg] = 0; /* ready for the next launch that uses this slot */
 }
 
-/* The body of the per-warp tensor-core kernels (mm_mma_kernel, mm_ftc_kernel): warp unit u of the
- * launch runs unit(u, lane), which stores the unit's partial sums, then the split-K finish of its row
- * group. The next kernel may launch at once (launch.h; it waits for this grid's end). mm_kernel
+/* The body of the per-warp tensor-core kernels (mm_mma_kernel, mm_ftc_kernel): warp w of the launch
+ * runs unit u = w (CHUNK_MAJOR: u = mm_unit_chunk_major(w), the F16/BF16 kernel's order) as
+ * unit(u, lane), which stores the unit's partial sums, then the split-K finish of its row group. The next kernel may launch at once (launch.h; it waits for this grid's end). mm_kernel
  * writes the same steps inline: as a unit function it took up to 10 more registers (and spilled
  * Q5_0's one-token form), and it is the decode step's hot kernel. */
-template <class Unit> __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Unit unit) {
+template <bool CHUNK_MAJOR = false, class Unit>
+__device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Unit unit) {
     const int lane = threadIdx.x & 31;
-    const int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents();
     if (u >= args.n_units) return; /* whole warps */
+    if (CHUNK_MAJOR) u = mm_unit_chunk_major(args, u);
     if (lane == 0) mm_trace(u, MM_TRACE_START);
     unit(u, lane);
     if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
@@ -534,16 +536,28 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
+/* Whether the F16/BF16 tensor-core kernel's warps go chunk by chunk (mm_unit_chunk_major), unless
+ * SPECLA_CUDA_FTC_CHUNK_MAJOR=0 (an A/B; the bits are the same). */
+static int mm_ftc_chunk_major(void) {
+    static const int enabled =
+        !(getenv("SPECLA_CUDA_FTC_CHUNK_MAJOR") && strcmp(getenv("SPECLA_CUDA_FTC_CHUNK_MAJOR"), "0") == 0);
+    return enabled;
+}
+template <int TYPE, int NT> static cudaError_t mm_start_ftc(unsigned grid, cudaStream_t stream, const mm_launch_args &args) {
+    if (mm_ftc_chunk_major()) return mm_start(mm_ftc_kernel<TYPE, NT, true>, grid, stream, args);
+    return mm_start(mm_ftc_kernel<TYPE, NT, false>, grid, stream, args);
+}
+
 template <int TYPE>
 static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_WARPS_PER_BLOCK - 1) / MM_WARPS_PER_BLOCK);
     if constexpr (mm_ftc_traits<TYPE>::supported) {
         if (mm_float_tensor_cores()) { /* every n_batch: one order for prefill and decode */
             switch (mm_ftc_tiles(args.n_batch)) {
-            case 1: return mm_start(mm_ftc_kernel<TYPE, 1>, grid, stream, args);
-            case 2: return mm_start(mm_ftc_kernel<TYPE, 2>, grid, stream, args);
-            case 3: return mm_start(mm_ftc_kernel<TYPE, 3>, grid, stream, args);
-            default: return mm_start(mm_ftc_kernel<TYPE, 4>, grid, stream, args);
+            case 1: return mm_start_ftc<TYPE, 1>(grid, stream, args);
+            case 2: return mm_start_ftc<TYPE, 2>(grid, stream, args);
+            case 3: return mm_start_ftc<TYPE, 3>(grid, stream, args);
+            default: return mm_start_ftc<TYPE, 4>(grid, stream, args);
             }
         }
     }

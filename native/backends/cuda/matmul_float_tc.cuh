@@ -41,6 +41,12 @@
  * terms x ne0 / 16 MMA steps plus the chunk adds, the same class as the fma chain's ne0 roundings;
  * the measured figures against float64 are in the check's output and the commit message.
  *
+ * Unit order: a matrix's warps go chunk by chunk (mm_unit_chunk_major): the 4 warps of a CTA take 4
+ * row groups of one chunk and read the same activation terms, which L1 then serves to 3 of them.
+ * Against the row-group order (a CTA's warps on 4 chunks of one row group) it took 3-16 % off the
+ * DFlash draft's matrices at 1 and 16 tokens on an H200 (docs/perf.md, seventeenth pass; draft_kv,
+ * 1024 rows, 1-5 % slower at 16-23 tokens, draft_up 1 % at 23). A permutation of units: the same bits.
+ *
  * Thread mapping (per warp, like matmul_mma.cuh): a warp owns one (row group of 32, chunk) unit:
  * row tiles mt = 0, 1 of 16 rows; thread (g = lane / 4, t = lane % 4) loads, per block and row
  * quarter hr (rows 8 hr + g), piece t of that row's block: elements 8t..8t+7, one 16-byte load
@@ -328,9 +334,9 @@ __global__ void __launch_bounds__(MM_SPLIT_THREADS) mm_split_kernel(const float 
     }
 }
 
-template <int TYPE, int NTILES>
+template <int TYPE, int NTILES, bool CHUNK_MAJOR>
 __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_args args) {
-    mm_run_warp_unit(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
+    mm_run_warp_unit<CHUNK_MAJOR>(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
 }
 #endif
 

@@ -206,6 +206,16 @@ template <int TYPE> MM_HD mm_unit_place mm_unit_of(const mm_launch_args &args, i
     return p;
 }
 
+/* The unit that warp w of a launch runs when a matrix's warps go chunk by chunk: consecutive warps
+ * take consecutive row groups of one chunk (u itself orders them row group by row group), so the
+ * warps of a CTA read the same activation blocks. A permutation of the units within each matrix:
+ * every unit computes what it computes in either order. */
+MM_HD int mm_unit_chunk_major(const mm_launch_args &args, int w) {
+    const mm_mat_args M = mm_select_mat(args, w);
+    const int local = w - M.unit_begin;
+    return M.unit_begin + (local % M.row_groups) * M.n_chunks + local / M.row_groups;
+}
+
 /* The staged tensor-core kernel (matmul_tile.cuh) runs a CTA per (pair of row groups, chunk): CTA
  * `local` of a matrix takes row groups 2 (local / n_chunks) and 2 (local / n_chunks) + 1, chunk
  * local % n_chunks. */
