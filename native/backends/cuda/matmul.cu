@@ -265,8 +265,9 @@ __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int
 
 /* The body of the per-warp tensor-core kernels (mm_mma_kernel, mm_ftc_kernel): warp w of the launch
  * runs unit u = w (CHUNK_MAJOR: u = mm_unit_chunk_major(w), the F16/BF16 kernel's order) as
- * unit(u, lane), which stores the unit's partial sums, then the split-K finish of its row group. The next kernel may launch at once (launch.h; it waits for this grid's end). mm_kernel
- * writes the same steps inline: as a unit function it took up to 10 more registers (and spilled
+ * unit(u, lane), which stores the unit's partial sums, then the split-K finish of its row group.
+ * The next kernel may launch at once (launch.h; it waits for this grid's end). mm_kernel writes the
+ * same steps inline: as a unit function it took up to 10 more registers (and spilled
  * Q5_0's one-token form), and it is the decode step's hot kernel. */
 template <bool CHUNK_MAJOR = false, class Unit>
 __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Unit unit) {

@@ -42,10 +42,11 @@
  * the measured figures against float64 are in the check's output and the commit message.
  *
  * Unit order: a matrix's warps go chunk by chunk (mm_unit_chunk_major): the 4 warps of a CTA take 4
- * row groups of one chunk and read the same activation terms, which L1 then serves to 3 of them.
- * Against the row-group order (a CTA's warps on 4 chunks of one row group) it took 3-16 % off the
- * DFlash draft's matrices at 1 and 16 tokens on an H200 (docs/perf.md, seventeenth pass; draft_kv,
- * 1024 rows, 1-5 % slower at 16-23 tokens, draft_up 1 % at 23). A permutation of units: the same bits.
+ * row groups of one chunk and read the same activation terms, which the later readers can then find
+ * in L1 (the likely reason for the gain; the kernel was not profiled). Against the row-group order
+ * (a CTA's warps on 4 chunks of one row group) it took 3-16 % off the DFlash draft's q, o, up and
+ * down matrices at 1 and 16 tokens on an H200 (docs/perf.md, seventeenth pass; draft_kv, 1024 rows,
+ * 1-5 % slower at 16-23 tokens, draft_up 1 % at 23). A permutation of units: the same bits.
  *
  * Thread mapping (per warp, like matmul_mma.cuh): a warp owns one (row group of 32, chunk) unit:
  * row tiles mt = 0, 1 of 16 rows; thread (g = lane / 4, t = lane % 4) loads, per block and row
