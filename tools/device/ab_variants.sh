@@ -40,12 +40,19 @@ names=(main)
 
 revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
 
+# a CPU-only build of SRC in DIR, as the checkers link it: libspecla.so (build_cuda_checks.sh's
+# CPU_LIB_BUILD) and the static specla_cpu (cuda_ops_check/build.sh); output to LOG
+build_cpu_oracle() {
+  local src=$1 dir=$2 log=$3
+  { cmake -S "$src" -B "$dir" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$dir" -j "$(nproc)" && cmake --build "$dir" --target specla_cpu; } > "$log" 2>&1
+}
+
 # the checkers' CPU oracle library, built once when a variant is a patch (a patch that touches more
 # than the CUDA sources gets its own, below)
 cpu_lib=$HOME/ab-cpu-lib
 if [[ " $* " != *.patch* ]]; then cpu_lib=
-elif ! { cmake -S "$root" -B "$cpu_lib" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$cpu_lib" -j "$(nproc)" && cmake --build "$cpu_lib" --target specla_cpu; } > "$HOME/ab-cpu-lib.log" 2>&1; then
+elif ! build_cpu_oracle "$root" "$cpu_lib" "$HOME/ab-cpu-lib.log"; then
   echo "the checkers' CPU library did not build: every checker builds its own"; cpu_lib=
 fi
 
@@ -99,11 +106,10 @@ for spec in "$@"; do
       variant_cpu=$cpu_lib
       if [ -n "$cpu_lib" ] && grep -E "^\+\+\+ b/native/" "${list[0]}" | grep -qv "^+++ b/native/backends/cuda/"; then
         variant_cpu=$snap/cpu-build
-        { cmake -S "$snap" -B "$variant_cpu" -G Ninja -DSPECLA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release &&
-          cmake --build "$variant_cpu" -j "$(nproc)" --target specla_cpu; } > "$HOME/ab-cpu-lib-$name.log" 2>&1 ||
+        build_cpu_oracle "$snap" "$variant_cpu" "$HOME/ab-cpu-lib-$name.log" ||
           { echo "variant $name: its CPU oracle did not build"; variant_cpu=; }
       fi
-      if grep -q "matmul" "${list[0]}"; then
+      if grep -qE "^\+\+\+ b/(native/backends/cuda/matmul|tools/cuda_matmul_check)" "${list[0]}"; then
         CPU_LIB_BUILD=$variant_cpu bash "$snap/tools/device/build_cuda_checks.sh" "$HOME/ab-check-$name" 90 > "$HOME/ab-check-$name.log" 2>&1 &
         checks+=("matmul:$name:$!")
       fi
