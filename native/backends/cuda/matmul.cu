@@ -275,7 +275,7 @@ __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Uni
     int u = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents();
     if (u >= args.n_units) return; /* whole warps */
-    if (CHUNK_MAJOR) u = mm_unit_chunk_major(args, u);
+    if constexpr (CHUNK_MAJOR) u = mm_unit_chunk_major(args, u);
     if (lane == 0) mm_trace(u, MM_TRACE_START);
     unit(u, lane);
     if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
