@@ -95,6 +95,34 @@ int cuda_matmul_staged_bulk(void);
  * puts work on a stream): the backend adds the difference around each call to its launch count. */
 int64_t cuda_matmul_kernel_launches(void);
 
+/* A chain of one-token matmuls, y_0 = W_0 x and y_l = W_l y_{l-1}, run by ONE persistent kernel
+ * (matmul_chain.cuh): stage 1 of docs/persistent-step.md, an experiment measured against the same
+ * chain of cuda_matmul calls by tools/cuda_chain_check.cu. Every y_l is the bits cuda_matmul gives on
+ * y_{l-1}. All weights one type, Q4_K or Q6_K (prepared), ne0 of link l = ne1 of link l - 1, every
+ * ne0 and every ne1 but the last a multiple of 256, at most 64 links; y[l] device buffers of ne1
+ * floats. form: CUDA_MATMUL_CHAIN_REGISTERS_8 (a warp holds its next weight block in registers, 8
+ * warps per SM), _12 (the same at 12 warps per SM, Q4_K only; it spills there) or
+ * CUDA_MATMUL_CHAIN_RING_8 / _12 / _16 (sm_90: a ring of shared-memory stages per warp, filled by
+ * bulk copies ahead of the computation and across its waits, at 8, 12 or 16 warps per SM, the
+ * stages as many as fit); warps: the kernel's warps, 0 (or more than fit)
+ * for all that are resident at once. The
+ * chain holds its own counters and activation blocks; its runs go one at a time (on one stream).
+ * CUDA only: cudaErrorNotSupported on HIP. */
+typedef struct cuda_matmul_chain cuda_matmul_chain;
+#define CUDA_MATMUL_CHAIN_NO_WAIT 1     /* no unit waits for its input: a timing bound, wrong results */
+#define CUDA_MATMUL_CHAIN_L2_PREFETCH 2 /* a unit asks L2 for the rest of its weights before its wait */
+#define CUDA_MATMUL_CHAIN_CHUNK_MAJOR 4 /* a link's units go chunk by chunk (the same bits) */
+#define CUDA_MATMUL_CHAIN_REGISTERS_8 0
+#define CUDA_MATMUL_CHAIN_REGISTERS_12 1
+#define CUDA_MATMUL_CHAIN_RING_8 2
+#define CUDA_MATMUL_CHAIN_RING_12 3
+#define CUDA_MATMUL_CHAIN_RING_16 4
+cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor *const *w, float *const *y, int form, int warps,
+                                     cuda_matmul_chain **out);
+cudaError_t cuda_matmul_chain_run(cudaStream_t stream, const cuda_matmul_chain *chain, const float *x, int flags);
+int cuda_matmul_chain_warps(const cuda_matmul_chain *chain);
+void cuda_matmul_chain_destroy(cuda_matmul_chain *chain);
+
 #define CUDA_MATMUL_GROUP_LAUNCH 4
 
 #ifdef __cplusplus

@@ -56,6 +56,7 @@
  * non-coherent loads, which the compiler may issue before the wait; what the previous kernel wrote
  * takes plain loads (mm_load16_act; tools/check_load_rules.py keeps the rule). The arithmetic is
  * untouched. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -744,3 +745,5 @@ extern "C" cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, 
                                    cuda_matmul_workspace ws) {
     return cuda_matmul_group(stream, 1, &w, x, n_batch, &y, ws);
 }
+
+#include "matmul_chain.cuh"
