@@ -8,8 +8,9 @@
  *                    [--only CHAIN [--only-flags F]]   (R runs of one chain form, for a profiler)
  *
  * Check (every variant of the chain: both unit orders, with and without the L2 prefetch, the
- * register form at 8 and 12 warps per SM and the ring form, each also on a grid of one warp per SM,
- * where each warp runs many tasks and waits often):
+ * register form at 8 and 12 warps per SM, the ring form at 8, 12 and 16 and with two row groups per
+ * unit at 8 and 12, and both forms on a grid of one warp per SM, where each warp runs many tasks and
+ * waits often):
  * K runs on fresh random inputs, every output of both paths poisoned with NaN before each run, every
  * y_l of the chain compared with the op path's bit for bit. The weights are random valid blocks whose
  * scales keep the values of a long chain finite (the check fails on any non-finite output).
@@ -214,6 +215,8 @@ int main(int argc, char **argv) {
                                          {"ring 8/SM", CUDA_MATMUL_CHAIN_RING_8, 0, nullptr},
                                          {"ring 12/SM", CUDA_MATMUL_CHAIN_RING_12, 0, nullptr},
                                          {"ring 16/SM", CUDA_MATMUL_CHAIN_RING_16, 0, nullptr},
+                                         {"ring pairs 8/SM", CUDA_MATMUL_CHAIN_RING_PAIRS_8, 0, nullptr},
+                                         {"ring pairs 12/SM", CUDA_MATMUL_CHAIN_RING_PAIRS_12, 0, nullptr},
                                          {"ring 1 warp/SM", CUDA_MATMUL_CHAIN_RING_8, sms, nullptr}};
     if (type == SPECLA_TYPE_Q4_K) chains.insert(chains.begin() + 1, {"regs 12/SM", CUDA_MATMUL_CHAIN_REGISTERS_12, 0, nullptr});
     for (auto &c : chains) {
@@ -266,7 +269,7 @@ int main(int argc, char **argv) {
             }
             const int ok = bad_links == 0 && nonfinite == 0;
             failures += !ok;
-            printf("check %-16s flags %d: %s (%d of %d link outputs differ, %d non-finite, largest |y| %.3g)\n", c.name,
+            printf("check %-18s flags %d: %s (%d of %d link outputs differ, %d non-finite, largest |y| %.3g)\n", c.name,
                    flags, ok ? "PASSED" : "FAIL", bad_links, n_links * check_runs, nonfinite, largest);
         }
     }

@@ -104,7 +104,8 @@ int64_t cuda_matmul_kernel_launches(void);
  * warps per SM), _12 (the same at 12 warps per SM, Q4_K only; it spills there) or
  * CUDA_MATMUL_CHAIN_RING_8 / _12 / _16 (sm_90: a ring of shared-memory stages per warp, filled by
  * bulk copies ahead of the computation and across its waits, at 8, 12 or 16 warps per SM, the
- * stages as many as fit); warps: the kernel's warps, 0 (or more than fit)
+ * stages as many as fit), or CUDA_MATMUL_CHAIN_RING_PAIRS_8 / _12 (the ring form with two row
+ * groups per unit, computed side by side); warps: the kernel's warps, 0 (or more than fit)
  * for all that are resident at once. The
  * chain holds its own counters and activation blocks; its runs go one at a time (on one stream).
  * CUDA only: cudaErrorNotSupported on HIP. */
@@ -117,6 +118,8 @@ typedef struct cuda_matmul_chain cuda_matmul_chain;
 #define CUDA_MATMUL_CHAIN_RING_8 2
 #define CUDA_MATMUL_CHAIN_RING_12 3
 #define CUDA_MATMUL_CHAIN_RING_16 4
+#define CUDA_MATMUL_CHAIN_RING_PAIRS_8 5
+#define CUDA_MATMUL_CHAIN_RING_PAIRS_12 6
 cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor *const *w, float *const *y, int form, int warps,
                                      cuda_matmul_chain **out);
 cudaError_t cuda_matmul_chain_run(cudaStream_t stream, const cuda_matmul_chain *chain, const float *x, int flags);

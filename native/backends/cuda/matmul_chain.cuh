@@ -47,6 +47,7 @@ typedef struct mm_chain_link {
     unsigned *ready;                  /* [n_chunks]: Q8_K blocks of the input quantized, per chunk */
     int ne0, ne1, n_blocks, row_groups, chunk_blocks, n_chunks;
     int task_begin;                   /* the link's first task in the chain's list */
+    int groups_per_unit;              /* row groups a unit computes side by side: 1, or 2 (pairs) */
 } mm_chain_link;
 
 
@@ -100,11 +101,14 @@ __device__ __forceinline__ unsigned mm_chain_chunk_blocks(const mm_chain_link &L
     return (unsigned)(k_end - c * L.chunk_blocks);
 }
 
-/* Row group and chunk of task g, a unit of link L: row group by row group, or chunk by chunk. */
+/* First row group and chunk of task g, a unit of link L (groups_per_unit row groups from rg):
+ * unit by unit along the row groups, or chunk by chunk. */
 __device__ __forceinline__ void mm_chain_unit_of(const mm_chain_link &L, int g, int flags, int *rg, int *c) {
-    const int local = g - L.task_begin;
-    if (flags & CUDA_MATMUL_CHAIN_CHUNK_MAJOR) *rg = local % L.row_groups, *c = local / L.row_groups;
-    else *rg = local / L.n_chunks, *c = local % L.n_chunks;
+    const int local = g - L.task_begin, units = (L.row_groups + L.groups_per_unit - 1) / L.groups_per_unit;
+    int u;
+    if (flags & CUDA_MATMUL_CHAIN_CHUNK_MAJOR) u = local % units, *c = local / units;
+    else u = local / L.n_chunks, *c = local % L.n_chunks;
+    *rg = u * L.groups_per_unit;
 }
 
 /* After unit (rg, c) of link l computed its partial sum `acc`: the store, the split-K finish by the
@@ -217,19 +221,21 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_kernel(const mm_cha
  * the copies run ahead across task boundaries and across the waits for inputs: a warp that waits
  * has its next S blocks landing meanwhile. The lanes read their block from the stage with mm_load's
  * offsets, so the arithmetic is the register form's, bit for bit. sm_90 (bulk copies) only. */
-template <int TYPE, int WARPS_PER_SM> struct mm_chain_ring_traits {
+template <int TYPE, int WARPS_PER_SM, int PAIR> struct mm_chain_ring_traits {
     static constexpr int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    static constexpr int stage_bytes = PAIR * slot_bytes; /* a block of each of the unit's row groups */
     /* as many stages as WARPS_PER_SM rings fit in an SM's 227 KB, 2 to 6 */
-    static constexpr int fit = (227 * 1024 / WARPS_PER_SM - 64) / slot_bytes;
+    static constexpr int fit = (227 * 1024 / WARPS_PER_SM - 64) / stage_bytes;
     static constexpr int stages = fit > 6 ? 6 : fit < 2 ? 2 : fit;
-    static constexpr int smem_bytes = 64 + stages * slot_bytes; /* the mbarriers, then the stages */
+    static constexpr int smem_bytes = 64 + stages * stage_bytes; /* the mbarriers, then the stages */
 };
 
 /* Lane 0's walk over the warp's blocks, in the order the warp computes them: task g, g + W, ...
  * (the unit tasks only), block k_begin .. k_end - 1 of each. */
 struct mm_chain_cursor {
-    int g, l, k, k_end;
-    const uint8_t *base; /* the unit's row group's first slot */
+    int g, l, k, k_end, n_slots;  /* n_slots: the unit's row groups (the last pair may have one) */
+    const uint8_t *base;          /* the unit's first row group's first slot */
+    int64_t group_stride;         /* bytes from a row group's slots to the next one's */
 };
 template <int TYPE>
 __device__ __forceinline__ bool mm_chain_cursor_task(const mm_chain_args &a, mm_chain_cursor &cur) {
@@ -241,13 +247,18 @@ __device__ __forceinline__ bool mm_chain_cursor_task(const mm_chain_args &a, mm_
     mm_chain_unit_of(L, cur.g, a.flags, &rg, &c);
     cur.k = c * L.chunk_blocks, cur.k_end = min(L.n_blocks, cur.k + L.chunk_blocks);
     cur.base = L.w + mm_slot_offset(TYPE, L.n_blocks, rg, 0);
+    cur.n_slots = min(L.groups_per_unit, L.row_groups - rg);
+    cur.group_stride = mm_slot_offset(TYPE, L.n_blocks, 1, 0);
     return true;
 }
 
-template <int TYPE, int WARPS_PER_SM>
+/* PAIR 2: a unit is two row groups of one chunk, computed side by side from one stage (two slots),
+ * so each lane has two independent sums in flight, and the activation operands each block loads
+ * serve both; each row group's sum is the one-row-group unit's, bit for bit. */
+template <int TYPE, int WARPS_PER_SM, int PAIR>
 __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_ring_kernel(const mm_chain_args a) {
 #if MM_TILE_BULK_DEVICE
-    using R = mm_chain_ring_traits<TYPE, WARPS_PER_SM>;
+    using R = mm_chain_ring_traits<TYPE, WARPS_PER_SM, PAIR>;
     constexpr int S = R::stages, P = mm_traits<TYPE>::pieces;
     extern __shared__ __align__(128) uint8_t mm_chain_dyn[];
     uint64_t *full = (uint64_t *)mm_chain_dyn;
@@ -255,14 +266,16 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_ring_kernel(const m
     const int lane = threadIdx.x & 31;
     const unsigned W = gridDim.x;
     /* lane 0's issue cursor and the blocks issued / consumed so far */
-    mm_chain_cursor ahead = {(int)blockIdx.x, 0, 0, 0, nullptr};
+    mm_chain_cursor ahead = {(int)blockIdx.x, 0, 0, 0, 0, nullptr, 0};
     bool more = false;
     unsigned issued = 0, consumed = 0;
     auto issue_next = [&](void) { /* lane 0: the next block of the walk into stage issued % S */
         if (!more) return;
         const int st = (int)(issued % S);
-        mm_bar_expect(full + st, (unsigned)R::slot_bytes);
-        mm_bulk_copy(stages + st * R::slot_bytes, ahead.base + (int64_t)ahead.k * R::slot_bytes, R::slot_bytes, full + st);
+        mm_bar_expect(full + st, (unsigned)(ahead.n_slots * R::slot_bytes));
+        for (int i = 0; i < ahead.n_slots; i++)
+            mm_bulk_copy(stages + st * R::stage_bytes + i * R::slot_bytes,
+                         ahead.base + i * ahead.group_stride + (int64_t)ahead.k * R::slot_bytes, R::slot_bytes, full + st);
         issued++;
         if (++ahead.k == ahead.k_end) {
             ahead.g += (int)W;
@@ -295,26 +308,34 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_ring_kernel(const m
         mm_acts act;
         memset(&act, 0, sizeof act);
         act.codes = L.codes, act.scales = L.scales, act.bsums = L.bsums;
-        float acc = 0.0f;
+        const bool second = PAIR == 2 && rg + 1 < L.row_groups;
+        float acc[PAIR];
+#pragma unroll
+        for (int i = 0; i < PAIR; i++) acc[i] = 0.0f;
         for (int k = k_begin; k < k_end; k++) {
             const int st = (int)(consumed % S);
             mm_bar_wait(full + st, (consumed / S) & 1u);
-            const uint8_t *slot = stages + st * R::slot_bytes;
-            uint32_t wv[4 * P];
+            uint32_t wv[PAIR][4 * P];
+            mm_side side[PAIR];
 #pragma unroll
-            for (int p = 0; p < P; p++) {
-                const uint4 v = *(const uint4 *)(slot + p * 16 * MM_GROUP_ROWS + 16 * lane);
-                wv[4 * p] = v.x, wv[4 * p + 1] = v.y, wv[4 * p + 2] = v.z, wv[4 * p + 3] = v.w;
+            for (int i = 0; i < PAIR; i++) {
+                const uint8_t *slot = stages + st * R::stage_bytes + i * R::slot_bytes;
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const uint4 v = *(const uint4 *)(slot + p * 16 * MM_GROUP_ROWS + 16 * lane);
+                    wv[i][4 * p] = v.x, wv[i][4 * p + 1] = v.y, wv[i][4 * p + 2] = v.z, wv[i][4 * p + 3] = v.w;
+                }
+                side[i].d = 0, side[i].qh = 0;
+                if (mm_traits<TYPE>::has_d) side[i].d = ((const unsigned short *)(slot + P * 16 * MM_GROUP_ROWS))[lane];
             }
-            mm_side side;
-            side.d = 0, side.qh = 0;
-            if (mm_traits<TYPE>::has_d) side.d = ((const unsigned short *)(slot + P * 16 * MM_GROUP_ROWS))[lane];
             consumed++;
-            __syncwarp(); /* every lane has its block: the stage is free */
+            __syncwarp(); /* every lane has its blocks: the stage is free */
             if (lane == 0) issue_next();
-            acc = mm_block_step<TYPE>(wv, side, act, L.ne0, 0, k, acc);
+            acc[0] = mm_block_step<TYPE>(wv[0], side[0], act, L.ne0, 0, k, acc[0]);
+            if (PAIR == 2 && second) acc[PAIR - 1] = mm_block_step<TYPE>(wv[PAIR - 1], side[PAIR - 1], act, L.ne0, 0, k, acc[PAIR - 1]);
         }
-        mm_chain_unit_end(a.links, l, a.n_links, rg, c, acc, epoch, lane);
+        mm_chain_unit_end(a.links, l, a.n_links, rg, c, acc[0], epoch, lane);
+        if (PAIR == 2 && second) mm_chain_unit_end(a.links, l, a.n_links, rg + 1, c, acc[PAIR - 1], epoch, lane);
     }
     mm_chain_run_end(a, epoch, lane);
 #else
@@ -329,7 +350,7 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_ring_kernel(const m
 #if !defined(SPECLA_USE_HIP)
 struct cuda_matmul_chain {
     int32_t type;
-    int form; /* CUDA_MATMUL_CHAIN_REGISTERS_8 / _12 or CUDA_MATMUL_CHAIN_RING_8 / _12 / _16 */
+    int form; /* CUDA_MATMUL_CHAIN_REGISTERS_8 / _12, CUDA_MATMUL_CHAIN_RING_8 / _12 / _16 or _PAIRS_8 / _12 */
     int n_links, n_tasks, n_input_blocks, warps;
     mm_chain_link *links; /* device */
     unsigned *completed, *warps_done;
@@ -343,22 +364,26 @@ template <typename... KArgs> static int mm_chain_resident_warps(void (*kernel)(K
         return 0;
     return per_sm * sms;
 }
-#endif
 
 /* f(kernel, dynamic shared memory bytes) for the ring form's instantiation of (type, form). */
 template <class F> static int mm_chain_ring_visit(int32_t type, int form, F f) {
-#define MM_CHAIN_RING_CASE(T, WPS) \
-    return f(mm_chain_ring_kernel<T, WPS>, mm_chain_ring_traits<T, WPS>::smem_bytes)
+#define MM_CHAIN_RING_CASE(T, WPS, PAIR) \
+    return f(mm_chain_ring_kernel<T, WPS, PAIR>, mm_chain_ring_traits<T, WPS, PAIR>::smem_bytes)
     if (type == SPECLA_TYPE_Q6_K) {
-        if (form == CUDA_MATMUL_CHAIN_RING_16) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 16);
-        if (form == CUDA_MATMUL_CHAIN_RING_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 12);
-        MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 8);
+        if (form == CUDA_MATMUL_CHAIN_RING_16) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 16, 1);
+        if (form == CUDA_MATMUL_CHAIN_RING_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 12, 1);
+        if (form == CUDA_MATMUL_CHAIN_RING_PAIRS_8) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 8, 2);
+        if (form == CUDA_MATMUL_CHAIN_RING_PAIRS_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 12, 2);
+        MM_CHAIN_RING_CASE(SPECLA_TYPE_Q6_K, 8, 1);
     }
-    if (form == CUDA_MATMUL_CHAIN_RING_16) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 16);
-    if (form == CUDA_MATMUL_CHAIN_RING_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 12);
-    MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 8);
+    if (form == CUDA_MATMUL_CHAIN_RING_16) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 16, 1);
+    if (form == CUDA_MATMUL_CHAIN_RING_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 12, 1);
+    if (form == CUDA_MATMUL_CHAIN_RING_PAIRS_8) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 8, 2);
+    if (form == CUDA_MATMUL_CHAIN_RING_PAIRS_12) MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 12, 2);
+    MM_CHAIN_RING_CASE(SPECLA_TYPE_Q4_K, 8, 1);
 #undef MM_CHAIN_RING_CASE
 }
+#endif
 
 extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor *const *w, float *const *y,
                                                 int form, int warps, cuda_matmul_chain **out) {
@@ -367,7 +392,8 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
     return cudaErrorNotSupported;
 #else
     if (!out || n_links < 1 || !w || !y || warps < 0) return cudaErrorInvalidValue;
-    if (form < CUDA_MATMUL_CHAIN_REGISTERS_8 || form > CUDA_MATMUL_CHAIN_RING_16) return cudaErrorInvalidValue;
+    if (form < CUDA_MATMUL_CHAIN_REGISTERS_8 || form > CUDA_MATMUL_CHAIN_RING_PAIRS_12) return cudaErrorInvalidValue;
+    const int groups_per_unit = form >= CUDA_MATMUL_CHAIN_RING_PAIRS_8 ? 2 : 1;
     const int ring = form >= CUDA_MATMUL_CHAIN_RING_8;
     if (ring && cuda_device_major() < 9) return cudaErrorNotSupported; /* bulk copies */
     *out = nullptr;
@@ -419,8 +445,8 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
         L.w = (const uint8_t *)w[l]->data, L.y = y[l];
         L.ne0 = w[l]->ne0, L.ne1 = w[l]->ne1, L.n_blocks = p.n_blocks, L.row_groups = p.row_groups;
         L.chunk_blocks = p.chunk_blocks, L.n_chunks = p.n_chunks;
-        L.task_begin = task;
-        task += p.row_groups * p.n_chunks;
+        L.task_begin = task, L.groups_per_unit = groups_per_unit;
+        task += (p.row_groups + groups_per_unit - 1) / groups_per_unit * p.n_chunks;
     }
     uint8_t *mem = nullptr;
     cudaError_t err = cudaMalloc((void **)&mem, off);
