@@ -148,6 +148,22 @@ __device__ __noinline__ void mm_chain_unit_end(const mm_chain_link *links, int l
     mm_chain_quantize_block(L.y, links[l + 1], j, lane);
 }
 
+/* Task g of a warp's walk (l: the link of its previous unit task, advanced here): an input block is
+ * quantized here (false); a unit gives its link l, first row group rg, chunk c and blocks
+ * [k_begin, k_end) (true). */
+__device__ __forceinline__ bool mm_chain_task(const mm_chain_args &a, int g, int lane, int &l, int &rg, int &c,
+                                              int &k_begin, int &k_end) {
+    if (g < a.n_input_blocks) { /* the chain's input: Q8_K block g of x */
+        mm_chain_quantize_block(a.x, a.links[0], g, lane);
+        return false;
+    }
+    while (l + 1 < a.n_links && g >= a.links[l + 1].task_begin) l++;
+    const mm_chain_link &L = a.links[l];
+    mm_chain_unit_of(L, g, a.flags, &rg, &c);
+    k_begin = c * L.chunk_blocks, k_end = min(L.n_blocks, k_begin + L.chunk_blocks);
+    return true;
+}
+
 /* The run's end: the last of the grid's warps to get here makes the next launch's run number
  * epoch + 1 (every warp read this one at its start, before it arrived here). */
 __device__ __forceinline__ void mm_chain_run_end(const mm_chain_args &a, unsigned epoch, int lane) {
@@ -171,15 +187,9 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_kernel(const mm_cha
     const bool wait = !(a.flags & CUDA_MATMUL_CHAIN_NO_WAIT);
     int l = 0;
     for (int g = blockIdx.x; g < a.n_tasks; g += (int)W) {
-        if (g < a.n_input_blocks) { /* the chain's input: Q8_K block g of x */
-            mm_chain_quantize_block(a.x, a.links[0], g, lane);
-            continue;
-        }
-        while (l + 1 < a.n_links && g >= a.links[l + 1].task_begin) l++;
+        int rg, c, k_begin, k_end;
+        if (!mm_chain_task(a, g, lane, l, rg, c, k_begin, k_end)) continue;
         const mm_chain_link &L = a.links[l];
-        int rg, c;
-        mm_chain_unit_of(L, g, a.flags, &rg, &c);
-        const int k_begin = c * L.chunk_blocks, k_end = min(L.n_blocks, k_begin + L.chunk_blocks);
         const uint8_t *group_base = L.w + mm_slot_offset(TYPE, L.n_blocks, rg, 0);
 
         mm_frag<TYPE> cur, nxt;
@@ -294,15 +304,9 @@ __global__ void __launch_bounds__(32, WARPS_PER_SM) mm_chain_ring_kernel(const m
     const bool wait = !(a.flags & CUDA_MATMUL_CHAIN_NO_WAIT);
     int l = 0;
     for (int g = blockIdx.x; g < a.n_tasks; g += (int)W) {
-        if (g < a.n_input_blocks) {
-            mm_chain_quantize_block(a.x, a.links[0], g, lane);
-            continue;
-        }
-        while (l + 1 < a.n_links && g >= a.links[l + 1].task_begin) l++;
+        int rg, c, k_begin, k_end;
+        if (!mm_chain_task(a, g, lane, l, rg, c, k_begin, k_end)) continue;
         const mm_chain_link &L = a.links[l];
-        int rg, c;
-        mm_chain_unit_of(L, g, a.flags, &rg, &c);
-        const int k_begin = c * L.chunk_blocks, k_end = min(L.n_blocks, k_begin + L.chunk_blocks);
         if (wait) mm_chain_wait(L.ready + c, epoch * mm_chain_chunk_blocks(L, c), lane);
 
         mm_acts act;
