@@ -304,11 +304,20 @@ __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Uni
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
-template <int TYPE, int NT>
+/* FORM (the one-token Q4_K / Q6_K launches only; 0 elsewhere): MM_DP4A_STAGED, the activation blocks
+ * staged in shared memory (mm_stage_acts); MM_DP4A_PINGPONG, the block loop unrolled by two so that
+ * the two load groups trade roles instead of the next one being copied into the current one (a copy
+ * of every fragment register per block otherwise). Neither changes an operation or its order. */
+#define MM_DP4A_STAGED 1
+#define MM_DP4A_PINGPONG 2
+template <int TYPE, int NT, int FORM = 0>
 __global__ void __launch_bounds__(MM_DP4A_THREADS,
                                   mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
     mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
     constexpr int G = mm_traits<TYPE>::load_group;
+    constexpr bool staged = (FORM & MM_DP4A_STAGED) != 0, pingpong = (FORM & MM_DP4A_PINGPONG) != 0;
+    static_assert(FORM == 0 || (NT == 1 && (TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K)),
+                  "the staged and ping-pong forms are the one-token Q4_K / Q6_K kernel's");
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
@@ -321,7 +330,6 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
     const uint8_t *group_base = P.group_base;
 
     /* the staged form's buffers (mm_stage_acts): codes, bsums, scales of the chunk's blocks */
-    constexpr bool can_stage = NT == 1 && (TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K);
     extern __shared__ __align__(16) uint8_t mm_dp4a_stage[];
     int8_t *s_codes = (int8_t *)mm_dp4a_stage;
     int16_t *s_bsums = (int16_t *)(mm_dp4a_stage + args.stage_blocks * 256);
@@ -331,14 +339,8 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-        mm_frag<TYPE> cur, nxt;
-        mm_load(cur, group_base, k_begin, k_end, lane);
-        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
-        if constexpr (can_stage)
-            if (args.stage_blocks) mm_stage_acts(args.act, args.n, k_begin, k_end, s_codes, s_bsums, s_scales, lane);
-        for (int k = k_begin; k < k_end; k += G) {
-            if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
+        /* the block steps of load group f, which holds blocks k .. k + G - 1 */
+        auto compute = [&](const mm_frag<TYPE> &f, int k) {
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 if (k + g < k_end) {
@@ -347,27 +349,46 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
                      * arithmetic, to time the weight stream alone; the results are meaningless */
                     uint32_t fold = 0;
 #pragma unroll
-                    for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= cur.w[g][i];
+                    for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= f.w[g][i];
                     acc[0] += __uint_as_float(fold & 0x3f7fffffu);
 #else
-                    if (can_stage && args.stage_blocks) {
+                    if constexpr (staged) {
                         /* the same block step on the staged operands of block k + g */
                         const int o = k + g - k_begin;
                         if constexpr (TYPE == SPECLA_TYPE_Q4_K)
-                            acc[0] = mm_block_q4_k(cur.w[g], s_codes + o * 256, s_scales[o], s_bsums + o * 16, acc[0]);
-                        else if constexpr (TYPE == SPECLA_TYPE_Q6_K)
-                            acc[0] = mm_block_q6_k(cur.w[g], cur.side[g], s_codes + o * 256, s_bsums + o * 16, s_scales[o],
+                            acc[0] = mm_block_q4_k(f.w[g], s_codes + o * 256, s_scales[o], s_bsums + o * 16, acc[0]);
+                        else
+                            acc[0] = mm_block_q6_k(f.w[g], f.side[g], s_codes + o * 256, s_bsums + o * 16, s_scales[o],
                                                    acc[0]);
                     } else {
 #pragma unroll
                         for (int t = 0; t < NT; t++)
                             if (t0 + t < args.n_batch)
-                                acc[t] = mm_block_step<TYPE>(cur.w[g], cur.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
+                                acc[t] = mm_block_step<TYPE>(f.w[g], f.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
                     }
 #endif
                 }
             }
-            cur = nxt;
+        };
+        mm_frag<TYPE> cur, nxt;
+        mm_load(cur, group_base, k_begin, k_end, lane);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
+        if constexpr (staged) mm_stage_acts(args.act, args.n, k_begin, k_end, s_codes, s_bsums, s_scales, lane);
+        if constexpr (pingpong) {
+            for (int k = k_begin; k < k_end; k += 2 * G) {
+                if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
+                compute(cur, k);
+                if (k + G >= k_end) break;
+                if (k + 2 * G < k_end) mm_load(cur, group_base, k + 2 * G, k_end, lane);
+                compute(nxt, k + G);
+            }
+        } else {
+            for (int k = k_begin; k < k_end; k += G) {
+                if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
+                compute(cur, k);
+                cur = nxt;
+            }
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -555,19 +576,32 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
  * longer reads its activations from global memory. */
 #define MM_STAGE_MAX_BLOCKS 24
 /* Whether the one-token dp4a kernel stages its activations (mm_stage_acts), unless
- * SPECLA_CUDA_DP4A_STAGE=0 (an A/B; the bits are the same). */
+ * SPECLA_CUDA_DP4A_STAGE=0, and whether its block loop runs ping-pong, with
+ * SPECLA_CUDA_DP4A_PINGPONG=1 (both A/B switches; the bits are the same). */
+static int mm_env_flag(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v ? strcmp(v, "0") != 0 : fallback;
+}
 static int mm_dp4a_stage_enabled(void) {
-    static const int enabled = !(getenv("SPECLA_CUDA_DP4A_STAGE") && strcmp(getenv("SPECLA_CUDA_DP4A_STAGE"), "0") == 0);
+    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_STAGE", 1);
     return enabled;
 }
-/* The one-token dp4a launch of a Q4_K / Q6_K group, staged when its chunks fit. */
+static int mm_dp4a_pingpong_enabled(void) {
+    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_PINGPONG", 0);
+    return enabled;
+}
+/* The one-token dp4a launch of a Q4_K / Q6_K group: staged when its chunks fit, ping-pong when
+ * switched on. */
 template <int TYPE> static cudaError_t mm_start_dp4a_one(cudaStream_t stream, const mm_launch_args &args) {
     int blocks = 0;
     for (int i = 0; i < args.n_mats; i++) blocks = args.mat[i].chunk_blocks > blocks ? args.mat[i].chunk_blocks : blocks;
-    if (!mm_dp4a_stage_enabled() || blocks > MM_STAGE_MAX_BLOCKS) return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
+    const bool pingpong = mm_dp4a_pingpong_enabled();
+    if (!mm_dp4a_stage_enabled() || blocks > MM_STAGE_MAX_BLOCKS)
+        return mm_start_dp4a(pingpong ? mm_kernel<TYPE, 1, MM_DP4A_PINGPONG> : mm_kernel<TYPE, 1>, stream, args);
     mm_launch_args staged = args;
     staged.stage_blocks = blocks;
-    return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, staged, (size_t)blocks * (256 + 32 + 4));
+    return mm_start_dp4a(pingpong ? mm_kernel<TYPE, 1, MM_DP4A_STAGED | MM_DP4A_PINGPONG> : mm_kernel<TYPE, 1, MM_DP4A_STAGED>,
+                         stream, staged, (size_t)blocks * (256 + 32 + 4));
 }
 
 /* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
