@@ -248,7 +248,7 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
     }
 }
 
-/* The staged form of the one-token dp4a kernel (Q4_K, Q6_K; SPECLA_CUDA_DP4A_STAGE=0 turns it off):
+/* The staged form of the one-token dp4a kernel (Q4_K, Q6_K; SPECLA_CUDA_DP4A_STAGE=1 turns it on):
  * after its wait, a warp copies its chunk's Q8_K activation blocks [k_begin, k_end) of token 0
  * (256 code bytes, 16 bsums, a scale each) into its shared memory with coalesced 16-byte loads, so
  * that each block step reads its operands from shared memory. Read from global memory per block,
@@ -575,15 +575,17 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
  * 292 bytes a block: 24 blocks keep them within 85 KB of shared memory); a launch whose chunks are
  * longer reads its activations from global memory. */
 #define MM_STAGE_MAX_BLOCKS 24
-/* Whether the one-token dp4a kernel stages its activations (mm_stage_acts), unless
- * SPECLA_CUDA_DP4A_STAGE=0, and whether its block loop runs ping-pong, with
- * SPECLA_CUDA_DP4A_PINGPONG=1 (both A/B switches; the bits are the same). */
+/* Whether the one-token dp4a kernel stages its activations (mm_stage_acts), with
+ * SPECLA_CUDA_DP4A_STAGE=1, and whether its block loop runs ping-pong, with
+ * SPECLA_CUDA_DP4A_PINGPONG=1: A/B switches, the same operations. Both are off by default until
+ * cuda_matmul_check has compared their bits on the 27B shapes on a GPU: the GPU tests' models have
+ * one block per chunk, so they do not reach the multi-block staging and loop. */
 static int mm_env_flag(const char *name, int fallback) {
     const char *v = getenv(name);
     return v ? strcmp(v, "0") != 0 : fallback;
 }
 static int mm_dp4a_stage_enabled(void) {
-    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_STAGE", 1);
+    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_STAGE", 0);
     return enabled;
 }
 static int mm_dp4a_pingpong_enabled(void) {
