@@ -255,7 +255,7 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
  * these were 18 dependent 16-byte loads through an L1 that the weight stream keeps evicting: the
  * long-scoreboard stalls of docs/perf.md's eighteenth pass. The arithmetic, and so the bits, are
  * unchanged (the same block functions on the same bytes). */
-__device__ __forceinline__ void mm_stage_acts(const mm_acts &act, int64_t n, int k_begin, int k_end, int8_t *s_codes,
+__device__ __forceinline__ void mm_stage_acts(const mm_acts &act, int k_begin, int k_end, int8_t *s_codes,
                                               int16_t *s_bsums, float *s_scales, int lane) {
     const int nb = k_end - k_begin;
     const uint4 *codes = (const uint4 *)(act.codes + (int64_t)k_begin * 256);
@@ -263,7 +263,6 @@ __device__ __forceinline__ void mm_stage_acts(const mm_acts &act, int64_t n, int
     for (int i = lane; i < nb * 16; i += 32) ((uint4 *)s_codes)[i] = codes[i];
     for (int i = lane; i < nb * 2; i += 32) ((uint4 *)s_bsums)[i] = bsums[i];
     for (int i = lane; i < nb; i += 32) s_scales[i] = act.scales[k_begin + i];
-    (void)n;
     __syncwarp();
 }
 
@@ -374,7 +373,7 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
         mm_load(cur, group_base, k_begin, k_end, lane);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
-        if constexpr (staged) mm_stage_acts(args.act, args.n, k_begin, k_end, s_codes, s_bsums, s_scales, lane);
+        if constexpr (staged) mm_stage_acts(args.act, k_begin, k_end, s_codes, s_bsums, s_scales, lane);
         if constexpr (pingpong) {
             for (int k = k_begin; k < k_end; k += 2 * G) {
                 if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
@@ -547,13 +546,26 @@ static int mm_float_tensor_cores(void) {
 #endif
 }
 
-/* A launch of `threads`-thread CTAs on `stream` (launch.h), counted. */
+/* An A/B switch read from the environment: its value is on unless it is "0"; unset, `fallback`. */
+static int mm_env_flag(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v ? strcmp(v, "0") != 0 : fallback;
+}
+
+/* A launch of `threads`-thread CTAs with `smem` bytes of dynamic shared memory each on `stream`
+ * (launch.h), counted: every kernel launch of this file and matmul_chain.cuh goes through it. */
+template <typename... KArgs>
+static cudaError_t mm_start_smem(void (*kernel)(KArgs...), unsigned grid, unsigned threads, size_t smem,
+                                 cudaStream_t stream, typename launch_param<KArgs>::type... args) {
+    cuda_launch(kernel, dim3(grid), dim3(threads), smem, stream, args...);
+    mm_kernels_launched++;
+    return cudaGetLastError();
+}
+/* The same without dynamic shared memory. */
 template <typename... KArgs>
 static cudaError_t mm_start_threads(void (*kernel)(KArgs...), unsigned grid, unsigned threads, cudaStream_t stream,
                                     typename launch_param<KArgs>::type... args) {
-    cuda_launch(kernel, dim3(grid), dim3(threads), 0, stream, args...);
-    mm_kernels_launched++;
-    return cudaGetLastError();
+    return mm_start_smem(kernel, grid, threads, 0, stream, args...);
 }
 /* A launch of MM_THREADS-thread CTAs. */
 template <typename... KArgs>
@@ -566,9 +578,7 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
 static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args,
                                  size_t smem = 0) {
     const unsigned grid = (unsigned)((args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK);
-    cuda_launch(kernel, dim3(grid), dim3(MM_DP4A_THREADS), smem, stream, args);
-    mm_kernels_launched++;
-    return cudaGetLastError();
+    return mm_start_smem(kernel, grid, MM_DP4A_THREADS, smem, stream, args);
 }
 
 /* Blocks a CTA of the one-token dp4a kernel stages at most (12 single-warp CTAs of Q4_K per SM at
@@ -580,10 +590,6 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
  * SPECLA_CUDA_DP4A_PINGPONG=1: A/B switches, the same operations. Both are off by default until
  * cuda_matmul_check has compared their bits on the 27B shapes on a GPU: the GPU tests' models have
  * one block per chunk, so they do not reach the multi-block staging and loop. */
-static int mm_env_flag(const char *name, int fallback) {
-    const char *v = getenv(name);
-    return v ? strcmp(v, "0") != 0 : fallback;
-}
 static int mm_dp4a_stage_enabled(void) {
     static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_STAGE", 0);
     return enabled;
@@ -617,9 +623,7 @@ template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas,
     static const cudaError_t attr_err = cudaFuncSetAttribute(mm_tile_bulk_kernel<TYPE, NT>,
                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr_err != cudaSuccess) return attr_err;
-    cuda_launch(mm_tile_bulk_kernel<TYPE, NT>, dim3(ctas), dim3(MM_THREADS), smem, stream, args);
-    mm_kernels_launched++;
-    return cudaGetLastError();
+    return mm_start_smem(mm_tile_bulk_kernel<TYPE, NT>, ctas, MM_THREADS, smem, stream, args);
 #endif
 }
 
@@ -629,7 +633,7 @@ static int mm_tile_bulk(void) {
 #if defined(SPECLA_USE_HIP)
     return 0;
 #else
-    static const int enabled = !(getenv("SPECLA_CUDA_TILE_BULK") && strcmp(getenv("SPECLA_CUDA_TILE_BULK"), "0") == 0);
+    static const int enabled = mm_env_flag("SPECLA_CUDA_TILE_BULK", 1);
     return enabled && cuda_device_major() >= 9;
 #endif
 }
@@ -639,8 +643,7 @@ extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 /* Whether the F16/BF16 tensor-core kernel's warps go chunk by chunk (mm_unit_chunk_major), unless
  * SPECLA_CUDA_FTC_CHUNK_MAJOR=0 (an A/B; the bits are the same). */
 static int mm_ftc_chunk_major(void) {
-    static const int enabled =
-        !(getenv("SPECLA_CUDA_FTC_CHUNK_MAJOR") && strcmp(getenv("SPECLA_CUDA_FTC_CHUNK_MAJOR"), "0") == 0);
+    static const int enabled = mm_env_flag("SPECLA_CUDA_FTC_CHUNK_MAJOR", 1);
     return enabled;
 }
 template <int TYPE, int NT> static cudaError_t mm_start_ftc(unsigned grid, cudaStream_t stream, const mm_launch_args &args) {

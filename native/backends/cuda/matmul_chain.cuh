@@ -356,9 +356,9 @@ struct cuda_matmul_chain {
     int32_t type;
     int form; /* CUDA_MATMUL_CHAIN_REGISTERS_8 / _12, CUDA_MATMUL_CHAIN_RING_8 / _12 / _16 or _PAIRS_8 / _12 */
     int n_links, n_tasks, n_input_blocks, warps;
-    mm_chain_link *links; /* device */
+    mm_chain_link *links; /* device: the start of the chain's one allocation (links, counters, partial
+                           * sums, activation blocks) */
     unsigned *completed, *warps_done;
-    void *memory;         /* one device allocation: links, counters, partial sums, activation blocks */
 };
 
 template <typename... KArgs> static int mm_chain_resident_warps(void (*kernel)(KArgs...), size_t smem) {
@@ -370,7 +370,7 @@ template <typename... KArgs> static int mm_chain_resident_warps(void (*kernel)(K
 }
 
 /* f(kernel, dynamic shared memory bytes) for the ring form's instantiation of (type, form). */
-template <class F> static int mm_chain_ring_visit(int32_t type, int form, F f) {
+template <class F> static auto mm_chain_ring_visit(int32_t type, int form, F f) {
 #define MM_CHAIN_RING_CASE(T, WPS, PAIR) \
     return f(mm_chain_ring_kernel<T, WPS, PAIR>, mm_chain_ring_traits<T, WPS, PAIR>::smem_bytes)
     if (type == SPECLA_TYPE_Q6_K) {
@@ -395,7 +395,7 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
     (void)n_links, (void)w, (void)y, (void)form, (void)warps, (void)out;
     return cudaErrorNotSupported;
 #else
-    if (!out || n_links < 1 || !w || !y || warps < 0) return cudaErrorInvalidValue;
+    if (!out || n_links < 1 || n_links > 64 || !w || !y || warps < 0) return cudaErrorInvalidValue;
     if (form < CUDA_MATMUL_CHAIN_REGISTERS_8 || form > CUDA_MATMUL_CHAIN_RING_PAIRS_12) return cudaErrorInvalidValue;
     const int groups_per_unit = form >= CUDA_MATMUL_CHAIN_RING_PAIRS_8 ? 2 : 1;
     const int ring = form >= CUDA_MATMUL_CHAIN_RING_8;
@@ -428,23 +428,25 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
     size_t off = mm_align((size_t)n_links * sizeof(mm_chain_link));
     const size_t completed_at = off;
     off = mm_align(off + 2 * sizeof(unsigned));
-    size_t at[8 * 64];
-    if (n_links > 64) {
-        free(host);
-        return cudaErrorInvalidValue;
-    }
+    struct {
+        size_t partials, arrivals, rows_done, codes, scales, bsums, ready;
+    } at[64]; /* each link's arrays: offsets into the allocation */
     int task = w[0]->ne0 / 256;
     for (int l = 0; l < n_links; l++) {
         const mm_plan p = mm_plan_for(type, w[l]->ne0, w[l]->ne1);
         const size_t rows_padded = (size_t)p.row_groups * MM_GROUP_ROWS, ne0 = (size_t)w[l]->ne0;
-        size_t *a = at + 8 * l;
-        a[0] = off, off = mm_align(off + (p.n_chunks > 1 ? (size_t)p.n_chunks * rows_padded * sizeof(float) : 0));
-        a[1] = off, off = mm_align(off + (size_t)p.row_groups * sizeof(unsigned));
-        a[2] = off, off = mm_align(off + (size_t)(w[l]->ne1 / 256 + 1) * sizeof(unsigned));
-        a[3] = off, off = mm_align(off + ne0);
-        a[4] = off, off = mm_align(off + ne0 / 256 * sizeof(float));
-        a[5] = off, off = mm_align(off + ne0 / 16 * sizeof(int16_t));
-        a[6] = off, off = mm_align(off + (size_t)p.n_chunks * sizeof(unsigned));
+        auto carve = [&off](size_t bytes) {
+            const size_t at_off = off;
+            off = mm_align(off + bytes);
+            return at_off;
+        };
+        at[l].partials = carve(p.n_chunks > 1 ? (size_t)p.n_chunks * rows_padded * sizeof(float) : 0);
+        at[l].arrivals = carve((size_t)p.row_groups * sizeof(unsigned));
+        at[l].rows_done = carve((size_t)(w[l]->ne1 / 256 + 1) * sizeof(unsigned));
+        at[l].codes = carve(ne0);
+        at[l].scales = carve(ne0 / 256 * sizeof(float));
+        at[l].bsums = carve(ne0 / 16 * sizeof(int16_t));
+        at[l].ready = carve((size_t)p.n_chunks * sizeof(unsigned));
         mm_chain_link &L = host[l];
         L.w = (const uint8_t *)w[l]->data, L.y = y[l];
         L.ne0 = w[l]->ne0, L.ne1 = w[l]->ne1, L.n_blocks = p.n_blocks, L.row_groups = p.row_groups;
@@ -461,11 +463,11 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
         return err;
     }
     for (int l = 0; l < n_links; l++) {
-        const size_t *a = at + 8 * l;
         mm_chain_link &L = host[l];
-        L.partials = (float *)(mem + a[0]), L.arrivals = (unsigned *)(mem + a[1]), L.rows_done = (unsigned *)(mem + a[2]);
-        L.codes = (int8_t *)(mem + a[3]), L.scales = (float *)(mem + a[4]), L.bsums = (int16_t *)(mem + a[5]);
-        L.ready = (unsigned *)(mem + a[6]);
+        L.partials = (float *)(mem + at[l].partials), L.arrivals = (unsigned *)(mem + at[l].arrivals);
+        L.rows_done = (unsigned *)(mem + at[l].rows_done), L.codes = (int8_t *)(mem + at[l].codes);
+        L.scales = (float *)(mem + at[l].scales), L.bsums = (int16_t *)(mem + at[l].bsums);
+        L.ready = (unsigned *)(mem + at[l].ready);
     }
     err = cudaMemcpy(mem, host, (size_t)n_links * sizeof *host, cudaMemcpyHostToDevice);
     free(host);
@@ -477,7 +479,6 @@ extern "C" cudaError_t cuda_matmul_chain_create(int n_links, const specla_tensor
     chain->type = type, chain->form = form, chain->n_links = n_links, chain->n_tasks = task, chain->n_input_blocks = w[0]->ne0 / 256;
     chain->warps = warps, chain->links = (mm_chain_link *)mem;
     chain->completed = (unsigned *)(mem + completed_at), chain->warps_done = chain->completed + 1;
-    chain->memory = mem;
     *out = chain;
     return cudaSuccess;
 #endif
@@ -503,12 +504,9 @@ extern "C" cudaError_t cuda_matmul_chain_run(cudaStream_t stream, const cuda_mat
     a.n_links = chain->n_links, a.n_tasks = chain->n_tasks, a.n_input_blocks = chain->n_input_blocks, a.flags = flags;
     const unsigned grid = (unsigned)chain->warps;
     if (chain->form >= CUDA_MATMUL_CHAIN_RING_8) {
-        mm_chain_ring_visit(chain->type, chain->form, [&](auto kernel, int smem) {
-            cuda_launch(kernel, dim3(grid), dim3(32), (size_t)smem, stream, a);
-            return 0;
+        return mm_chain_ring_visit(chain->type, chain->form, [&](auto kernel, int smem) {
+            return mm_start_smem(kernel, grid, 32, (size_t)smem, stream, a);
         });
-        mm_kernels_launched++;
-        return cudaGetLastError();
     }
     if (chain->type == SPECLA_TYPE_Q6_K) return mm_start_threads(mm_chain_kernel<SPECLA_TYPE_Q6_K, 8>, grid, 32, stream, a);
     if (chain->form == CUDA_MATMUL_CHAIN_REGISTERS_12)
@@ -520,7 +518,7 @@ extern "C" cudaError_t cuda_matmul_chain_run(cudaStream_t stream, const cuda_mat
 extern "C" void cuda_matmul_chain_destroy(cuda_matmul_chain *chain) {
 #if !defined(SPECLA_USE_HIP)
     if (!chain) return;
-    cudaFree(chain->memory);
+    cudaFree(chain->links);
     free(chain);
 #else
     (void)chain;
