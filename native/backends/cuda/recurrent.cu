@@ -13,8 +13,9 @@
  * __fmaf_rn(k, delta, decayed row) in both gdn_step and gdn_fold (the state update is
  * fl(row * decay) then fl(k * delta + that) on both paths), and the dot products accumulate with
  * __fmaf_rn (they exist only in gdn_step). The fused update rounds once where the CPU oracle rounds
- * twice: GPU and CPU agree to float rounding, GPU paths agree bit for bit. decay = expf(g) inside
- * gdn_step / gdn_fold (the accurate expf, no fast math); SiLU divides with __fdiv_rn.
+ * twice: GPU and CPU agree to float rounding, GPU paths agree bit for bit. decay = expf(g) (the
+ * accurate expf, no fast math), taken once per token when the token's inputs are put in shared
+ * memory (gdn_chunk_put) and read there by gdn_step / gdn_fold; SiLU divides with __fdiv_rn.
  * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
  *
  * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
@@ -37,7 +38,8 @@
  * keys, never on which thread or block holds the row, so every R gives the same bits.
  * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
  * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
- * one memory latency per chunk rather than per token.
+ * one memory latency per chunk rather than per token; the chunk's results (outputs, deltas) leave
+ * the same way, staged in shared memory and stored by the whole block after the chunk.
  *
  * Conv thread mapping: one thread per channel c (blocks of 128 channels); the window of K raw
  * inputs, the K weights and the output sum (oldest sample first, then SiLU) live in registers.
@@ -145,26 +147,31 @@ __device__ __forceinline__ gdn_lane gdn_lane_of(int S, int Hk, int Hv, int h) {
 /* one token's inputs as one thread needs them */
 template <int KPL> struct gdn_token {
     float k[KPL], q[KPL], v[GDN_ROWS_PER_THREAD];
-    float g, beta; /* g raw: expf is taken in gdn_step, so a prefetch does not wait on the load */
+    float decay, beta; /* decay = expf(g), from the chunk in shared memory */
 };
 
 /* one accepted token's factors as one thread needs them */
 template <int KPL> struct gdn_factor {
     float k[KPL], delta[GDN_ROWS_PER_THREAD];
-    float g; /* raw, as in gdn_token */
+    float decay; /* as in gdn_token */
 };
 
 /* Token inputs reach the threads through shared memory, GDN_CHUNK tokens at a time: the block
  * loads a chunk with all its threads (every load independent, so one memory latency per chunk
  * rather than one per token) while it steps through the previous chunk, double buffered. A chunk
- * holds the key head's k and q (zero beyond S), the block's rows of v (or of delta, for folds) and
- * g and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), row elements flat = e * 128 + t
- * below GDN_CHUNK_ROWS (8 tokens x 8 rows = 64 at one row per thread: threads 0 .. 63 load one
- * each; 128 at two, one per thread), and g / beta for t < GDN_CHUNK. */
+ * holds the key head's k and q (zero beyond S), the block's rows of v (or of delta, for folds), the
+ * decay expf(g) and beta. Thread t's share: keys flat = e * 128 + t (e < KPL), or, where a token's
+ * keys are 16 KPL floats on a 16-byte boundary (S = 64, 128: gdn_keys_by_vectors), 16-byte pieces
+ * flat = e * 128 + t (e < KPL / 4), so one token id and one load per 4 keys; row elements
+ * flat = e * 128 + t below GDN_CHUNK_ROWS (8 tokens x 8 rows = 64 at one row per thread: threads
+ * 0 .. 63 load one each; 128 at two, one per thread), and g / beta for t < GDN_CHUNK. The expf of g
+ * is taken at the put, once per token for the whole block, when its load has long arrived. */
 template <int KPL> struct __align__(16) gdn_chunk {
     float k[GDN_CHUNK][KPL * GDN_LANES], q[GDN_CHUNK][KPL * GDN_LANES];
     float rows[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
-    float g[GDN_CHUNK], beta[GDN_CHUNK];
+    float decay[GDN_CHUNK], beta[GDN_CHUNK];
+    /* the chunk's results (gdn_stage_rows), written out once the block has walked it */
+    float out[GDN_CHUNK][GDN_ROWS_PER_BLOCK], delta[GDN_CHUNK][GDN_ROWS_PER_BLOCK];
 };
 #define GDN_CHUNK_ROWS (GDN_CHUNK * GDN_ROWS_PER_BLOCK)                  /* row elements of a chunk */
 #define GDN_ROW_SHARES ((GDN_CHUNK_ROWS + GDN_THREADS - 1) / GDN_THREADS) /* of them per thread, at most */
@@ -185,24 +192,52 @@ template <int KPL> struct gdn_chunk_share {
 /* token c of a chunk starting at `base`: ids[base + c], or base + c when ids is NULL */
 __device__ __forceinline__ int gdn_token_id(const int32_t *ids, int base, int c) { return ids ? ids[base + c] : base + c; }
 
+/* Whether k and q travel in 16-byte pieces: a token's keys are exactly 16 KPL floats (S = 64, 128)
+ * and both tensors start on a 16-byte boundary (every token's keys then do). The same for the whole
+ * block, chosen once per walk. */
+template <int KPL> __device__ __forceinline__ bool gdn_keys_by_vectors(const gdn_lane &L, const float *k, const float *q) {
+    return KPL % 4 == 0 && L.S == KPL * GDN_LANES && (((uintptr_t)k | (uintptr_t)q) & 15) == 0;
+}
+/* in the vector layout: the 16-byte pieces of one token's keys, and where thread piece e lands */
+#define GDN_KEY_PIECES(KPL) ((KPL) * GDN_LANES / 4)
+__device__ __forceinline__ int gdn_piece_token(int flat, int pieces) { return flat / pieces; }
+__device__ __forceinline__ int gdn_piece_key(int flat, int pieces) { return (flat % pieces) * 4; }
+
 /* this thread's share of tokens base .. base + GDN_CHUNK - 1 (those < n) from k, q [.][Hk][S] (q may
- * be NULL), rows [.][Hv][S], g and beta [.][Hv] (beta may be NULL) */
+ * be NULL), rows [.][Hv][S], g and beta [.][Hv] (beta may be NULL); `vectors` from gdn_keys_by_vectors */
 template <int KPL>
-__device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const int32_t *ids, int base, int n,
-                                                const gdn_lane &L, const float *k, const float *q, const float *rows,
-                                                const float *g, const float *beta) {
+__device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, bool vectors, const int32_t *ids, int base,
+                                                int n, const gdn_lane &L, const float *k, const float *q,
+                                                const float *rows, const float *g, const float *beta) {
     const int tid = (int)threadIdx.x;
+    if (KPL % 4 == 0 && vectors) {
+        /* piece e of the thread: token c, keys i .. i + 3; one token id and one load per 4 keys */
 #pragma unroll
-    for (int e = 0; e < KPL; e++) {
-        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
-        float kv = 0.0f, qv = 0.0f;
-        if (base + c < n && i < L.S) {
-            const int64_t at = ((int64_t)gdn_token_id(ids, base, c) * L.Hk + L.kh) * L.S + i;
-            kv = k[at];
-            if (q) qv = q[at];
+        for (int e = 0; e < KPL / 4; e++) {
+            const int flat = e * GDN_THREADS + tid;
+            const int c = gdn_piece_token(flat, GDN_KEY_PIECES(KPL)), i = gdn_piece_key(flat, GDN_KEY_PIECES(KPL));
+            float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qv = kv;
+            if (base + c < n) {
+                const int64_t at = ((int64_t)gdn_token_id(ids, base, c) * L.Hk + L.kh) * L.S + i;
+                kv = *reinterpret_cast<const float4 *>(k + at);
+                if (q) qv = *reinterpret_cast<const float4 *>(q + at);
+            }
+            sh.k[4 * e] = kv.x, sh.k[4 * e + 1] = kv.y, sh.k[4 * e + 2] = kv.z, sh.k[4 * e + 3] = kv.w;
+            sh.q[4 * e] = qv.x, sh.q[4 * e + 1] = qv.y, sh.q[4 * e + 2] = qv.z, sh.q[4 * e + 3] = qv.w;
         }
-        sh.k[e] = kv;
-        sh.q[e] = qv;
+    } else {
+#pragma unroll
+        for (int e = 0; e < KPL; e++) {
+            const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+            float kv = 0.0f, qv = 0.0f;
+            if (base + c < n && i < L.S) {
+                const int64_t at = ((int64_t)gdn_token_id(ids, base, c) * L.Hk + L.kh) * L.S + i;
+                kv = k[at];
+                if (q) qv = q[at];
+            }
+            sh.k[e] = kv;
+            sh.q[e] = qv;
+        }
     }
 #pragma unroll
     for (int e = 0; e < GDN_ROW_SHARES; e++) {
@@ -221,13 +256,25 @@ __device__ __forceinline__ void gdn_chunk_fetch(gdn_chunk_share<KPL> &sh, const 
     }
 }
 
-template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> &s, const gdn_chunk_share<KPL> &sh) {
+/* the share into chunk s, in the layout gdn_chunk_fetch loaded it with (`vectors`); g becomes the decay */
+template <int KPL>
+__device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> &s, const gdn_chunk_share<KPL> &sh, bool vectors) {
     const int tid = (int)threadIdx.x;
+    if (KPL % 4 == 0 && vectors) {
 #pragma unroll
-    for (int e = 0; e < KPL; e++) {
-        const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
-        s.k[c][i] = sh.k[e];
-        s.q[c][i] = sh.q[e];
+        for (int e = 0; e < KPL / 4; e++) {
+            const int flat = e * GDN_THREADS + tid;
+            const int c = gdn_piece_token(flat, GDN_KEY_PIECES(KPL)), i = gdn_piece_key(flat, GDN_KEY_PIECES(KPL));
+            *reinterpret_cast<float4 *>(&s.k[c][i]) = make_float4(sh.k[4 * e], sh.k[4 * e + 1], sh.k[4 * e + 2], sh.k[4 * e + 3]);
+            *reinterpret_cast<float4 *>(&s.q[c][i]) = make_float4(sh.q[4 * e], sh.q[4 * e + 1], sh.q[4 * e + 2], sh.q[4 * e + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < KPL; e++) {
+            const int flat = e * GDN_THREADS + tid, c = flat / (KPL * GDN_LANES), i = flat % (KPL * GDN_LANES);
+            s.k[c][i] = sh.k[e];
+            s.q[c][i] = sh.q[e];
+        }
     }
 #pragma unroll
     for (int e = 0; e < GDN_ROW_SHARES; e++) {
@@ -235,7 +282,7 @@ template <int KPL> __device__ __forceinline__ void gdn_chunk_put(gdn_chunk<KPL> 
         if (gdn_row_share_exists(flat)) s.rows[flat / GDN_ROWS_PER_BLOCK][flat % GDN_ROWS_PER_BLOCK] = sh.row[e];
     }
     if (tid < GDN_CHUNK) {
-        s.g[tid] = sh.g;
+        s.decay[tid] = expf(sh.g);
         s.beta[tid] = sh.beta;
     }
 }
@@ -274,7 +321,7 @@ __device__ __forceinline__ void gdn_token_of(gdn_token<KPL> &in, const gdn_chunk
     gdn_keys_of<KPL>(in.q, s.q[c], L.lane);
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.v[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
-    in.g = s.g[c];
+    in.decay = s.decay[c];
     in.beta = s.beta[c];
 }
 
@@ -283,36 +330,70 @@ __device__ __forceinline__ void gdn_factor_of(gdn_factor<KPL> &in, const gdn_chu
     gdn_keys_of<KPL>(in.k, s.k[c], L.lane);
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) in.delta[r] = s.rows[c][L.row[r] % GDN_ROWS_PER_BLOCK];
-    in.g = s.g[c];
+    in.decay = s.decay[c];
+}
+
+/* Row results of token c (equal on all 16 lanes) into the chunk; lane 0 writes them. */
+__device__ __forceinline__ void gdn_stage_rows(float (&dst)[GDN_CHUNK][GDN_ROWS_PER_BLOCK], int c, const gdn_lane &L,
+                                               const float (&val)[GDN_ROWS_PER_THREAD]) {
+    if (L.lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) dst[c][L.row[r] % GDN_ROWS_PER_BLOCK] = val[r];
+}
+
+/* The staged results of the chunk's first `count` tokens into out and delta_out [.][Hv][S] (either
+ * may be NULL) at the tokens' ids, by the whole block: one store per element instead of a lane-0
+ * store per token and row inside the serial walk. */
+template <int KPL>
+__device__ __forceinline__ void gdn_write_chunk(const gdn_chunk<KPL> &s, const int32_t *ids, int base, int count,
+                                                const gdn_lane &L, float *out, float *delta_out) {
+#pragma unroll
+    for (int e0 = 0; e0 < 2 * GDN_CHUNK_ROWS; e0 += GDN_THREADS) {
+        const int f = e0 + (int)threadIdx.x;
+        if (2 * GDN_CHUNK_ROWS % GDN_THREADS != 0 && f >= 2 * GDN_CHUNK_ROWS) break;
+        const bool is_delta = f >= GDN_CHUNK_ROWS;
+        const int e = is_delta ? f - GDN_CHUNK_ROWS : f, c = e / GDN_ROWS_PER_BLOCK, r = e % GDN_ROWS_PER_BLOCK;
+        const int row = (int)blockIdx.x * GDN_ROWS_PER_BLOCK + r;
+        float *dst = is_delta ? delta_out : out;
+        if (dst != NULL && c < count && row < L.S)
+            dst[((int64_t)gdn_token_id(ids, base, c) * L.Hv + L.h) * L.S + row] = is_delta ? s.delta[c][r] : s.out[c][r];
+    }
 }
 
 /* Calls body(index, chunk, c) for the n tokens in order (index = position 0 .. n - 1, token c of the
- * chunk in shared memory), fetching the next chunk while the body walks the current one. Every
- * thread of the block must call it with the same n (it synchronises the block). */
+ * chunk in shared memory), fetching the next chunk while the body walks the current one; what the
+ * body staged (gdn_stage_rows) goes to out and delta_out (either may be NULL) at the tokens' ids
+ * after the chunk. Every thread of the block must call it with the same n (it synchronises the
+ * block, also on return, so a caller may then rewrite ids or reuse the chunks). */
 template <int KPL, class Body>
 __device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const int32_t *ids, int n, const gdn_lane &L,
                                                 const float *k, const float *q, const float *rows, const float *g,
-                                                const float *beta, Body body) {
+                                                const float *beta, float *out, float *delta_out, Body body) {
     if (n <= 0) return;
+    const bool vectors = gdn_keys_by_vectors<KPL>(L, k, q ? q : k);
+    const bool writes = out != NULL || delta_out != NULL;
     gdn_chunk_share<KPL> sh;
-    gdn_chunk_fetch<KPL>(sh, ids, 0, n, L, k, q, rows, g, beta);
-    gdn_chunk_put<KPL>(buf[0], sh);
+    gdn_chunk_fetch<KPL>(sh, vectors, ids, 0, n, L, k, q, rows, g, beta);
+    gdn_chunk_put<KPL>(buf[0], sh, vectors);
     __syncthreads();
     for (int base = 0, b = 0; base < n; base += GDN_CHUNK, b ^= 1) {
         const bool more = base + GDN_CHUNK < n;
-        if (more) gdn_chunk_fetch<KPL>(sh, ids, base + GDN_CHUNK, n, L, k, q, rows, g, beta);
+        if (more) gdn_chunk_fetch<KPL>(sh, vectors, ids, base + GDN_CHUNK, n, L, k, q, rows, g, beta);
         const int count = min(GDN_CHUNK, n - base);
         for (int c = 0; c < count; c++) body(base + c, buf[b], c);
-        if (more) gdn_chunk_put<KPL>(buf[b ^ 1], sh);
+        if (more) gdn_chunk_put<KPL>(buf[b ^ 1], sh, vectors);
         __syncthreads();
+        /* buf[b]'s results are complete; its next writer is the body two chunks on, after a barrier */
+        if (writes) gdn_write_chunk<KPL>(buf[b], ids, base, count, L, out, delta_out);
     }
+    __syncthreads();
 }
 
 /* One token of the gated delta rule on the thread's rows (see the mapping at the top). */
 template <int KPL>
 __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_token<KPL> &in, float scale,
                                          float (&out)[GDN_ROWS_PER_THREAD], float (&delta)[GDN_ROWS_PER_THREAD]) {
-    const float decay = expf(in.g);
+    const float decay = in.decay;
     float part[GDN_ROWS_PER_THREAD];
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
@@ -345,7 +426,7 @@ __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
 /* One accepted token's factors into the state: gdn_step's update without the reads. */
 template <int KPL>
 __device__ __forceinline__ void gdn_fold(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_factor<KPL> &in) {
-    const float decay = expf(in.g);
+    const float decay = in.decay;
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
 #pragma unroll
@@ -429,16 +510,6 @@ template <int KPL> __device__ __forceinline__ void gdn_unpark(float (&M)[GDN_ROW
     }
 }
 
-/* row values (equal on all 16 lanes) into dst [.][Hv][S] at token / node t; lane 0 writes */
-__device__ __forceinline__ void gdn_write_rows(float *dst, int t, const gdn_lane &L,
-                                               const float (&val)[GDN_ROWS_PER_THREAD]) {
-    if (dst == NULL || L.lane != 0) return;
-    float *at = dst + ((int64_t)t * L.Hv + L.h) * L.S;
-#pragma unroll
-    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++)
-        if (L.row[r] < L.S) at[L.row[r]] = val[r];
-}
-
 /* ------------------------------------------------------------------------------------------
  * GDN kernels; grid (ceil(S / GDN_ROWS_PER_BLOCK), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
  * ---------------------------------------------------------------------------------------- */
@@ -453,12 +524,12 @@ __global__ void GDN_LAUNCH_BOUNDS
     float *head = state + (int64_t)L.h * S * S;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
-    gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
+    gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, out, NULL, [&](int, gdn_chunk<KPL> &s, int c) {
         gdn_token<KPL> in;
         gdn_token_of<KPL>(in, s, c, L);
         float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
         gdn_step<KPL>(M, in, scale, o, d);
-        gdn_write_rows(out, t, L, o);
+        gdn_stage_rows(s.out, c, L, o);
     });
     gdn_store_state<KPL>(M, head, L);
 }
@@ -468,7 +539,7 @@ template <int KPL>
 __device__ __forceinline__ void gdn_fold_tokens(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> (&chunks)[2],
                                                 const gdn_lane &L, const float *k, const float *delta, const float *g,
                                                 int n) {
-    gdn_walk_tokens<KPL>(chunks, NULL, n, L, k, NULL, delta, g, NULL, [&](int, const gdn_chunk<KPL> &s, int c) {
+    gdn_walk_tokens<KPL>(chunks, NULL, n, L, k, NULL, delta, g, NULL, NULL, NULL, [&](int, gdn_chunk<KPL> &s, int c) {
         gdn_factor<KPL> f;
         gdn_factor_of<KPL>(f, s, c, L);
         gdn_fold<KPL>(M, f);
@@ -552,8 +623,8 @@ __global__ void GDN_LAUNCH_BOUNDS
         gdn_store_state<KPL>(M, durable, L);
     }
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
-    gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, [&](int p, const gdn_chunk<KPL> &s, int c) {
-        const int node = walk_node[p], load = walk_load[p];
+    gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, out, delta_out, [&](int p, gdn_chunk<KPL> &s, int c) {
+        const int load = walk_load[p];
         if (load >= 0 && load < smem_slots)
             gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
         else if (load >= 0)
@@ -564,8 +635,8 @@ __global__ void GDN_LAUNCH_BOUNDS
         gdn_token_of<KPL>(in, s, c, L);
         float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
         gdn_step<KPL>(M, in, scale, o, d);
-        gdn_write_rows(out, node, L, o);
-        gdn_write_rows(delta_out, node, L, d);
+        gdn_stage_rows(s.out, c, L, o);
+        gdn_stage_rows(s.delta, c, L, d);
         const int store = walk_store[p];
         if (store >= 0 && store < smem_slots)
             gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
@@ -603,13 +674,13 @@ __global__ void GDN_LAUNCH_BOUNDS
         __syncthreads();
         float M[GDN_ROWS_PER_THREAD][KPL];
         gdn_load_state<KPL>(M, durable, L);
-        gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, [&](int i, const gdn_chunk<KPL> &s, int cc) {
+        gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, out, delta_out, [&](int, gdn_chunk<KPL> &s, int cc) {
             gdn_token<KPL> in;
             gdn_token_of<KPL>(in, s, cc, L);
             float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
             gdn_step<KPL>(M, in, scale, o, d);
-            gdn_write_rows(out, path[i], L, o);
-            gdn_write_rows(delta_out, path[i], L, d);
+            gdn_stage_rows(s.out, cc, L, o);
+            gdn_stage_rows(s.delta, cc, L, d);
         });
     }
 }
@@ -630,15 +701,15 @@ __global__ void GDN_LAUNCH_BOUNDS
     const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, state + (int64_t)L.h * head_size, L);
-    gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, [&](int t, const gdn_chunk<KPL> &s, int c) {
+    gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, out, delta_out, [&](int t, gdn_chunk<KPL> &s, int c) {
         const int parent = parents[t];
         if (t > 0 && parent != t - 1) gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
         gdn_token<KPL> in;
         gdn_token_of<KPL>(in, s, c, L);
         float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
         gdn_step<KPL>(M, in, scale, o, d);
-        gdn_write_rows(out, t, L, o);
-        gdn_write_rows(delta_out, t, L, d);
+        gdn_stage_rows(s.out, c, L, o);
+        gdn_stage_rows(s.delta, c, L, d);
         gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
     });
 }
