@@ -2,14 +2,14 @@
 # Device experiment: chosen matrices of the isolated matmul benchmark (tools/cuda_matmul_check.cu)
 # timed under several settings of one build, in interleaved rounds, after the checker's own checks
 # (--no-bench) on the default settings. For a kernel change behind an environment switch (e.g.
-# SPECLA_CUDA_DP4A_STAGE, SPECLA_CUDA_FTC_CHUNK_MAJOR): the same build, so the variants differ only
+# SPECLA_CUDA_FTC_CHUNK_MAJOR, SPECLA_CUDA_TILE_BULK): the same build, so the variants differ only
 # in the switch. Tables to stdout (one line per matrix, variant and round: us per call and GB/s at
 # each n), rows to OUT when given.
 #
 #   bash tools/device/bench_matrices.sh "draft_q draft_up" 1,16,23 ROUNDS NAME=VAR=VALUE[,VAR=VALUE] ... [-- OUT.jsonl COMMIT]
 # e.g.
-#   bash tools/device/bench_matrices.sh "ffn_up ffn_down" 1 2 \
-#     global=SPECLA_CUDA_DP4A_STAGE=0 staged=SPECLA_CUDA_DP4A_STAGE=1
+#   bash tools/device/bench_matrices.sh "draft_up draft_kv" 1,16 2 \
+#     chunks=SPECLA_CUDA_FTC_CHUNK_MAJOR=1 rows=SPECLA_CUDA_FTC_CHUNK_MAJOR=0
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 matrices=${1:?MATRICES}; batches=${2:?BATCHES}; rounds=${3:?ROUNDS}

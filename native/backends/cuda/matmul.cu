@@ -248,24 +248,6 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
     }
 }
 
-/* The staged form of the one-token dp4a kernel (Q4_K, Q6_K; SPECLA_CUDA_DP4A_STAGE=1 turns it on):
- * after its wait, a warp copies its chunk's Q8_K activation blocks [k_begin, k_end) of token 0
- * (256 code bytes, 16 bsums, a scale each) into its shared memory with coalesced 16-byte loads, so
- * that each block step reads its operands from shared memory. Read from global memory per block,
- * these were 18 dependent 16-byte loads through an L1 that the weight stream keeps evicting: the
- * long-scoreboard stalls of docs/perf.md's eighteenth pass. The arithmetic, and so the bits, are
- * unchanged (the same block functions on the same bytes). */
-__device__ __forceinline__ void mm_stage_acts(const mm_acts &act, int k_begin, int k_end, int8_t *s_codes,
-                                              int16_t *s_bsums, float *s_scales, int lane) {
-    const int nb = k_end - k_begin;
-    const uint4 *codes = (const uint4 *)(act.codes + (int64_t)k_begin * 256);
-    const uint4 *bsums = (const uint4 *)(act.bsums + (int64_t)k_begin * 16);
-    for (int i = lane; i < nb * 16; i += 32) ((uint4 *)s_codes)[i] = codes[i];
-    for (int i = lane; i < nb * 2; i += 32) ((uint4 *)s_bsums)[i] = bsums[i];
-    for (int i = lane; i < nb; i += 32) s_scales[i] = act.scales[k_begin + i];
-    __syncwarp();
-}
-
 /* After a warp stored its unit's partial sums: the last chunk of a split row group to arrive adds
  * the partial sums in chunk order (mm_finish_rows: lane % 8 takes 4 rows, lane / 8 every fourth
  * token) and re-arms the counter. */
@@ -303,20 +285,11 @@ __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Uni
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
-/* FORM (the one-token Q4_K / Q6_K launches only; 0 elsewhere): MM_DP4A_STAGED, the activation blocks
- * staged in shared memory (mm_stage_acts); MM_DP4A_PINGPONG, the block loop unrolled by two so that
- * the two load groups trade roles instead of the next one being copied into the current one (a copy
- * of every fragment register per block otherwise). Neither changes an operation or its order. */
-#define MM_DP4A_STAGED 1
-#define MM_DP4A_PINGPONG 2
-template <int TYPE, int NT, int FORM = 0>
+template <int TYPE, int NT>
 __global__ void __launch_bounds__(MM_DP4A_THREADS,
                                   mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
     mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
     constexpr int G = mm_traits<TYPE>::load_group;
-    constexpr bool staged = (FORM & MM_DP4A_STAGED) != 0, pingpong = (FORM & MM_DP4A_PINGPONG) != 0;
-    static_assert(FORM == 0 || (NT == 1 && (TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K)),
-                  "the staged and ping-pong forms are the one-token Q4_K / Q6_K kernel's");
     const int lane = threadIdx.x & 31;
     const int u = blockIdx.x * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
@@ -328,18 +301,16 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
     const int row = rg * MM_GROUP_ROWS + lane;
     const uint8_t *group_base = P.group_base;
 
-    /* the staged form's buffers (mm_stage_acts): codes, bsums, scales of the chunk's blocks */
-    extern __shared__ __align__(16) uint8_t mm_dp4a_stage[];
-    int8_t *s_codes = (int8_t *)mm_dp4a_stage;
-    int16_t *s_bsums = (int16_t *)(mm_dp4a_stage + args.stage_blocks * 256);
-    float *s_scales = (float *)(mm_dp4a_stage + args.stage_blocks * (256 + 32));
-
     for (int t0 = 0; t0 < args.n_batch; t0 += NT) {
         float acc[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-        /* the block steps of load group f, which holds blocks k .. k + G - 1 */
-        auto compute = [&](const mm_frag<TYPE> &f, int k) {
+        mm_frag<TYPE> cur, nxt;
+        mm_load(cur, group_base, k_begin, k_end, lane);
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+        if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
+        for (int k = k_begin; k < k_end; k += G) {
+            if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 if (k + g < k_end) {
@@ -348,46 +319,17 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
                      * arithmetic, to time the weight stream alone; the results are meaningless */
                     uint32_t fold = 0;
 #pragma unroll
-                    for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= f.w[g][i];
+                    for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= cur.w[g][i];
                     acc[0] += __uint_as_float(fold & 0x3f7fffffu);
 #else
-                    if constexpr (staged) {
-                        /* the same block step on the staged operands of block k + g */
-                        const int o = k + g - k_begin;
-                        if constexpr (TYPE == SPECLA_TYPE_Q4_K)
-                            acc[0] = mm_block_q4_k(f.w[g], s_codes + o * 256, s_scales[o], s_bsums + o * 16, acc[0]);
-                        else
-                            acc[0] = mm_block_q6_k(f.w[g], f.side[g], s_codes + o * 256, s_bsums + o * 16, s_scales[o],
-                                                   acc[0]);
-                    } else {
 #pragma unroll
-                        for (int t = 0; t < NT; t++)
-                            if (t0 + t < args.n_batch)
-                                acc[t] = mm_block_step<TYPE>(f.w[g], f.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
-                    }
+                    for (int t = 0; t < NT; t++)
+                        if (t0 + t < args.n_batch)
+                            acc[t] = mm_block_step<TYPE>(cur.w[g], cur.side[g], args.act, args.n, t0 + t, k + g, acc[t]);
 #endif
                 }
             }
-        };
-        mm_frag<TYPE> cur, nxt;
-        mm_load(cur, group_base, k_begin, k_end, lane);
-        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
-        if constexpr (staged) mm_stage_acts(args.act, k_begin, k_end, s_codes, s_bsums, s_scales, lane);
-        if constexpr (pingpong) {
-            for (int k = k_begin; k < k_end; k += 2 * G) {
-                if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
-                compute(cur, k);
-                if (k + G >= k_end) break;
-                if (k + 2 * G < k_end) mm_load(cur, group_base, k + 2 * G, k_end, lane);
-                compute(nxt, k + G);
-            }
-        } else {
-            for (int k = k_begin; k < k_end; k += G) {
-                if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
-                compute(cur, k);
-                cur = nxt;
-            }
+            cur = nxt;
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -573,43 +515,10 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
                             typename launch_param<KArgs>::type... args) {
     return mm_start_threads(kernel, grid, MM_THREADS, stream, args...);
 }
-/* The dp4a kernel over n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA, with `smem` bytes of
- * dynamic shared memory per CTA (the staged form's activation blocks). */
-static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args,
-                                 size_t smem = 0) {
+/* The dp4a kernel over n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA. */
+static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args) {
     const unsigned grid = (unsigned)((args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK);
-    return mm_start_smem(kernel, grid, MM_DP4A_THREADS, smem, stream, args);
-}
-
-/* Blocks a CTA of the one-token dp4a kernel stages at most (12 single-warp CTAs of Q4_K per SM at
- * 292 bytes a block: 24 blocks keep them within 85 KB of shared memory); a launch whose chunks are
- * longer reads its activations from global memory. */
-#define MM_STAGE_MAX_BLOCKS 24
-/* Whether the one-token dp4a kernel stages its activations (mm_stage_acts), with
- * SPECLA_CUDA_DP4A_STAGE=1, and whether its block loop runs ping-pong, with
- * SPECLA_CUDA_DP4A_PINGPONG=1: A/B switches, the same operations. Both are off by default until
- * cuda_matmul_check has compared their bits on the 27B shapes on a GPU: the GPU tests' models have
- * one block per chunk, so they do not reach the multi-block staging and loop. */
-static int mm_dp4a_stage_enabled(void) {
-    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_STAGE", 0);
-    return enabled;
-}
-static int mm_dp4a_pingpong_enabled(void) {
-    static const int enabled = mm_env_flag("SPECLA_CUDA_DP4A_PINGPONG", 0);
-    return enabled;
-}
-/* The one-token dp4a launch of a Q4_K / Q6_K group: staged when its chunks fit, ping-pong when
- * switched on. */
-template <int TYPE> static cudaError_t mm_start_dp4a_one(cudaStream_t stream, const mm_launch_args &args) {
-    int blocks = 0;
-    for (int i = 0; i < args.n_mats; i++) blocks = args.mat[i].chunk_blocks > blocks ? args.mat[i].chunk_blocks : blocks;
-    const bool pingpong = mm_dp4a_pingpong_enabled();
-    if (!mm_dp4a_stage_enabled() || blocks > MM_STAGE_MAX_BLOCKS)
-        return mm_start_dp4a(pingpong ? mm_kernel<TYPE, 1, MM_DP4A_PINGPONG> : mm_kernel<TYPE, 1>, stream, args);
-    mm_launch_args staged = args;
-    staged.stage_blocks = blocks;
-    return mm_start_dp4a(pingpong ? mm_kernel<TYPE, 1, MM_DP4A_STAGED | MM_DP4A_PINGPONG> : mm_kernel<TYPE, 1, MM_DP4A_STAGED>,
-                         stream, staged, (size_t)blocks * (256 + 32 + 4));
+    return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
 /* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
@@ -694,10 +603,8 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
             }
         }
     }
-    if (args.n_batch == 1) {
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K) return mm_start_dp4a_one<TYPE>(stream, args);
+    if (args.n_batch == 1)
         return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
-    }
     else if (args.n_batch == 2)
         return mm_start_dp4a(mm_kernel<TYPE, 2>, stream, args);
     else if (args.n_batch <= 4)

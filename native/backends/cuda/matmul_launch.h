@@ -25,8 +25,6 @@ typedef struct mm_mat_args {
 typedef struct mm_launch_args {
     mm_mat_args mat[CUDA_MATMUL_GROUP_LAUNCH];
     int n_mats, n_units, n_batch;
-    int stage_blocks; /* the one-token dp4a kernel (Q4_K, Q6_K): a unit first copies its chunk's activation
-                       * blocks into shared memory, room for this many (0: it reads them from global memory) */
     int n_ctas; /* the staged tensor-core kernel's grid: the sum of the matrices' mm_tile_ctas */
     int64_t n;
     mm_acts act;
