@@ -25,11 +25,15 @@
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
 # occupancy, whose operations are those of a checked build). Check results go to stdout (run_gpu.sh's
 # bench.log). AB_EXTRA: a shell command run after bench_gpu for every variant and round, with that
-# variant's SPECLA_LIBRARY (and settings) and AB_LABEL=COMMIT+NAME for its rows, e.g.
+# variant's SPECLA_LIBRARY (and settings) and AB_LABEL=COMMIT+NAME for its rows; the last
+# AB_EXTRA_LINES (12) lines of its output go to bench.log (raise it for a profiler's report), e.g.
 #   AB_EXTRA='python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0 --commit "$AB_LABEL" --out "$ROWS"'.
 set -uo pipefail
 commit=$1 rounds=$2 bench_args=$3
 shift 3
+case "${AB_EXTRA_LINES:-12}" in
+  *[!0-9]* | '') echo "ab_variants.sh: AB_EXTRA_LINES must be a number of lines (got '$AB_EXTRA_LINES')" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 build=$(dirname "$(dirname "$SPECLA_LIBRARY")")
@@ -159,7 +163,8 @@ for ((r = 1; r <= rounds; r++)); do
     if [ -n "${AB_EXTRA:-}" ]; then # one more command per variant and round, e.g. bench_gpu_spec
       echo "=== round $r: $name: AB_EXTRA"
       # shellcheck disable=SC2086
-      env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" AB_LABEL="$commit+$name" bash -c "$AB_EXTRA" 2>&1 | tail -12
+      env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" AB_LABEL="$commit+$name" bash -c "$AB_EXTRA" 2>&1 |
+        tail -n "${AB_EXTRA_LINES:-12}"
     fi
   done
 done
