@@ -118,6 +118,29 @@ def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     assert np.array_equal(nxt.view(np.uint32), plain.eval([7], logits_all=True).view(np.uint32))
 
 
+def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monkeypatch):
+    """With SPECLA_CUDA_UNFINISHED_MATMUL=1 the CUDA backend leaves a matmul's split-K finish to the
+    add_rms_norm or silu_mul that reads its output: a 23-token prefill, decode steps and a verified
+    tree give the bits of the matmuls' own finish (the switch off, the default), row for row."""
+    _, model = gpu_model
+    V = model.hparams.n_vocab
+    history = prompt(V, 23, seed=6)
+    parents = [-1, 0, 1, 1, 0, 4, 5, 2]
+    tree_tokens = prompt(V, len(parents), seed=7)
+    runs = {}
+    for setting in ("0", "1"):  # read when a context opens its backend
+        monkeypatch.setenv("SPECLA_CUDA_UNFINISHED_MATMUL", setting)
+        ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents))
+        rows = [ctx.eval(history, logits_all=True)]
+        rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+        rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
+        runs[setting] = rows
+        ctx.close()
+    for i, (finished, unfinished) in enumerate(zip(runs["0"], runs["1"])):
+        assert np.isfinite(unfinished).all(), f"call {i}"
+        assert np.array_equal(unfinished.view(np.uint32), finished.view(np.uint32)), f"call {i}"
+
+
 @pytest.mark.parametrize("mode,specla", [("chain", False), ("chain", True), ("ddtree", False), ("ddtree", True)])
 def test_greedy_speculative_equals_greedy_plain(gpu_model, mode, specla):
     arch, model = gpu_model

@@ -11,6 +11,7 @@
 #ifndef SPECLA_CUDA_BACKEND_H
 #define SPECLA_CUDA_BACKEND_H
 #include "backend.h"
+#include "cuda_matmul.h"
 #include "vendor.h"
 
 #ifdef __cplusplus
@@ -52,6 +53,13 @@ void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float ep
 void cuda_add(const backend *be, float *dst, const float *src, int64_t n);
 void cuda_add_bias_rows(const backend *be, float *x, const float *bias, int rows, int n);
 void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n);
+/* add_rms_norm and silu_mul on matmul outputs left as partial sums (cuda_matmul_group_unfinished):
+ * the same bits as the ops on the finished outputs, which they also store (delta; b: the second
+ * matmul output, rows of `width` floats; a takes silu(a) * b as in silu_mul) */
+void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums, const float *weight,
+                            int n_rows, int n, float eps, float *y);
+void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
+                        int width);
 void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n);
 void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T, int Hv);
 void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,

@@ -29,6 +29,7 @@
 #include "launch.h"
 #include "element_types.h"
 #include "row_math.cuh"
+#include "matmul_sums.cuh"
 
 #define EW_THREADS 256
 
@@ -260,13 +261,27 @@ static __device__ __forceinline__ float rms_group_total(float s, float *partials
     return p[0]; /* one row per block: partials are not reused, no second barrier */
 }
 
+/* quad e of row `row` of a matmul output left as partial sums (matmul_sums.cuh), as load_quad reads
+ * the finished output */
+static __device__ __forceinline__ float4 sums_quad(const cuda_matmul_sums &s, int row, int e, int n, bool vec) {
+    if (vec) return mm_sums_quad(s, row, e);
+    float4 v;
+    v.x = mm_sums_at(s, row, e);
+    v.y = e + 1 < n ? mm_sums_at(s, row, e + 1) : 0.0f;
+    v.z = e + 2 < n ? mm_sums_at(s, row, e + 2) : 0.0f;
+    v.w = e + 3 < n ? mm_sums_at(s, row, e + 3) : 0.0f;
+    return v;
+}
+
 /* Rows of n floats: y = rms_norm(x) * weight (weight may be NULL); ADD: x += delta first (stored to
- * x, normed); GATED: y *= silu(gate). vec: n % 4 == 0 and every pointer 16-byte aligned. */
-template <int GROUP, bool ADD, bool GATED>
+ * x, normed); GATED: y *= silu(gate). vec: n % 4 == 0 and every pointer 16-byte aligned. SUMS (with
+ * ADD): delta is a matmul's output left as partial sums `dsums`, added up here and also stored to
+ * `delta` (its finished values, as the matmul would have written them). */
+template <int GROUP, bool ADD, bool GATED, bool SUMS = false>
 static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, const float *delta,
                                                                       const float *weight, const float *gate,
                                                                       int n_rows, int n, float eps, float *y,
-                                                                      bool vec) {
+                                                                      bool vec, cuda_matmul_sums dsums) {
     grid_begin();
     constexpr int CACHED = GROUP == SPECLA_WARP || GATED ? RMS_WARP_CACHED_QUADS : RMS_BLOCK_CACHED_QUADS;
     __shared__ float partials[RMS_WARPS];
@@ -287,7 +302,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
         const int q = lane + k * GROUP;
         if (q < n_quads) {
             xv[k] = load_quad(x, 4 * q, n, vec);
-            if (ADD) dv[k] = load_quad(delta, 4 * q, n, vec);
+            if (ADD) dv[k] = SUMS ? sums_quad(dsums, row, 4 * q, n, vec) : load_quad(delta, 4 * q, n, vec);
             if (weight) wv[k] = load_quad(weight, 4 * q, n, vec);
             if (GATED) gv[k] = load_quad(gate, 4 * q, n, vec);
         }
@@ -298,6 +313,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
         const int q = lane + k * GROUP;
         if (q < n_quads) {
             if (ADD) {
+                if (SUMS) store_quad(const_cast<float *>(delta), 4 * q, n, vec, dv[k]);
                 xv[k] = add_quad(xv[k], dv[k]);
                 store_quad(x, 4 * q, n, vec, xv[k]);
             }
@@ -307,7 +323,9 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
     for (int q = lane + CACHED * GROUP; q < n_quads; q += GROUP) { /* beyond the registers */
         float4 v = load_quad(x, 4 * q, n, vec);
         if (ADD) {
-            v = add_quad(v, load_quad(delta, 4 * q, n, vec));
+            const float4 d = SUMS ? sums_quad(dsums, row, 4 * q, n, vec) : load_quad(delta, 4 * q, n, vec);
+            if (SUMS) store_quad(const_cast<float *>(delta), 4 * q, n, vec, d);
+            v = add_quad(v, d);
             store_quad(x, 4 * q, n, vec, v);
         }
         s = add_squares(s, v);
@@ -332,19 +350,20 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-template <bool ADD, bool GATED>
+template <bool ADD, bool GATED, bool SUMS = false>
 static void launch_rms_rows(const backend *be, const char *op, float *x, const float *delta, const float *weight,
-                            const float *gate, int n_rows, int n, float eps, float *y) {
+                            const float *gate, int n_rows, int n, float eps, float *y,
+                            cuda_matmul_sums dsums = cuda_matmul_sums{}) {
     if (n_rows <= 0 || n <= 0) return;
     const bool vec = n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(gate) &&
                      aligned16(y);
     if (n <= RMS_WARP_MAX_WIDTH) {
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
-        cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
-                    dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED, SUMS>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
+                    dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec, dsums);
     } else {
-        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x,
-                    delta, weight, gate, n_rows, n, eps, y, vec);
+        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED, SUMS>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be),
+                    x, delta, weight, gate, n_rows, n, eps, y, vec, dsums);
     }
     cuda_note_launch(be, op);
 }
@@ -358,6 +377,15 @@ extern "C" void cuda_rms_norm(const backend *be, const float *x, const float *we
 extern "C" void cuda_add_rms_norm(const backend *be, float *x, const float *delta, const float *weight, int n_rows,
                                   int n, float eps, float *y) {
     launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
+}
+
+extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums,
+                                       const float *weight, int n_rows, int n, float eps, float *y) {
+    if (!dsums.partials) {
+        launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
+        return;
+    }
+    launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
@@ -417,6 +445,19 @@ static __global__ void add_bias_rows_kernel(float *x, const float *bias, int64_t
 static __global__ void silu_mul_kernel(float *a, const float *b, int64_t n) {
     grid_begin();
     GRID_STRIDE(i, n) a[i] = __fmul_rn(silu_dev(a[i]), b[i]);
+}
+/* silu_mul on two matmul outputs of `width` rows per token, either left as partial sums (sa / sb,
+ * partials NULL: read the output itself): a = silu(a) * b, and b's finished values stored to b */
+static __global__ void silu_mul_sums_kernel(float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
+                                            int width) {
+    grid_begin();
+    GRID_STRIDE(i, n) {
+        const int64_t t = i / width, r = i % width;
+        const float av = sa.partials ? mm_sums_at(sa, t, r) : a[i];
+        const float bv = sb.partials ? mm_sums_at(sb, t, r) : b[i];
+        if (sb.partials) b[i] = bv;
+        a[i] = __fmul_rn(silu_dev(av), bv);
+    }
 }
 static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
     grid_begin();
@@ -510,6 +551,10 @@ extern "C" void cuda_add_bias_rows(const backend *be, float *x, const float *bia
 }
 extern "C" void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     LAUNCH_EW(silu_mul_kernel, n, "silu_mul", a, b, n);
+}
+extern "C" void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb,
+                                   int64_t n, int width) {
+    LAUNCH_EW(silu_mul_sums_kernel, n, "silu_mul", a, b, sa, sb, n, width);
 }
 extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
     LAUNCH_EW(sigmoid_mul_kernel, n, "sigmoid_mul", x, gate, n);

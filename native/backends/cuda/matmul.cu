@@ -252,7 +252,7 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
  * the partial sums in chunk order (mm_finish_rows: lane % 8 takes 4 rows, lane / 8 every fourth
  * token) and re-arms the counter. */
 __device__ __forceinline__ void mm_finish_unit(const mm_mat_args &M, int rg, int lane, int n_batch) {
-    if (M.n_chunks == 1) return;
+    if (M.n_chunks == 1 || M.unfinished) return;
     __threadfence();
     __syncwarp();
     unsigned arrived = 0;
@@ -674,9 +674,13 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
-                                         int n_batch, float *const *y, cuda_matmul_workspace ws) {
+/* cuda_matmul_group, and with sums non-NULL cuda_matmul_group_unfinished: then matrix i's partial sums
+ * take workspace slot i (not its slot within its type's launch: a later launch of the call must not
+ * overwrite them) and its kernel skips the finish. */
+static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
+                            int n_batch, float *const *y, cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
+    if (sums && n_mats > CUDA_MATMUL_GROUP_LAUNCH) return cudaErrorInvalidValue;
     const int n = w[0] ? w[0]->ne0 : 0;
     int need_q8_0 = 0, need_q8_k = 0, need_split = 0;
     const int float_tc = mm_float_tensor_cores();
@@ -737,7 +741,14 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
             mm_mat_args &m = args.mat[args.n_mats];
             m.w = (const uint8_t *)w[i]->data;
             m.y = y[i];
-            m.partials = (float *)(base + l.partials) + (size_t)args.n_mats * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
+            const int slot = sums ? i : args.n_mats;
+            m.partials = (float *)(base + l.partials) + (size_t)slot * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
+            if (sums) {
+                m.unfinished = 1;
+                sums[i].partials = p.n_chunks > 1 ? m.partials : nullptr;
+                sums[i].n_chunks = p.n_chunks;
+                sums[i].rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
+            }
             m.counters = (unsigned *)(base + l.counters) + (size_t)args.n_mats * MM_MAX_COUNTERS;
             m.ne1 = w[i]->ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups;
             m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
@@ -749,6 +760,18 @@ extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const 
         }
     }
     return cudaSuccess;
+}
+
+extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
+                                         int n_batch, float *const *y, cuda_matmul_workspace ws) {
+    return mm_group(stream, n_mats, w, x, n_batch, y, ws, nullptr);
+}
+
+extern "C" cudaError_t cuda_matmul_group_unfinished(cudaStream_t stream, int n_mats, const specla_tensor *const *w,
+                                                    const float *x, int n_batch, float *const *y,
+                                                    cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
+    if (!sums) return cudaErrorInvalidValue;
+    return mm_group(stream, n_mats, w, x, n_batch, y, ws, sums);
 }
 
 extern "C" cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,

@@ -20,6 +20,7 @@ typedef struct mm_mat_args {
     unsigned *counters;
     int ne1, n_blocks, row_groups, chunk_blocks, n_chunks, unit_begin;
     int cta_begin; /* the staged tensor-core kernel's first CTA of this matrix (mm_tile_ctas each) */
+    int unfinished; /* 1: no split-K finish, the partial sums are the output (cuda_matmul_group_unfinished) */
 } mm_mat_args;
 
 typedef struct mm_launch_args {

@@ -440,7 +440,7 @@ template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
  * ((p_0 + p_1) + p_2) + ..., as mm_finish_unit does (mm_finish_rows: thread tid takes the 4 rows
  * 64 pair + 4 (tid % 16) and every eighth token from tid / 16, 16 reads of 16 bytes in flight). */
 __device__ __forceinline__ void mm_tile_finish(const mm_mat_args &M, int pair, int n_batch) {
-    if (M.n_chunks == 1) return; /* the partial sums were y */
+    if (M.n_chunks == 1 || M.unfinished) return; /* the partial sums were y, or are the output */
     __shared__ unsigned arrived;
     __threadfence(); /* this thread's partial sums, before the CTA's arrival */
     __syncthreads();
