@@ -78,26 +78,18 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * (every finish skipped, results wrong): a 27B-shape decode step 0.6 ms shorter (docs/perf.md,
  * twentieth pass). Only with SPECLA_CUDA_UNFINISHED_MATMUL=1 (cuda_backend_create); by default
  * nothing is held and every op runs as it is called. */
-static void launch_held(const backend *be) {
-    cuda_instance *ci = instance_of(be);
-    held_matmul &h = ci->held;
+/* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
+ * partial sums in sums[] (cuda_matmul_group_unfinished). */
+static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
+    held_matmul &h = instance_of(be)->held;
     if (h.n_mats == 0) return;
     const specla_tensor *w[CUDA_MATMUL_GROUP_LAUNCH];
     for (int i = 0; i < h.n_mats; i++) w[i] = &h.w[i];
     const int n_mats = h.n_mats;
     h.n_mats = 0;
-    matmul_call(be, h.op, [&] { return cuda_matmul_group(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be)); });
-}
-/* the held matmul, launched without its finish; its outputs' partial sums in sums[] */
-static void launch_held_unfinished(const backend *be, cuda_matmul_sums *sums) {
-    cuda_instance *ci = instance_of(be);
-    held_matmul &h = ci->held;
-    const specla_tensor *w[CUDA_MATMUL_GROUP_LAUNCH];
-    for (int i = 0; i < h.n_mats; i++) w[i] = &h.w[i];
-    const int n_mats = h.n_mats;
-    h.n_mats = 0;
     matmul_call(be, h.op, [&] {
-        return cuda_matmul_group_unfinished(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums);
+        return sums ? cuda_matmul_group_unfinished(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums)
+                    : cuda_matmul_group(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be));
     });
 }
 static void hold(const backend *be, const char *op, int n_mats, const specla_tensor *const *w, const float *x,
@@ -320,7 +312,7 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
     const held_matmul &h = instance_of(be)->held;
     if (h.n_mats == 1 && h.y[0] == delta && h.n_batch == n_rows && h.w[0].ne1 == n) {
         cuda_matmul_sums sums[1];
-        launch_held_unfinished(be, sums);
+        launch_held(be, sums);
         cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y);
         return;
     }
@@ -333,7 +325,7 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
         (int64_t)h.n_batch * h.w[0].ne1 == n) {
         const int width = (int)h.w[0].ne1;
         cuda_matmul_sums sums[2];
-        launch_held_unfinished(be, sums);
+        launch_held(be, sums);
         cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width);
         return;
     }

@@ -264,12 +264,12 @@ static __device__ __forceinline__ float rms_group_total(float s, float *partials
 /* quad e of row `row` of a matmul output left as partial sums (matmul_sums.cuh), as load_quad reads
  * the finished output */
 static __device__ __forceinline__ float4 sums_quad(const cuda_matmul_sums &s, int row, int e, int n, bool vec) {
-    if (vec) return mm_sums_quad(s, row, e);
+    if (vec) return mm_sums_load<float4>(s, row, e);
     float4 v;
-    v.x = mm_sums_at(s, row, e);
-    v.y = e + 1 < n ? mm_sums_at(s, row, e + 1) : 0.0f;
-    v.z = e + 2 < n ? mm_sums_at(s, row, e + 2) : 0.0f;
-    v.w = e + 3 < n ? mm_sums_at(s, row, e + 3) : 0.0f;
+    v.x = mm_sums_load<float>(s, row, e);
+    v.y = e + 1 < n ? mm_sums_load<float>(s, row, e + 1) : 0.0f;
+    v.z = e + 2 < n ? mm_sums_load<float>(s, row, e + 2) : 0.0f;
+    v.w = e + 3 < n ? mm_sums_load<float>(s, row, e + 3) : 0.0f;
     return v;
 }
 
@@ -453,8 +453,8 @@ static __global__ void silu_mul_sums_kernel(float *a, float *b, cuda_matmul_sums
     grid_begin();
     GRID_STRIDE(i, n) {
         const int64_t t = i / width, r = i % width;
-        const float av = sa.partials ? mm_sums_at(sa, t, r) : a[i];
-        const float bv = sb.partials ? mm_sums_at(sb, t, r) : b[i];
+        const float av = sa.partials ? mm_sums_load<float>(sa, t, r) : a[i];
+        const float bv = sb.partials ? mm_sums_load<float>(sb, t, r) : b[i];
         if (sb.partials) b[i] = bv;
         a[i] = __fmul_rn(silu_dev(av), bv);
     }
