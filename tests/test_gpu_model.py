@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pyspecla import Model
+from pyspecla.errors import SpeclaError
 from pyspecla.reference.forward import ReferenceModel
 from pyspecla.speculative.drafters import NgramDrafter, OracleDrafter
 from pyspecla.speculative.loop import SpecConfig, generate
@@ -118,17 +119,15 @@ def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     assert np.array_equal(nxt.view(np.uint32), plain.eval([7], logits_all=True).view(np.uint32))
 
 
-def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monkeypatch):
-    """With SPECLA_CUDA_UNFINISHED_MATMUL=1 the CUDA backend leaves a matmul's split-K finish to the
-    add_rms_norm or silu_mul that reads its output: a 23-token prefill, decode steps and a verified
-    tree give the bits of the matmuls' own finish (the switch off, the default), row for row."""
-    _, model = gpu_model
+def same_bits_with_unfinished_matmuls(model, monkeypatch, readers="1"):
+    """A 23-token prefill, decode steps and a verified tree with SPECLA_CUDA_UNFINISHED_MATMUL=readers
+    against the switch off, row for row, bit for bit."""
     V = model.hparams.n_vocab
     history = prompt(V, 23, seed=6)
     parents = [-1, 0, 1, 1, 0, 4, 5, 2]
     tree_tokens = prompt(V, len(parents), seed=7)
     runs = {}
-    for setting in ("0", "1"):  # read when a context opens its backend
+    for setting in ("0", readers):  # read when a context opens its backend
         monkeypatch.setenv("SPECLA_CUDA_UNFINISHED_MATMUL", setting)
         ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents))
         rows = [ctx.eval(history, logits_all=True)]
@@ -136,9 +135,41 @@ def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monke
         rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
         runs[setting] = rows
         ctx.close()
-    for i, (finished, unfinished) in enumerate(zip(runs["0"], runs["1"])):
+    for i, (finished, unfinished) in enumerate(zip(runs["0"], runs[readers])):
         assert np.isfinite(unfinished).all(), f"call {i}"
         assert np.array_equal(unfinished.view(np.uint32), finished.view(np.uint32)), f"call {i}"
+
+
+@pytest.mark.parametrize("readers", ["1", "rms", "silu"])
+def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monkeypatch, readers):
+    """With SPECLA_CUDA_UNFINISHED_MATMUL set the CUDA backend leaves a matmul's split-K finish to the
+    add_rms_norm or silu_mul that reads its output; the bits are those of the matmuls' own finish."""
+    same_bits_with_unfinished_matmuls(gpu_model[1], monkeypatch, readers)
+
+
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
+def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, monkeypatch, quant):
+    """Residual rows of 3328 floats (13 K-quant blocks; the tiny models' 256 take the 32-lane norm):
+    add_rms_norm's reader for rows wider than 512 (add_rms_sums_kernel, the 27B shape's path for its
+    5120), with quads beyond the first 768 threads and 8 (Q4_K/Q6_K ffn_down) or 16 (Q8_0) chunks a row,
+    more than one round of its loads."""
+    path = write_test_model(tmp_path / f"wide-{quant}.gguf", "tiny8", quant, seed=4, n_layer=4, n_embd=3328,
+                            n_ff=2048)
+    model = Model.load(str(path), device="cuda")
+    try:
+        same_bits_with_unfinished_matmuls(model, monkeypatch)
+    finally:
+        model.close()
+
+
+def test_unknown_unfinished_matmul_setting_is_refused(model_files, monkeypatch):
+    model = Model.load(model_files["qwen35", "q8_0"], device="cuda")
+    try:
+        monkeypatch.setenv("SPECLA_CUDA_UNFINISHED_MATMUL", "both")
+        with pytest.raises(SpeclaError, match="SPECLA_CUDA_UNFINISHED_MATMUL must be"):
+            model.new_context(n_ctx=16)
+    finally:
+        model.close()
 
 
 @pytest.mark.parametrize("mode,specla", [("chain", False), ("chain", True), ("ddtree", False), ("ddtree", True)])

@@ -25,7 +25,7 @@ typedef struct held_matmul {
 
 typedef struct cuda_instance {
     cuda_backend pub;
-    int unfinished_matmuls; /* SPECLA_CUDA_UNFINISHED_MATMUL=1: hold matmuls for their reader (default off) */
+    int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default none) */
     held_matmul held;
     cudaError_t first_error;
     const char *first_error_op;
@@ -38,6 +38,9 @@ typedef struct cuda_instance {
 } cuda_instance;
 
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
+
+/* the readers that take a matmul's output as its partial sums ("the matmul's finish" below) */
+enum { UNFINISHED_RMS = 1, UNFINISHED_SILU = 2 };
 
 /* n kernels launched on the instance's stream: run now, or recorded into a step while capturing */
 static void count_launches(cuda_instance *ci, int64_t n) {
@@ -76,8 +79,8 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * and the finishing warp's round trips, which sit on the step's critical path. Any other op first
  * launches the held matmul as it is; the order of work on the stream never changes. Measured bound
  * (every finish skipped, results wrong): a 27B-shape decode step 0.6 ms shorter (docs/perf.md,
- * twentieth pass). Only with SPECLA_CUDA_UNFINISHED_MATMUL=1 (cuda_backend_create); by default
- * nothing is held and every op runs as it is called. */
+ * twentieth pass). Only with SPECLA_CUDA_UNFINISHED_MATMUL set (cuda_backend_create: 1 for both
+ * readers, rms or silu for one); by default nothing is held and every op runs as it is called. */
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
  * partial sums in sums[] (cuda_matmul_group_unfinished). */
 static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
@@ -310,7 +313,8 @@ static void matmul_group(const backend *be, int n_mats, const specla_tensor *con
 static void add_rms_norm(const backend *be, float *x, const float *delta, const float *weight, int n_rows, int n,
                          float eps, float *y) {
     const held_matmul &h = instance_of(be)->held;
-    if (h.n_mats == 1 && h.y[0] == delta && h.n_batch == n_rows && h.w[0].ne1 == n) {
+    if ((instance_of(be)->unfinished_matmuls & UNFINISHED_RMS) && h.n_mats == 1 && h.y[0] == delta &&
+        h.n_batch == n_rows && h.w[0].ne1 == n) {
         cuda_matmul_sums sums[1];
         launch_held(be, sums);
         cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y);
@@ -321,7 +325,8 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
 }
 static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     const held_matmul &h = instance_of(be)->held;
-    if (h.n_mats == 2 && h.y[0] == a && h.y[1] == b && h.w[0].ne1 == h.w[1].ne1 &&
+    if ((instance_of(be)->unfinished_matmuls & UNFINISHED_SILU) && h.n_mats == 2 && h.y[0] == a && h.y[1] == b &&
+        h.w[0].ne1 == h.w[1].ne1 &&
         (int64_t)h.n_batch * h.w[0].ne1 == n) {
         const int width = (int)h.w[0].ne1;
         cuda_matmul_sums sums[2];
@@ -428,12 +433,26 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
-    /* SPECLA_CUDA_UNFINISHED_MATMUL=1 leaves the finish of the matmuls whose reader can add their
-     * partial sums to that reader (above). Off by default until it has run on a GPU: it is built and
-     * compiled, not yet measured or tested on a device (docs/perf.md, twentieth pass). The bits are
-     * the same either way by construction; tests/test_gpu_model.py compares them. */
+    /* SPECLA_CUDA_UNFINISHED_MATMUL=1 (both), rms or silu leaves the finish of the matmuls whose
+     * reader can add their partial sums to that reader (above): the residual adds' add_rms_norm, the
+     * SwiGLU's silu_mul. Off by default: on the H200 at 76a4139 both readers together made a 27B-shape
+     * decode step 1.3 ms slower, not faster (docs/perf.md, twenty-first pass). The bits are the same
+     * either way; tests/test_gpu_model.py compares them. */
     const char *unfinished = getenv("SPECLA_CUDA_UNFINISHED_MATMUL");
-    ci->unfinished_matmuls = unfinished && unfinished[0] == '1';
+    if (unfinished && *unfinished && strcmp(unfinished, "0") != 0) {
+        const int readers = !strcmp(unfinished, "1")      ? UNFINISHED_RMS | UNFINISHED_SILU
+                            : !strcmp(unfinished, "rms")  ? UNFINISHED_RMS
+                            : !strcmp(unfinished, "silu") ? UNFINISHED_SILU
+                                                          : 0;
+        if (!readers) {
+            free(ci);
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                               "backend cuda: SPECLA_CUDA_UNFINISHED_MATMUL must be 0 (off), 1 (both readers), rms "
+                               "(add_rms_norm) or silu (silu_mul), got '%s'",
+                               unfinished);
+        }
+        ci->unfinished_matmuls = readers;
+    }
     ci->pub.base.ops = &cuda_ops_table;
     ci->pub.base.state = ci;
     ci->pub.base.kind = SPECLA_BACKEND_CUDA;

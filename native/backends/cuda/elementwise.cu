@@ -244,12 +244,14 @@ static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, cons
                        scaled(x.z, scale, weight, w.z, gated, g.z), scaled(x.w, scale, weight, w.w, gated, g.w));
 }
 
-/* The group's total of the partials s (the order in the section header); every thread gets it. */
+/* The group's total of the partials s (the order in the section header); every thread gets it. A
+ * block-wide group is threads 0 .. RMS_THREADS - 1; a larger block (add_rms_sums_kernel) calls this
+ * with every thread, the ones beyond the group only passing the barrier. */
 template <int GROUP>
 static __device__ __forceinline__ float rms_group_total(float s, float *partials) {
     s = group_sum(s);
     if (GROUP == SPECLA_WARP) return s;
-    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
+    if (threadIdx.x % SPECLA_WARP == 0 && threadIdx.x < RMS_THREADS) partials[threadIdx.x / SPECLA_WARP] = s;
     __syncthreads();
     float p[RMS_WARPS];
 #pragma unroll
@@ -348,6 +350,92 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
     }
 }
 
+/* add_rms_norm with delta a matmul output left as partial sums, for rows of RMS_WARP_MAX_WIDTH <
+ * n <= RMS_SUMS_MAX_WIDTH floats (the residual stream's 5120) with every pointer 16-byte aligned:
+ * the bits of rms_rows_kernel<RMS_THREADS, true, false, true>, from a block four times as wide.
+ *
+ * Why its own kernel: the reader adds n_chunks partial sums per element (6-7 for the 27B shape's
+ * residual matrices, 140 KB from L2 a row), and one row is one block on one SM. rms_rows_kernel's
+ * 256 threads each hold up to 8 quads and read their chunks quad after quad (a runtime chunk loop per
+ * quad keeps the quads' loads from overlapping; 360 bytes of spills at sm_90), which made the decode
+ * step 1.3 ms slower than the matmul's own finish (docs/perf.md, twenty-first pass). Here RMS_SUMS_THREADS
+ * threads own RMS_SUMS_QUADS quads each (quad q: thread q % RMS_SUMS_THREADS) and issue the loads of
+ * RMS_SUMS_LOADS chunks of both quads at once, so a 7-chunk row of 5120 takes two rounds of L2 loads.
+ *
+ * The arithmetic is rms_rows_kernel's: delta = the chunks added in chunk order (mm_sums_add, the
+ * matmul finish's additions), x += delta, then the x values go through shared memory so that threads
+ * 0 .. RMS_THREADS - 1 take the squares in the 256-lane order of the section header (lane l: quads
+ * l, l + 256, ... ascending), and rms_group_total combines them; y is written by each quad's owner
+ * after the barrier (y == x in place stays safe). */
+#define RMS_SUMS_THREADS 768 /* x 2 quads: rows up to 6144 floats; 78 registers at sm_90, no spills (1024 threads
+                                with 4 loads in flight spill at their 64-register cap) */
+#define RMS_SUMS_QUADS 2
+#define RMS_SUMS_LOADS 4
+#define RMS_SUMS_MAX_WIDTH (RMS_SUMS_THREADS * RMS_SUMS_QUADS * 4)
+static_assert(RMS_SUMS_THREADS >= RMS_THREADS && RMS_SUMS_THREADS % SPECLA_WARP == 0, "the 256-lane order needs the lanes");
+static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
+    add_rms_sums_kernel(float *x, float *delta, const float *weight, int n, float eps, float *y, cuda_matmul_sums dsums) {
+    grid_begin();
+    __shared__ float4 xs[RMS_SUMS_THREADS * RMS_SUMS_QUADS];
+    __shared__ float partials[RMS_WARPS];
+    const int row = blockIdx.x;
+    const int64_t off = (int64_t)row * n;
+    x += off;
+    y += off;
+    delta += off;
+    const int n_quads = n / 4;
+    const float *chunks = dsums.partials + (int64_t)row * dsums.n_chunks * dsums.rows_padded;
+
+    float4 xv[RMS_SUMS_QUADS], dv[RMS_SUMS_QUADS], wv[RMS_SUMS_QUADS];
+#pragma unroll
+    for (int k = 0; k < RMS_SUMS_QUADS; k++) {
+        const int q = threadIdx.x + k * RMS_SUMS_THREADS;
+        if (q < n_quads) {
+            xv[k] = load_quad(x, 4 * q, n, true);
+            if (weight) wv[k] = load_quad(weight, 4 * q, n, true);
+        }
+    }
+    for (int c0 = 0; c0 < dsums.n_chunks; c0 += RMS_SUMS_LOADS) {
+        float4 u[RMS_SUMS_QUADS][RMS_SUMS_LOADS];
+#pragma unroll
+        for (int k = 0; k < RMS_SUMS_QUADS; k++)
+#pragma unroll
+            for (int j = 0; j < RMS_SUMS_LOADS; j++) {
+                const int q = threadIdx.x + k * RMS_SUMS_THREADS;
+                if (q < n_quads && c0 + j < dsums.n_chunks)
+                    u[k][j] = __ldcg(reinterpret_cast<const float4 *>(chunks + (c0 + j) * dsums.rows_padded + 4 * q));
+            }
+#pragma unroll
+        for (int k = 0; k < RMS_SUMS_QUADS; k++)
+#pragma unroll
+            for (int j = 0; j < RMS_SUMS_LOADS; j++)
+                if (c0 + j < dsums.n_chunks) dv[k] = c0 + j == 0 ? u[k][j] : mm_sums_add(dv[k], u[k][j]);
+    }
+#pragma unroll
+    for (int k = 0; k < RMS_SUMS_QUADS; k++) {
+        const int q = threadIdx.x + k * RMS_SUMS_THREADS;
+        if (q < n_quads) {
+            store_quad(delta, 4 * q, n, true, dv[k]);
+            xv[k] = add_quad(xv[k], dv[k]);
+            store_quad(x, 4 * q, n, true, xv[k]);
+            xs[q] = xv[k];
+        }
+    }
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.x < RMS_THREADS)
+        for (int q = threadIdx.x; q < n_quads; q += RMS_THREADS) s = add_squares(s, xs[q]);
+    const float sum = rms_group_total<RMS_THREADS>(s, partials);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < RMS_SUMS_QUADS; k++) {
+        const int q = threadIdx.x + k * RMS_SUMS_THREADS;
+        if (q < n_quads)
+            store_quad(y, 4 * q, n, true, scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, false, zero));
+    }
+}
+
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 template <bool ADD, bool GATED, bool SUMS = false>
@@ -381,8 +469,16 @@ extern "C" void cuda_add_rms_norm(const backend *be, float *x, const float *delt
 
 extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums,
                                        const float *weight, int n_rows, int n, float eps, float *y) {
+    if (n_rows <= 0 || n <= 0) return;
     if (!dsums.partials) {
         launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
+        return;
+    }
+    if (n > RMS_WARP_MAX_WIDTH && n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) &&
+        aligned16(weight) && aligned16(y) && dsums.rows_padded % 4 == 0 && aligned16(dsums.partials)) {
+        cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
+                    eps, y, dsums);
+        cuda_note_launch(be, "add_rms_norm");
         return;
     }
     launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
