@@ -142,8 +142,9 @@ def same_bits_with_unfinished_matmuls(model, monkeypatch, readers="1"):
 
 @pytest.mark.parametrize("readers", ["1", "rms", "silu"])
 def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monkeypatch, readers):
-    """With SPECLA_CUDA_UNFINISHED_MATMUL set the CUDA backend leaves a matmul's split-K finish to the
-    add_rms_norm or silu_mul that reads its output; the bits are those of the matmuls' own finish."""
+    """With SPECLA_CUDA_UNFINISHED_MATMUL=1 (the default), rms or silu the CUDA backend leaves a
+    matmul's split-K finish to the add_rms_norm or silu_mul that reads its output; the bits are those
+    of the matmuls' own finish (0)."""
     same_bits_with_unfinished_matmuls(gpu_model[1], monkeypatch, readers)
 
 

@@ -25,7 +25,7 @@ typedef struct held_matmul {
 
 typedef struct cuda_instance {
     cuda_backend pub;
-    int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default none) */
+    int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default both) */
     held_matmul held;
     cudaError_t first_error;
     const char *first_error_op;
@@ -77,10 +77,11 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * (cuda_matmul_group_unfinished) and the op adds the partial sums in chunk order, the finish's own
  * additions (matmul_sums.cuh): the same bits, and each such launch loses its arrival atomics, fences
  * and the finishing warp's round trips, which sit on the step's critical path. Any other op first
- * launches the held matmul as it is; the order of work on the stream never changes. Measured bound
- * (every finish skipped, results wrong): a 27B-shape decode step 0.6 ms shorter (docs/perf.md,
- * twentieth pass). Only with SPECLA_CUDA_UNFINISHED_MATMUL set (cuda_backend_create: 1 for both
- * readers, rms or silu for one); by default nothing is held and every op runs as it is called. */
+ * launches the held matmul as it is; the order of work on the stream never changes. On the H200 it
+ * takes 0.28 ms off a 27B-shape decode step and 0.57 ms off a 23-token batch, of a measured bound
+ * (every finish skipped, results wrong) of 0.62 and 1.36 ms (docs/perf.md, twenty-first pass).
+ * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
+ * or silu one, 0 none (then nothing is held and every op runs as it is called). */
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
  * partial sums in sums[] (cuda_matmul_group_unfinished). */
 static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
@@ -433,18 +434,19 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
-    /* SPECLA_CUDA_UNFINISHED_MATMUL=1 (both), rms or silu leaves the finish of the matmuls whose
-     * reader can add their partial sums to that reader (above): the residual adds' add_rms_norm, the
-     * SwiGLU's silu_mul. Off by default: on the H200 at 76a4139 both readers together made a 27B-shape
-     * decode step 1.3 ms slower, not faster (docs/perf.md, twenty-first pass). The bits are the same
-     * either way; tests/test_gpu_model.py compares them. */
+    /* SPECLA_CUDA_UNFINISHED_MATMUL=1 (both, the default), rms, silu or 0 (none): the readers that
+     * take a matmul's finish over (above), the residual adds' add_rms_norm and the SwiGLU's silu_mul.
+     * The bits are the same in every setting (tests/test_gpu_model.py compares them); the other
+     * settings are there for comparisons. */
+    ci->unfinished_matmuls = UNFINISHED_RMS | UNFINISHED_SILU;
     const char *unfinished = getenv("SPECLA_CUDA_UNFINISHED_MATMUL");
-    if (unfinished && *unfinished && strcmp(unfinished, "0") != 0) {
+    if (unfinished && *unfinished) {
         const int readers = !strcmp(unfinished, "1")      ? UNFINISHED_RMS | UNFINISHED_SILU
                             : !strcmp(unfinished, "rms")  ? UNFINISHED_RMS
                             : !strcmp(unfinished, "silu") ? UNFINISHED_SILU
-                                                          : 0;
-        if (!readers) {
+                            : !strcmp(unfinished, "0")    ? 0
+                                                          : -1;
+        if (readers < 0) {
             free(ci);
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
                                "backend cuda: SPECLA_CUDA_UNFINISHED_MATMUL must be 0 (off), 1 (both readers), rms "
