@@ -10,7 +10,12 @@ Method: times come from the host clock around calls that end with the one read-b
 continuing the sequence at the depth, then the context goes back to the depth
 (`save_state` / `truncate`, not timed). The bandwidth figure divides the bytes of every weight a
 token reads (all but the embedding table, of which it reads one row) by the decode time, and its
-fraction is against a device-to-device copy measured in the same run (bytes read + written)."""
+fraction is against a device-to-device copy measured in the same run (bytes read + written).
+
+--settings VAR=V1:V2:... runs every figure once per value of the environment variable VAR, which
+the backend reads when a context opens (e.g. SPECLA_CUDA_UNFINISHED_MATMUL=1:rms,silu,gdn), in
+--rounds interleaved rounds (V1, V2, ..., V1, V2, ...) with the model loaded once: an A/B of backend
+settings without a model load per variant. Rows then carry `setting` and `round`."""
 
 from __future__ import annotations
 
@@ -113,7 +118,17 @@ def main(argv=None) -> int:
     parser.add_argument("--depths", default="0,4096")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
+    parser.add_argument("--settings", default=None, help="VAR=V1:V2:...: every figure once per value, interleaved")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds over the --settings values (default 1)")
     args = parser.parse_args(argv)
+    settings: list[tuple[str | None, str | None]] = [(None, None)]
+    if args.settings is not None:
+        var, sep, values = args.settings.partition("=")
+        if not sep or not var or not values:
+            parser.error(f"--settings takes VAR=V1:V2:..., got {args.settings!r}")
+        settings = [(var, v) for v in values.split(":")]
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
 
     base = {"commit": args.commit or commit(), "device": device_name(), "model": os.path.basename(args.model),
             "backend": args.device}
@@ -124,9 +139,10 @@ def main(argv=None) -> int:
     except Exception:  # noqa: BLE001 - a file without the key is simply not synthetic
         base["synthetic_mode"] = None
     rows = []
+    tags: dict = {}  # the setting and round of the figures being measured
 
     def emit(mode: str, **figures):
-        row = dict(base, mode=mode, **figures)
+        row = dict(base, **tags, mode=mode, **figures)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -145,8 +161,9 @@ def main(argv=None) -> int:
     batches = [int(b) for b in args.batches.split(",")]
     depths = [int(d) for d in args.depths.split(",")]
     n_ctx = max(depths) + max(batches) + args.decode_tokens + 16
-    ctx = model.new_context(n_ctx=n_ctx, max_batch=max(64, max(batches)))
-    emit("load", seconds=round(time.perf_counter() - t0, 2), ctx_device=ctx.device)
+    probe = model.new_context(n_ctx=16)  # the backend a context resolves to (a GPU, or the CPU's fallback)
+    emit("load", seconds=round(time.perf_counter() - t0, 2), ctx_device=probe.device)
+    probe.close()
     bytes_per_token = weight_bytes_per_token(model)
     V = model.hparams.n_vocab
 
@@ -172,31 +189,41 @@ def main(argv=None) -> int:
              kernels_per_token=kernels / args.decode_tokens if kernels >= 0 else None,
              host_waits_per_token=waits / args.decode_tokens if waits >= 0 else None)
 
-    eager = model.new_context(n_ctx=256, max_batch=16, recorded_steps=False)
-    decode(eager, "decode-eager")
-    eager.close()
-    decode(ctx, "decode")
+    def measure():
+        """every figure once, in contexts opened now (under the current setting)"""
+        ctx = model.new_context(n_ctx=n_ctx, max_batch=max(64, max(batches)))
+        eager = model.new_context(n_ctx=256, max_batch=16, recorded_steps=False)
+        decode(eager, "decode-eager")
+        eager.close()
+        decode(ctx, "decode")
 
-    # batches of N at each depth, in decode steps measured at that depth
-    for depth in depths:
-        ctx.reset()
-        fill = [(i * 7 + 3) % V for i in range(depth)]
-        for i in range(0, len(fill), 64):
-            ctx.eval(fill[i:i + 64])
-        ctx.save_state()
-        # the decode step alone: the truncate back to the depth is outside the timer, as for the
-        # batches below (the rows up to 542b789 timed it inside, which flattered decode_steps ~5 %)
-        back = lambda: ctx.truncate(depth)  # noqa: E731
-        decode_at_depth = statistics.median(timed(lambda: ctx.eval_argmax([11]), args.reps, reset=back))
-        for n in batches:
-            tokens = [(depth + i * 31) % V for i in range(n)]
-            ctx.eval_argmax(tokens)  # warm-up
-            ctx.truncate(depth)
-            batch = statistics.median(timed(lambda: ctx.eval_argmax(tokens), args.reps, reset=back))
-            emit("batch", depth=depth, n_tokens=n, ms=round(batch * 1e3, 3),
-                 decode_ms_at_depth=round(decode_at_depth * 1e3, 3),
-                 decode_steps=round(batch / decode_at_depth, 3))
-    ctx.close()
+        # batches of N at each depth, in decode steps measured at that depth
+        for depth in depths:
+            ctx.reset()
+            fill = [(i * 7 + 3) % V for i in range(depth)]
+            for i in range(0, len(fill), 64):
+                ctx.eval(fill[i:i + 64])
+            ctx.save_state()
+            # the decode step alone: the truncate back to the depth is outside the timer, as for the
+            # batches below (the rows up to 542b789 timed it inside, which flattered decode_steps ~5 %)
+            back = lambda: ctx.truncate(depth)  # noqa: E731
+            decode_at_depth = statistics.median(timed(lambda: ctx.eval_argmax([11]), args.reps, reset=back))
+            for n in batches:
+                tokens = [(depth + i * 31) % V for i in range(n)]
+                ctx.eval_argmax(tokens)  # warm-up
+                ctx.truncate(depth)
+                batch = statistics.median(timed(lambda: ctx.eval_argmax(tokens), args.reps, reset=back))
+                emit("batch", depth=depth, n_tokens=n, ms=round(batch * 1e3, 3),
+                     decode_ms_at_depth=round(decode_at_depth * 1e3, 3),
+                     decode_steps=round(batch / decode_at_depth, 3))
+        ctx.close()
+
+    for rnd in range(args.rounds):
+        for var, value in settings:
+            if var is not None:
+                os.environ[var] = value
+                tags.update(setting=f"{var}={value}", round=rnd)
+            measure()
     model.close()
 
     append_rows(args.out, rows)
