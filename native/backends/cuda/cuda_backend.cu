@@ -40,7 +40,7 @@ typedef struct cuda_instance {
 static cuda_instance *instance_of(const backend *be) { return (cuda_instance *)be; }
 
 /* the readers that take a matmul's output as its partial sums ("the matmul's finish" below) */
-enum { UNFINISHED_RMS = 1, UNFINISHED_SILU = 2, UNFINISHED_GDN = 4 };
+enum { UNFINISHED_RMS = 1, UNFINISHED_SILU = 2 };
 
 /* n kernels launched on the instance's stream: run now, or recorded into a step while capturing */
 static void count_launches(cuda_instance *ci, int64_t n) {
@@ -82,9 +82,9 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * (every finish skipped, results wrong) of 0.62 and 1.36 ms (docs/perf.md, twenty-first pass).
  * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
  * or silu one, 0 none (then nothing is held and every op runs as it is called). */
-/* Launches the held matmul (if any): with its finish, or with sums non-NULL without the finish of the
- * matrices in `leave` (bit i: matrix i), their partial sums in sums[] (cuda_matmul_group_unfinished). */
-static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr, unsigned leave = ~0u) {
+/* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
+ * partial sums in sums[] (cuda_matmul_group_unfinished). */
+static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
     held_matmul &h = instance_of(be)->held;
     if (h.n_mats == 0) return;
     const specla_tensor *w[CUDA_MATMUL_GROUP_LAUNCH];
@@ -92,8 +92,7 @@ static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr, uns
     const int n_mats = h.n_mats;
     h.n_mats = 0;
     matmul_call(be, h.op, [&] {
-        return sums ? cuda_matmul_group_unfinished(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums,
-                                                   leave)
+        return sums ? cuda_matmul_group_unfinished(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums)
                     : cuda_matmul_group(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be));
     });
 }
@@ -339,26 +338,6 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     launch_held(be);
     cuda_silu_mul(be, a, b, n);
 }
-/* a decode step's GDN inputs: the group qkv, z, beta, alpha (layer_gated_deltanet.c) read by
- * gdn_prepare's one kernel, which adds the partial sums of qkv, beta and alpha; z stays finished (the
- * gated norm reads it after the recurrence, when the workspace holds other partial sums) */
-static void gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
-                        const float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
-                        float *conv_state, float *conv_out, float *q, float *k, float *v) {
-    const held_matmul &h = instance_of(be)->held;
-    const int64_t C = (int64_t)(2 * Hk + Hv) * S;
-    if ((instance_of(be)->unfinished_matmuls & UNFINISHED_GDN) && h.n_mats == 4 && h.y[0] == x && h.y[2] == beta &&
-        h.y[3] == g && h.n_batch == T && h.w[0].ne1 == C && h.w[2].ne1 == Hv && h.w[3].ne1 == Hv &&
-        cuda_gdn_prepare_is_one_kernel(T, S, K)) {
-        cuda_matmul_sums sums[4];
-        launch_held(be, sums, 1u | 4u | 8u);
-        cuda_gdn_prepare_sums(be, beta, g, sums[2], sums[3], dt_bias, ssm_a, const_cast<float *>(x), sums[0],
-                              conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v);
-        return;
-    }
-    launch_held(be);
-    cuda_gdn_prepare(be, beta, g, dt_bias, ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v);
-}
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
     /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
@@ -401,7 +380,7 @@ static const backend_ops cuda_ops_table = {
     /* sigmoid_mul */ after_held<cuda_sigmoid_mul>::call,
     /* gdn_gates */ after_held<cuda_gdn_gates>::call,
     /* gdn_split_qkv */ after_held<cuda_gdn_split_qkv>::call,
-    /* gdn_prepare */ gdn_prepare,
+    /* gdn_prepare */ after_held<cuda_gdn_prepare>::call,
     /* gated_rms_norm */ after_held<cuda_gated_rms_norm>::call,
     /* split_q_gate */ after_held<cuda_split_q_gate>::call,
     /* rope_neox */ after_held<cuda_rope_neox>::call,
@@ -455,33 +434,23 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
-    /* SPECLA_CUDA_UNFINISHED_MATMUL: the readers that take a matmul's finish over (above), a
-     * comma-separated list of rms (the residual adds' add_rms_norm), silu (the SwiGLU's silu_mul) and
-     * gdn (a decode step's gdn_prepare), or 1 for the default rms,silu, or 0 for none. The bits are the
-     * same in every setting (tests/test_gpu_model.py compares them); the others are for comparisons. */
+    /* SPECLA_CUDA_UNFINISHED_MATMUL=1 (both, the default), rms, silu or 0 (none): the readers that
+     * take a matmul's finish over (above), the residual adds' add_rms_norm and the SwiGLU's silu_mul.
+     * The bits are the same in every setting (tests/test_gpu_model.py compares them); the other
+     * settings are there for comparisons. */
     ci->unfinished_matmuls = UNFINISHED_RMS | UNFINISHED_SILU;
     const char *unfinished = getenv("SPECLA_CUDA_UNFINISHED_MATMUL");
     if (unfinished && *unfinished) {
-        int readers = 0;
-        if (!strcmp(unfinished, "1")) readers = UNFINISHED_RMS | UNFINISHED_SILU;
-        else if (strcmp(unfinished, "0") != 0) {
-            for (const char *p = unfinished; readers >= 0;) {
-                const char *end = strchr(p, ',');
-                const size_t n = end ? (size_t)(end - p) : strlen(p);
-                const int bit = n == 3 && !strncmp(p, "rms", 3)    ? UNFINISHED_RMS
-                                : n == 4 && !strncmp(p, "silu", 4) ? UNFINISHED_SILU
-                                : n == 3 && !strncmp(p, "gdn", 3)  ? UNFINISHED_GDN
-                                                                   : -1;
-                readers = bit < 0 ? -1 : readers | bit;
-                if (!end) break;
-                p = end + 1;
-            }
-        }
+        const int readers = !strcmp(unfinished, "1")      ? UNFINISHED_RMS | UNFINISHED_SILU
+                            : !strcmp(unfinished, "rms")  ? UNFINISHED_RMS
+                            : !strcmp(unfinished, "silu") ? UNFINISHED_SILU
+                            : !strcmp(unfinished, "0")    ? 0
+                                                          : -1;
         if (readers < 0) {
             free(ci);
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_UNFINISHED_MATMUL must be 0 (none), 1 (the default rms,silu) "
-                               "or a comma-separated list of rms, silu and gdn, got '%s'",
+                               "backend cuda: SPECLA_CUDA_UNFINISHED_MATMUL must be 0 (off), 1 (both readers), rms "
+                               "(add_rms_norm) or silu (silu_mul), got '%s'",
                                unfinished);
         }
         ci->unfinished_matmuls = readers;

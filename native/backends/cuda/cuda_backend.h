@@ -67,15 +67,6 @@ void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk,
 void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, const float *x,
                       const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
                       float *conv_out, float *q, float *k, float *v);
-/* whether gdn_prepare runs as its one kernel for these sizes (else as the three ops) */
-int cuda_gdn_prepare_is_one_kernel(int T, int S, int K);
-/* gdn_prepare's one kernel with x (the raw conv inputs), beta and g matmul outputs left as partial
- * sums (cuda_matmul_group_unfinished; partials NULL: read the output): the bits of gdn_prepare on
- * the finished outputs, x's finished values stored. Only where cuda_gdn_prepare_is_one_kernel. */
-void cuda_gdn_prepare_sums(const backend *be, float *beta, float *g, cuda_matmul_sums bs, cuda_matmul_sums gs,
-                           const float *dt_bias, const float *ssm_a, float *x, cuda_matmul_sums xs,
-                           const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
-                           float *conv_state, float *conv_out, float *q, float *k, float *v);
 void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
                          float eps);
 void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);

@@ -72,22 +72,21 @@ cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tens
  * y is partials[(b * n_chunks + 0) * rows_padded + r] + ... + [(b * n_chunks + n_chunks - 1) *
  * rows_padded + r], added in chunk order from the first, which is the finish the kernels run
  * themselves otherwise (mm_finish_rows), so a reader that adds them this way gets y's bits.
- * partials NULL: the kernel wrote y itself (a matrix of one chunk, or one the call finished). */
+ * partials NULL: the matrix is one chunk and its kernel wrote y itself. */
 typedef struct cuda_matmul_sums {
     const float *partials;
     int n_chunks;
     int64_t rows_padded;
 } cuda_matmul_sums;
 
-/* cuda_matmul_group without the split-K finish of the matrices in `leave` (bit i: matrix i): each
- * of those with more than one chunk leaves its partial sums in the workspace (sums[i]) and y[i]
- * unwritten, for the next kernel on the stream to add (elementwise.cu's *_sums ops, gdn_prepare),
- * which saves every split launch its arrival atomics, fences and finish round trips; the others
- * are finished as usual (sums[i].partials NULL). The sums live until the next call that uses the
- * workspace. At most CUDA_MATMUL_GROUP_LAUNCH matrices (cudaErrorInvalidValue beyond). */
+/* cuda_matmul_group without the split-K finish: each matrix of more than one chunk leaves its
+ * partial sums in the workspace (sums[i]) and y[i] unwritten, for the next kernel on the stream to
+ * add (elementwise.cu's *_sums ops), which saves every split launch its arrival atomics, fences
+ * and finish round trips. The sums live until the next call that uses the workspace. At most
+ * CUDA_MATMUL_GROUP_LAUNCH matrices (cudaErrorInvalidValue beyond). */
 cudaError_t cuda_matmul_group_unfinished(cudaStream_t stream, int n_mats, const specla_tensor *const *w,
                                          const float *x, int n_batch, float *const *y, cuda_matmul_workspace ws,
-                                         cuda_matmul_sums *sums, unsigned leave);
+                                         cuda_matmul_sums *sums);
 
 /* The activation blocks a matmul with weight_type uses, as the matmul makes them (the same bytes as
  * specla_op_quantize_activations): codes[n_batch][n], scales[n_batch][n / block] and, for Q4_K/Q6_K

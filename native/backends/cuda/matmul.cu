@@ -676,10 +676,9 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
 
 /* cuda_matmul_group, and with sums non-NULL cuda_matmul_group_unfinished: then matrix i's partial sums
  * take workspace slot i (not its slot within its type's launch: a later launch of the call must not
- * overwrite them) and, when bit i of `leave` is set, its kernel skips the finish. */
+ * overwrite them) and its kernel skips the finish. */
 static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
-                            int n_batch, float *const *y, cuda_matmul_workspace ws, cuda_matmul_sums *sums,
-                            unsigned leave) {
+                            int n_batch, float *const *y, cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
     if (sums && n_mats > CUDA_MATMUL_GROUP_LAUNCH) return cudaErrorInvalidValue;
     const int n = w[0] ? w[0]->ne0 : 0;
@@ -745,9 +744,8 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
             const int slot = sums ? i : args.n_mats;
             m.partials = (float *)(base + l.partials) + (size_t)slot * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
             if (sums) {
-                const bool left = (leave >> i) & 1u;
-                m.unfinished = left;
-                sums[i].partials = left && p.n_chunks > 1 ? m.partials : nullptr;
+                m.unfinished = 1;
+                sums[i].partials = p.n_chunks > 1 ? m.partials : nullptr;
                 sums[i].n_chunks = p.n_chunks;
                 sums[i].rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
             }
@@ -766,15 +764,14 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
 
 extern "C" cudaError_t cuda_matmul_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
                                          int n_batch, float *const *y, cuda_matmul_workspace ws) {
-    return mm_group(stream, n_mats, w, x, n_batch, y, ws, nullptr, 0);
+    return mm_group(stream, n_mats, w, x, n_batch, y, ws, nullptr);
 }
 
 extern "C" cudaError_t cuda_matmul_group_unfinished(cudaStream_t stream, int n_mats, const specla_tensor *const *w,
                                                     const float *x, int n_batch, float *const *y,
-                                                    cuda_matmul_workspace ws, cuda_matmul_sums *sums,
-                                                    unsigned leave) {
+                                                    cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
     if (!sums) return cudaErrorInvalidValue;
-    return mm_group(stream, n_mats, w, x, n_batch, y, ws, sums, leave);
+    return mm_group(stream, n_mats, w, x, n_batch, y, ws, sums);
 }
 
 extern "C" cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,

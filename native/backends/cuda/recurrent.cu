@@ -59,7 +59,6 @@
 #include "launch.h"
 #include "hld_layout.h"
 #include "row_math.cuh"
-#include "matmul_sums.cuh"
 
 #define GDN_LANES 16 /* lanes per state row (one half warp) */
 #ifndef GDN_ROWS_PER_THREAD
@@ -752,21 +751,19 @@ __device__ __forceinline__ void conv_load_window(float (&window)[KMAX], const fl
 /* Channel c's causal conv over tokens t0 .. t1 - 1 (one thread): the window starts from the K - 1 rows
  * before t0 of [conv_state ; x], then per token the raw input enters last, out(t, SiLU(window . w))
  * receives the output and the window shifts. On return window[0 .. K - 1) holds the raw inputs of rows
- * t1 .. t1 + K - 2 of the concatenation: the new conv state when t0 = 0 and t1 = T. in(t) gives
- * token t's raw input: x[t][c], or gdn_prepare's sum of a matmul's partial sums for it. */
-template <int KMAX, class Out, class In>
+ * t1 .. t1 + K - 2 of the concatenation: the new conv state when t0 = 0 and t1 = T. */
+template <int KMAX, class Out>
 __device__ __forceinline__ void conv_channel(const float *x, const float *weight, int C, int K, const float *conv_state,
-                                             int c, int t0, int t1, float (&window)[KMAX], Out out, In in) {
+                                             int c, int t0, int t1, float (&window)[KMAX], Out out) {
     const int hist = K - 1;
     float w[KMAX];
     conv_load_weights<KMAX>(w, weight, c, K);
     conv_load_window<KMAX>(window, conv_state, x, t0, C, K, c);
     for (int t = t0; t < t1; t++) {
         /* window of token t = rows t .. t + K - 1 of the concatenation, oldest first */
-        const float raw = in(t);
 #pragma unroll
         for (int j = 0; j < KMAX; j++)
-            if (j == hist) window[j] = raw;
+            if (j == hist) window[j] = x[(int64_t)t * C + c];
         out(t, conv_output<KMAX>(window, w, K));
 #pragma unroll
         for (int j = 0; j + 1 < KMAX; j++)
@@ -791,9 +788,8 @@ __global__ void __launch_bounds__(CONV_THREADS)
     if (c >= C) return;
     const int t0 = (int)blockIdx.y * CONV_T_CHUNK, t1 = min(T, t0 + CONV_T_CHUNK);
     float window[KMAX];
-    conv_channel<KMAX>(
-        x, weight, C, K, conv_state, c, t0, t1, window, [&](int t, float out) { y[(int64_t)t * C + c] = out; },
-        [&](int t) { return x[(int64_t)t * C + c]; });
+    conv_channel<KMAX>(x, weight, C, K, conv_state, c, t0, t1, window,
+                       [&](int t, float out) { y[(int64_t)t * C + c] = out; });
     if (gridDim.y == 1) conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
@@ -806,17 +802,12 @@ __global__ void __launch_bounds__(CONV_THREADS)
  *   - the next ceil(Hv S / NORM_THREADS) blocks: the v channels, each output to conv_out and v;
  *   - the last block: the gates of the T x Hv values (gdn_gate_values, gdn_gates' function).
  * Every channel has one thread, so its conv state is read and written by that thread only; every
- * value is computed by the functions of the three ops it replaces, so the bits are theirs.
- * xs / bs / gs (partials non-NULL): x, beta or g is a matmul output left as partial sums
- * (matmul_sums.cuh); the thread that reads a value adds its chunks in chunk order, the matmul
- * finish's additions, and stores the finished x value where the matmul would have (beta and g
- * take their gate values in place as always). */
+ * value is computed by the functions of the three ops it replaces, so the bits are theirs. */
 template <int KMAX>
 __global__ void __launch_bounds__(NORM_THREADS)
-    gdn_prepare_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, float *x,
+    gdn_prepare_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, const float *x,
                        const float *weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
-                       float *conv_out, float *q, float *k, float *v, cuda_matmul_sums xs, cuda_matmul_sums bs,
-                       cuda_matmul_sums gs) {
+                       float *conv_out, float *q, float *k, float *v) {
     grid_begin();
     __shared__ float rows[CONV_T_CHUNK][NORM_THREADS];
     __shared__ float partials[NORM_THREADS / SPECLA_WARP];
@@ -826,11 +817,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     if (b == 2 * Hk + v_blocks) {
         for (int i = tid; i < T * Hv; i += NORM_THREADS) {
             const int h = i % Hv;
-            float bv = bs.partials ? mm_sums_load<float>(bs, i / Hv, h) : beta[i];
-            float gv = gs.partials ? mm_sums_load<float>(gs, i / Hv, h) : g[i];
-            gdn_gate_values(&bv, &gv, dt_bias[h], ssm_a[h]);
-            beta[i] = bv;
-            g[i] = gv;
+            gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
         }
         return;
     }
@@ -838,19 +825,11 @@ __global__ void __launch_bounds__(NORM_THREADS)
     const int c = head ? b * S + tid : 2 * qk_width + (b - 2 * Hk) * NORM_THREADS + tid;
     if (head ? tid < S : c < C) {
         float window[KMAX];
-        conv_channel<KMAX>(
-            x, weight, C, K, conv_state, c, 0, T, window,
-            [&](int t, float out) {
-                conv_out[(int64_t)t * C + c] = out;
-                if (head) rows[t][tid] = out;
-                else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
-            },
-            [&](int t) {
-                if (!xs.partials) return x[(int64_t)t * C + c];
-                const float raw = mm_sums_load<float>(xs, t, c);
-                x[(int64_t)t * C + c] = raw;
-                return raw;
-            });
+        conv_channel<KMAX>(x, weight, C, K, conv_state, c, 0, T, window, [&](int t, float out) {
+            conv_out[(int64_t)t * C + c] = out;
+            if (head) rows[t][tid] = out;
+            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
+        });
         conv_store_state<KMAX>(conv_state, C, K, c, window);
     }
     if (!head) return; /* the whole block */
@@ -1113,46 +1092,23 @@ extern "C" void cuda_causal_conv(const backend *be, const float *x, const float 
     }
 }
 
-extern "C" int cuda_gdn_prepare_is_one_kernel(int T, int S, int K) {
-    return T >= 1 && T <= CONV_T_CHUNK && S <= NORM_THREADS && K >= 2 && K <= CONV_MAX_K;
-}
-
-static void launch_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
-                               float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
-                               float *conv_state, float *conv_out, float *q, float *k, float *v, cuda_matmul_sums xs,
-                               cuda_matmul_sums bs, cuda_matmul_sums gs) {
-    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
-#define LAUNCH(KMAX)                                                                                                   \
-    cuda_launch(gdn_prepare_kernel<KMAX>, dim3(blocks), dim3(NORM_THREADS), 0, cuda_stream(be), beta, g, dt_bias,     \
-                ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v, xs, bs, gs)
-    CONV_DISPATCH(K, LAUNCH);
-#undef LAUNCH
-    cuda_note_launch(be, "gdn_prepare");
-}
-
 extern "C" void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
                                  const float *x, const float *conv_weight, int T, int Hk, int Hv, int S, int K,
                                  float eps, float *conv_state, float *conv_out, float *q, float *k, float *v) {
     if (T <= 0) return;
-    if (!cuda_gdn_prepare_is_one_kernel(T, S, K)) { /* the three ops (which refuse a bad K) */
+    if (T > CONV_T_CHUNK || S > NORM_THREADS || K < 2 || K > CONV_MAX_K) { /* the three ops (which refuse a bad K) */
         cuda_gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
         cuda_causal_conv(be, x, conv_weight, T, 2 * Hk * S + Hv * S, K, conv_state, conv_out);
         cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
         return;
     }
-    /* without partial sums the kernel only reads x: the const is cast away for the shared signature */
-    launch_gdn_prepare(be, beta, g, dt_bias, ssm_a, const_cast<float *>(x), conv_weight, T, Hk, Hv, S, K, eps,
-                       conv_state, conv_out, q, k, v, cuda_matmul_sums{}, cuda_matmul_sums{}, cuda_matmul_sums{});
-}
-
-extern "C" void cuda_gdn_prepare_sums(const backend *be, float *beta, float *g, cuda_matmul_sums bs,
-                                      cuda_matmul_sums gs, const float *dt_bias, const float *ssm_a, float *x,
-                                      cuda_matmul_sums xs, const float *conv_weight, int T, int Hk, int Hv, int S,
-                                      int K, float eps, float *conv_state, float *conv_out, float *q, float *k,
-                                      float *v) {
-    if (!cuda_gdn_prepare_is_one_kernel(T, S, K)) return; /* the backend asks first */
-    launch_gdn_prepare(be, beta, g, dt_bias, ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k,
-                       v, xs, bs, gs);
+    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
+#define LAUNCH(KMAX)                                                                                                   \
+    cuda_launch(gdn_prepare_kernel<KMAX>, dim3(blocks), dim3(NORM_THREADS), 0, cuda_stream(be), beta, g, dt_bias,     \
+                ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v)
+    CONV_DISPATCH(K, LAUNCH);
+#undef LAUNCH
+    cuda_note_launch(be, "gdn_prepare");
 }
 
 extern "C" void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C,
