@@ -13,7 +13,7 @@ token reads (all but the embedding table, of which it reads one row) by the deco
 fraction is against a device-to-device copy measured in the same run (bytes read + written).
 
 --settings VAR=V1:V2:... runs every figure once per value of the environment variable VAR, which
-the backend reads when a context opens (e.g. SPECLA_CUDA_UNFINISHED_MATMUL=1:rms,silu,gdn), in
+the backend reads when a context opens (e.g. SPECLA_CUDA_UNFINISHED_MATMUL=0:1), in
 --rounds interleaved rounds (V1, V2, ..., V1, V2, ...) with the model loaded once: an A/B of backend
 settings without a model load per variant. Rows then carry `setting` and `round`."""
 

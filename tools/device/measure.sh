@@ -22,9 +22,8 @@ t0=$(date +%s)
 stage() { echo "=== [+$(( $(date +%s) - t0 ))s] $*"; }
 
 # The builds and the draft writer below run at nice 19 beside the GPU-timed benches (run_gpu.sh's
-# llama.cpp build already does): at 3bfc022, run un-niced beside bench_gpu, they made its recorded
-# decode step 7.241 ms where a call with nothing else running measured 7.004 (docs/perf.md,
-# twenty-first pass). Whether nice alone removes that is not measured yet.
+# llama.cpp build already does): un-niced, they slowed bench_gpu's decode figure (docs/perf.md,
+# twenty-first pass).
 ( nice -n 19 bash tools/device/build_cuda_checks.sh "$HOME/measure-check" 90 > "$HOME/measure-check.log" 2>&1
   echo $? > "$HOME/measure-check.rc" ) &
 check_pid=$!

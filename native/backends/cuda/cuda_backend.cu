@@ -77,9 +77,8 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * (cuda_matmul_group_unfinished) and the op adds the partial sums in chunk order, the finish's own
  * additions (matmul_sums.cuh): the same bits, and each such launch loses its arrival atomics, fences
  * and the finishing warp's round trips, which sit on the step's critical path. Any other op first
- * launches the held matmul as it is; the order of work on the stream never changes. On the H200 it
- * takes 0.28 ms off a 27B-shape decode step and 0.57 ms off a 23-token batch, of a measured bound
- * (every finish skipped, results wrong) of 0.62 and 1.36 ms (docs/perf.md, twenty-first pass).
+ * launches the held matmul as it is; the order of work on the stream never changes. What it gains on
+ * the 27B shape, and the bound it is measured against, are in docs/perf.md (twenty-first pass).
  * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
  * or silu one, 0 none (then nothing is held and every op runs as it is called). */
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
@@ -315,7 +314,7 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
                          float eps, float *y) {
     const held_matmul &h = instance_of(be)->held;
     if ((instance_of(be)->unfinished_matmuls & UNFINISHED_RMS) && h.n_mats == 1 && h.y[0] == delta &&
-        h.n_batch == n_rows && h.w[0].ne1 == n) {
+        h.n_batch == n_rows && h.w[0].ne1 == n && cuda_add_rms_norm_reads_sums(x, delta, weight, y, n)) {
         cuda_matmul_sums sums[1];
         launch_held(be, sums);
         cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y);

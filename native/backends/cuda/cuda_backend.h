@@ -58,6 +58,9 @@ void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n);
  * matmul output, rows of `width` floats; a takes silu(a) * b as in silu_mul) */
 void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums, const float *weight,
                             int n_rows, int n, float eps, float *y);
+/* whether add_rms_norm can read delta as partial sums for these rows (asked before the matmul runs
+ * unfinished; cuda_add_rms_norm_sums takes only such rows) */
+int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y, int n);
 void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
                         int width);
 void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n);

@@ -246,12 +246,12 @@ static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, cons
 
 /* The group's total of the partials s (the order in the section header); every thread gets it. A
  * block-wide group is threads 0 .. RMS_THREADS - 1; a larger block (add_rms_sums_kernel) calls this
- * with every thread, the ones beyond the group only passing the barrier. */
+ * with every thread (those beyond the group with s = 0) and room in partials for every warp. */
 template <int GROUP>
 static __device__ __forceinline__ float rms_group_total(float s, float *partials) {
     s = group_sum(s);
     if (GROUP == SPECLA_WARP) return s;
-    if (threadIdx.x % SPECLA_WARP == 0 && threadIdx.x < RMS_THREADS) partials[threadIdx.x / SPECLA_WARP] = s;
+    if (threadIdx.x % SPECLA_WARP == 0) partials[threadIdx.x / SPECLA_WARP] = s;
     __syncthreads();
     float p[RMS_WARPS];
 #pragma unroll
@@ -284,6 +284,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
                                                                       const float *weight, const float *gate,
                                                                       int n_rows, int n, float eps, float *y,
                                                                       bool vec, cuda_matmul_sums dsums) {
+    static_assert(!SUMS || (ADD && GROUP == SPECLA_WARP), "wider rows read partial sums in add_rms_sums_kernel");
     grid_begin();
     constexpr int CACHED = GROUP == SPECLA_WARP || GATED ? RMS_WARP_CACHED_QUADS : RMS_BLOCK_CACHED_QUADS;
     __shared__ float partials[RMS_WARPS];
@@ -351,24 +352,24 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
 }
 
 /* add_rms_norm with delta a matmul output left as partial sums, for rows of RMS_WARP_MAX_WIDTH <
- * n <= RMS_SUMS_MAX_WIDTH floats (the residual stream's 5120) with every pointer 16-byte aligned:
- * the bits of rms_rows_kernel<RMS_THREADS, true, false, true>, from a block four times as wide.
+ * n <= RMS_SUMS_MAX_WIDTH floats (the residual stream's 5120) with every pointer 16-byte aligned
+ * (cuda_add_rms_norm_reads_sums): the bits of add_rms_norm on the finished delta.
  *
  * Why its own kernel: the reader adds n_chunks partial sums per element (6-7 for the 27B shape's
- * residual matrices, 140 KB from L2 a row), and one row is one block on one SM. rms_rows_kernel's
- * 256 threads each hold up to 8 quads and read their chunks quad after quad (a runtime chunk loop per
- * quad keeps the quads' loads from overlapping; 360 bytes of spills at sm_90), which made the decode
- * step 1.3 ms slower than the matmul's own finish (docs/perf.md, twenty-first pass). Here RMS_SUMS_THREADS
- * threads own RMS_SUMS_QUADS quads each (quad q: thread q % RMS_SUMS_THREADS) and issue the loads of
- * RMS_SUMS_LOADS chunks of both quads at once, so a 7-chunk row of 5120 takes two rounds of L2 loads.
+ * residual matrices, 140 KB from L2 a row), and one row is one block on one SM, so the row's loads
+ * must be in flight together. rms_rows_kernel's 256 threads would each read up to 8 quads' chunks
+ * quad after quad, a chain of L2 round trips (measured in docs/perf.md, twenty-first pass). Here
+ * RMS_SUMS_THREADS threads own RMS_SUMS_QUADS quads each (quad q: thread q % RMS_SUMS_THREADS) and
+ * issue the loads of RMS_SUMS_LOADS chunks of both quads at once (mm_sums_load_n), so a 7-chunk row
+ * of 5120 takes two rounds of L2 loads.
  *
  * The arithmetic is rms_rows_kernel's: delta = the chunks added in chunk order (mm_sums_add, the
  * matmul finish's additions), x += delta, then the x values go through shared memory so that threads
  * 0 .. RMS_THREADS - 1 take the squares in the 256-lane order of the section header (lane l: quads
  * l, l + 256, ... ascending), and rms_group_total combines them; y is written by each quad's owner
  * after the barrier (y == x in place stays safe). */
-#define RMS_SUMS_THREADS 768 /* x 2 quads: rows up to 6144 floats; 78 registers at sm_90, no spills (1024 threads
-                                with 4 loads in flight spill at their 64-register cap) */
+#define RMS_SUMS_THREADS 768 /* x 2 quads: rows up to 6144 floats, no spills at sm_90 (1024 threads with 4 loads
+                                in flight spill at their 64-register cap) */
 #define RMS_SUMS_QUADS 2
 #define RMS_SUMS_LOADS 4
 #define RMS_SUMS_MAX_WIDTH (RMS_SUMS_THREADS * RMS_SUMS_QUADS * 4)
@@ -377,40 +378,27 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     add_rms_sums_kernel(float *x, float *delta, const float *weight, int n, float eps, float *y, cuda_matmul_sums dsums) {
     grid_begin();
     __shared__ float4 xs[RMS_SUMS_THREADS * RMS_SUMS_QUADS];
-    __shared__ float partials[RMS_WARPS];
+    __shared__ float partials[RMS_SUMS_THREADS / SPECLA_WARP]; /* rms_group_total reads the first RMS_WARPS */
     const int row = blockIdx.x;
     const int64_t off = (int64_t)row * n;
     x += off;
     y += off;
     delta += off;
     const int n_quads = n / 4;
-    const float *chunks = dsums.partials + (int64_t)row * dsums.n_chunks * dsums.rows_padded;
 
     float4 xv[RMS_SUMS_QUADS], dv[RMS_SUMS_QUADS], wv[RMS_SUMS_QUADS];
+    int64_t elements[RMS_SUMS_QUADS];
+    bool mine[RMS_SUMS_QUADS];
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
         const int q = threadIdx.x + k * RMS_SUMS_THREADS;
-        if (q < n_quads) {
+        elements[k] = 4 * q, mine[k] = q < n_quads;
+        if (mine[k]) {
             xv[k] = load_quad(x, 4 * q, n, true);
             if (weight) wv[k] = load_quad(weight, 4 * q, n, true);
         }
     }
-    for (int c0 = 0; c0 < dsums.n_chunks; c0 += RMS_SUMS_LOADS) {
-        float4 u[RMS_SUMS_QUADS][RMS_SUMS_LOADS];
-#pragma unroll
-        for (int k = 0; k < RMS_SUMS_QUADS; k++)
-#pragma unroll
-            for (int j = 0; j < RMS_SUMS_LOADS; j++) {
-                const int q = threadIdx.x + k * RMS_SUMS_THREADS;
-                if (q < n_quads && c0 + j < dsums.n_chunks)
-                    u[k][j] = __ldcg(reinterpret_cast<const float4 *>(chunks + (c0 + j) * dsums.rows_padded + 4 * q));
-            }
-#pragma unroll
-        for (int k = 0; k < RMS_SUMS_QUADS; k++)
-#pragma unroll
-            for (int j = 0; j < RMS_SUMS_LOADS; j++)
-                if (c0 + j < dsums.n_chunks) dv[k] = c0 + j == 0 ? u[k][j] : mm_sums_add(dv[k], u[k][j]);
-    }
+    mm_sums_load_n<float4, RMS_SUMS_QUADS, RMS_SUMS_LOADS>(dsums, row, elements, mine, dv);
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
         const int q = threadIdx.x + k * RMS_SUMS_THREADS;
@@ -449,9 +437,9 @@ static void launch_rms_rows(const backend *be, const char *op, float *x, const f
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
         cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED, SUMS>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
                     dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec, dsums);
-    } else {
-        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED, SUMS>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be),
-                    x, delta, weight, gate, n_rows, n, eps, y, vec, dsums);
+    } else if constexpr (!SUMS) { /* wider rows read partial sums in add_rms_sums_kernel */
+        cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x,
+                    delta, weight, gate, n_rows, n, eps, y, vec, dsums);
     }
     cuda_note_launch(be, op);
 }
@@ -474,14 +462,21 @@ extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta
         launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
         return;
     }
-    if (n > RMS_WARP_MAX_WIDTH && n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) &&
-        aligned16(weight) && aligned16(y) && dsums.rows_padded % 4 == 0 && aligned16(dsums.partials)) {
-        cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
-                    eps, y, dsums);
-        cuda_note_launch(be, "add_rms_norm");
+    if (n <= RMS_WARP_MAX_WIDTH) {
+        launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
         return;
     }
-    launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
+    cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n, eps,
+                y, dsums);
+    cuda_note_launch(be, "add_rms_norm");
+}
+
+extern "C" int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y,
+                                            int n) {
+    if (n <= 0) return 0;
+    if (n <= RMS_WARP_MAX_WIDTH) return 1;
+    return n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) &&
+           aligned16(y);
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
