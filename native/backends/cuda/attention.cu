@@ -33,22 +33,22 @@
  *     heads (attention_kernel; HG = ATT_DECODE_G = 2 for a decode step, more blocks for its one
  *     query; ATT_MAX_G = 8 for a batch);
  *   - a batch's SPLIT (attention_tile_kernel): a TILE of qt queries x hb heads, hb = min(G, ATT_MAX_G),
- *     qt = ATT_TILE_PAIRS / hb (27B, G = 6: 4 queries x 6 heads), for every segment all the tile's
+ *     qt = ATT_TILE_PAIRS / hb (27B, G = 6: 2 queries x 6 heads), for every segment all the tile's
  *     queries see in full (causal: below the smallest position of the tile + 1; tree: inside the
  *     prefix); the other segments (a causal query's last one, a tree node's ancestors) are reduced
  *     query by query with hb heads each, one block per query. At depth 4096 a 23-token batch reads
- *     each K/V row of the prefix 6 times (once per tile) instead of 23 times.
+ *     each K/V row of the prefix 12 times (once per tile) instead of 23 times.
  * Within segment_partial: scores, group w takes the tile's rows w, w+4, ... (ATT_K_BATCH rows' K
  * loads in flight, each lane holding dims L, L+32, ... of them), every pair's q from shared memory
  * (a query tile's block reduces 4 pairs' lane sums at once, wide_scores: the same bits, fewer shuffles);
  * softmax bookkeeping, group w takes pairs w, w+4, ...; V, thread i owns dims i and i + ATT_THREADS
  * of every pair, its accumulators in registers (HG x 2 floats).
  * Shared memory and registers (sm_90, ptxas): attention_kernel<2> 2.9 KB, 128 registers (4 blocks
- * per SM; 28 bytes spilled); attention_kernel<8> 10.7 KB, 167; attention_tile_kernel<24> 31.7 KB (q
- * of 24 pairs x 256 dims = 24 KB, scores 24 x 64 = 6 KB) + 8 T bytes for a tree, 168 registers (3
- * blocks per SM; 88 bytes spilled: the cache pointers, reloaded once per loop). The compile-time
- * shapes (segment_partial_for) cost those registers and took the 27B shape's batch tile from 2310 to
- * 1731 SASS instructions per K batch (scores) and 1100 to 611 per 8 rows (V).
+ * per SM; 28 bytes spilled); attention_kernel<8> 10.7 KB, 167; attention_tile_kernel<12> 16 KB (q
+ * of 12 pairs x 256 dims = 12 KB, scores 12 x 64 = 3 KB) + 8 T bytes for a tree, 128 registers (4
+ * blocks per SM; 8 bytes spilled). The compile-time shapes (segment_partial_for) cost registers and
+ * took the 27B shape's batch tile (then of 24 pairs) from 2310 to 1731 SASS instructions per K batch
+ * (scores) and 1100 to 611 per 8 rows (V).
  * K and V stay in registers (no shared staging): a row is loaded by one group (K) or by every thread
  * for its own dims (V) and used at once for every pair, so staging would add a copy and no reuse. */
 #include <math.h>
@@ -69,18 +69,22 @@
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
-#define ATT_TILE_PAIRS 24 /* (query, head) pairs per block of a batch's shared segments: 4 queries x 6
-                           * heads on the 27B shape (G = 6), so each K/V row is read once per 4 queries */
+#define ATT_TILE_PAIRS 12 /* (query, head) pairs per block of a batch's shared segments: 2 queries x 6
+                           * heads on the 27B shape (G = 6), so each K/V row is read once per 2 queries.
+                           * The tile's accumulators (2 x pairs a thread) set its registers: 24 pairs
+                           * took 168 and 3 blocks per SM, 12 fit 128 and 4, and the latency-bound walk
+                           * gains more from the fourth block than it loses to reading each row twice as
+                           * often (docs/perf.md, twenty-second pass) */
 #define ATT_SHARE_MIN_ROWS 1024 /* rows a tile's queries must all see before their common segments are
                                  * shared: below, one block per query and segment (23 queries x 4 KV
                                  * heads x at most 8 segments on the 27B shape) keeps them parallel, where
-                                 * a shared block's 24 pairs walked the rows 4x longer */
-/* resident blocks per SM the tile kernel's registers leave room for: 3 (168 registers) where ptxas fits
- * it without spilling (sm_90; gfx11); 2 for sm_75, whose ptxas spilled 4 bytes at 168 */
+                                 * a shared block's pairs walked the rows longer */
+/* resident blocks per SM the tile kernel's registers leave room for: 4 (128 registers; sm_90 and gfx11);
+ * 2 for sm_75, which has half the registers per SM */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define ATT_TILE_MIN_BLOCKS 2
 #else
-#define ATT_TILE_MIN_BLOCKS 3
+#define ATT_TILE_MIN_BLOCKS 4
 #endif
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 /* The pair counts the 27B shape's blocks hold, compiled as constants (segment_partial_for): a query's
@@ -159,7 +163,7 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
 }
 
 /* Compile-time shapes. A segment's code is instantiated for the shapes that carry the work (the
- * 27B shape's query tile of 24 pairs and a query's 6 or 2 heads, head_dim 256, whole tiles of
+ * 27B shape's query tile of 12 pairs and a query's 6 or 2 heads, head_dim 256, whole tiles of
  * ATT_TILE rows) besides the general one: with the pair count, head_dim and tile length known, the
  * per-pair, per-dim and per-row guards of the loops disappear and a pair's probabilities are read 4
  * rows at a time. NG / DD = 0: taken from the arguments at run time; FULL: tile_n == ATT_TILE (only
