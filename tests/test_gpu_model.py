@@ -243,7 +243,7 @@ DEEP_PREFIX = 1152  # 9 segments of 128 rows: from 1024 rows on a query tile sha
 
 
 def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model):
-    """Past 1024 rows a batch's query tiles share their common segments (24 pairs a block), its
+    """Past 1024 rows a batch's query tiles share their common segments (12 pairs a block), its
     queries' own segments and every decode step take the per-query blocks (6 and 2 pairs), whole
     tiles through the compile-time code: a 23-token batch and a 23-node tree at that depth must give
     the bits of decoding token by token (and of each node's path)."""
