@@ -80,7 +80,7 @@
                                  * heads x at most 8 segments on the 27B shape) keeps them parallel, where
                                  * a shared block's pairs walked the rows longer */
 /* resident blocks per SM the tile kernel's registers leave room for: 4 (128 registers; sm_90 and gfx11);
- * 2 for sm_75, which has half the registers per SM */
+ * sm_75 keeps the 2 it had at 24 pairs, where its ptxas spilled at 3 (no sm_75 GPU has timed either) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define ATT_TILE_MIN_BLOCKS 2
 #else
