@@ -402,7 +402,7 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
         const int q = threadIdx.x + k * RMS_SUMS_THREADS;
-        if (q < n_quads) {
+        if (mine[k]) {
             store_quad(delta, 4 * q, n, true, dv[k]);
             xv[k] = add_quad(xv[k], dv[k]);
             store_quad(x, 4 * q, n, true, xv[k]);
@@ -419,12 +419,30 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
         const int q = threadIdx.x + k * RMS_SUMS_THREADS;
-        if (q < n_quads)
+        if (mine[k])
             store_quad(y, 4 * q, n, true, scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, false, zero));
     }
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* How add_rms_norm reads delta as partial sums, the one decision behind both
+ * cuda_add_rms_norm_reads_sums and cuda_add_rms_norm_sums: rows of the 32-lane norm in
+ * rms_rows_kernel's SUMS form, wider 16-byte aligned rows up to RMS_SUMS_MAX_WIDTH in
+ * add_rms_sums_kernel, no other rows (their matmul keeps its finish). */
+enum rms_sums_path { RMS_SUMS_NONE, RMS_SUMS_WARP, RMS_SUMS_WIDE };
+static rms_sums_path rms_sums_path_for(const float *x, const float *delta, const float *weight, const float *y, int n) {
+    if (n <= 0) return RMS_SUMS_NONE;
+    if (n <= RMS_WARP_MAX_WIDTH) return RMS_SUMS_WARP;
+    const bool wide = n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) &&
+                      aligned16(y);
+    return wide ? RMS_SUMS_WIDE : RMS_SUMS_NONE;
+}
+static __global__ void nan_fill_kernel(float *y, int64_t n) {
+    grid_begin();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __int_as_float(0x7fc00000);
+}
 
 template <bool ADD, bool GATED, bool SUMS = false>
 static void launch_rms_rows(const backend *be, const char *op, float *x, const float *delta, const float *weight,
@@ -437,7 +455,7 @@ static void launch_rms_rows(const backend *be, const char *op, float *x, const f
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
         cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED, SUMS>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
                     dim3(RMS_THREADS), 0, cuda_stream(be), x, delta, weight, gate, n_rows, n, eps, y, vec, dsums);
-    } else if constexpr (!SUMS) { /* wider rows read partial sums in add_rms_sums_kernel */
+    } else if constexpr (!SUMS) { /* SUMS comes here only for rows of the 32-lane norm (rms_sums_path_for) */
         cuda_launch(rms_rows_kernel<RMS_THREADS, ADD, GATED>, dim3(n_rows), dim3(RMS_THREADS), 0, cuda_stream(be), x,
                     delta, weight, gate, n_rows, n, eps, y, vec, dsums);
     }
@@ -462,21 +480,26 @@ extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta
         launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
         return;
     }
-    if (n <= RMS_WARP_MAX_WIDTH) {
+    switch (rms_sums_path_for(x, delta, weight, y, n)) {
+    case RMS_SUMS_WARP:
         launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
         return;
+    case RMS_SUMS_WIDE:
+        cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
+                    eps, y, dsums);
+        cuda_note_launch(be, "add_rms_norm");
+        return;
+    case RMS_SUMS_NONE: /* the caller did not ask cuda_add_rms_norm_reads_sums: NaN, never a wrong row */
+        cuda_launch(nan_fill_kernel, dim3(grid_for((int64_t)n_rows * n, EW_THREADS)), dim3(EW_THREADS), 0,
+                    cuda_stream(be), y, (int64_t)n_rows * n);
+        cuda_note_launch(be, "add_rms_norm");
+        return;
     }
-    cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n, eps,
-                y, dsums);
-    cuda_note_launch(be, "add_rms_norm");
 }
 
 extern "C" int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y,
                                             int n) {
-    if (n <= 0) return 0;
-    if (n <= RMS_WARP_MAX_WIDTH) return 1;
-    return n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) &&
-           aligned16(y);
+    return rms_sums_path_for(x, delta, weight, y, n) != RMS_SUMS_NONE;
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
