@@ -194,3 +194,22 @@ def test_bench_host_step_names_a_bad_count():
 def test_bench_host_step_names_a_bad_step():
     proc = run_tool("bench_host_step.py", "--step-ms", "0", expect_rc=2)
     assert "--step-ms must be > 0" in proc.stderr
+
+
+def test_bench_gpu_settings_run_in_interleaved_rounds(tmp_path, tiny_model_path):
+    """--settings VAR=V1:V2 --rounds 2: every figure once per value and round, in the order V1, V2, V1,
+    V2, the rows tagged with both; --rounds alone tags the round only. The setting here is a variable
+    nothing reads: the test is the loop, not a backend switch."""
+    out = tmp_path / "gpu.jsonl"
+    common = ["--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--decode-tokens", "2", "--batches", "2",
+              "--depths", "0", "--reps", "1", "--commit", "test", "--out", str(out)]
+    run_tool("bench_gpu.py", *common, "--settings", "PYSPECLA_TEST_UNREAD=a:b", "--rounds", "2")
+    decode = [row for row in read_rows(out) if row["mode"] == "decode"]
+    assert [(row["setting"], row["round"]) for row in decode] == [
+        ("PYSPECLA_TEST_UNREAD=a", 0), ("PYSPECLA_TEST_UNREAD=b", 0),
+        ("PYSPECLA_TEST_UNREAD=a", 1), ("PYSPECLA_TEST_UNREAD=b", 1)]
+    out.unlink()
+    run_tool("bench_gpu.py", *common, "--rounds", "2")
+    batch = [row for row in read_rows(out) if row["mode"] == "batch"]
+    assert [row["round"] for row in batch] == [0, 1] and all("setting" not in row for row in batch)
+    run_tool("bench_gpu.py", *common, "--settings", "NOEQUALS", expect_rc=2)

@@ -15,7 +15,8 @@ fraction is against a device-to-device copy measured in the same run (bytes read
 --settings VAR=V1:V2:... runs every figure once per value of the environment variable VAR, which
 the backend reads when a context opens (e.g. SPECLA_CUDA_UNFINISHED_MATMUL=0:1), in
 --rounds interleaved rounds (V1, V2, ..., V1, V2, ...) with the model loaded once: an A/B of backend
-settings without a model load per variant. Rows then carry `setting` and `round`."""
+settings without a model load per variant. Rows then carry `setting` and `round` (`round` alone
+with --rounds above 1 and no --settings)."""
 
 from __future__ import annotations
 
@@ -222,7 +223,9 @@ def main(argv=None) -> int:
         for var, value in settings:
             if var is not None:
                 os.environ[var] = value
-                tags.update(setting=f"{var}={value}", round=rnd)
+                tags["setting"] = f"{var}={value}"
+            if var is not None or args.rounds > 1:
+                tags["round"] = rnd
             measure()
     model.close()
 
