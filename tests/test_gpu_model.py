@@ -163,6 +163,74 @@ def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, mo
         model.close()
 
 
+def same_bits_with_fused_quantize(model):
+    """A 23-token prefill, a 5-token batch, decode steps and a verified tree with
+    SPECLA_CUDA_FUSED_QUANTIZE=1 (the wide add_rms_norm and the silu_mul that read partial sums also
+    write the Q8_K blocks of their output, and the matmul after them skips its quantize kernel)
+    against 0, row for row, bit for bit. Returns the kernels of the three decode steps per setting."""
+    V = model.hparams.n_vocab
+    history = prompt(V, 23, seed=6)
+    parents = [-1, 0, 1, 1, 0, 4, 5, 2]
+    tree_tokens = prompt(V, len(parents), seed=7)
+    runs, kernels = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        for setting in ("0", "1"):  # read when a context opens its backend
+            mp.setenv("SPECLA_CUDA_FUSED_QUANTIZE", setting)
+            ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents), recorded_steps=False)
+            rows = [ctx.eval(history, logits_all=True), ctx.eval(prompt(V, 5, seed=8), logits_all=True)]
+            ctx.step_counters()
+            rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+            kernels[setting] = ctx.step_counters()[2]
+            rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
+            runs[setting] = rows
+            ctx.close()
+    for i, (plain, fused) in enumerate(zip(runs["0"], runs["1"])):
+        assert np.isfinite(fused).all(), f"call {i}"
+        assert np.array_equal(fused.view(np.uint32), plain.view(np.uint32)), f"call {i}"
+    return kernels
+
+
+def test_fused_quantize_gives_the_same_bits(gpu_model):
+    """On the tiny models the SwiGLU's silu_mul (rows of 512) quantizes for ffn_down: Q4_K/Q6_K
+    ffn_down weights read its blocks (one quantize kernel fewer per layer), Q8_0 ones their own
+    quantize kernel, F32 ones the floats (and no counter-zeroing kernel: the prequantized buffer's
+    counters are zero at rest)."""
+    arch, model = gpu_model
+    kernels = same_bits_with_fused_quantize(model)
+    if gpu_model[0][1] == "q8_0":
+        assert kernels["1"] == kernels["0"]
+    else:
+        assert kernels["1"] < kernels["0"], kernels
+
+
+def test_fused_quantize_of_wide_residual_rows_gives_the_same_bits(tmp_path):
+    """Residual rows of 3328 floats (13 Q8_K blocks) through add_rms_sums_kernel, which quantizes
+    them for the next layer's matmuls, and SwiGLU rows of 2048 (8 blocks): both producers."""
+    path = write_test_model(tmp_path / "wide-q4_k_m.gguf", "tiny8", "q4_k_m", seed=4, n_layer=4, n_embd=3328,
+                            n_ff=2048)
+    model = Model.load(str(path), device="cuda")
+    try:
+        kernels = same_bits_with_fused_quantize(model)
+        # at least three quantize kernels fewer per layer and decode step (its input matmuls after
+        # the residual norm, ffn gate/up after the post-attention norm, ffn_down after the SwiGLU),
+        # less the first layer's input (its norm reads the embeddings, no partial sums)
+        n_layer = 4
+        assert kernels["0"] - kernels["1"] >= 3 * (3 * n_layer - 1), kernels
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("setting", ["2", "on", "01"])
+def test_unknown_fused_quantize_setting_is_refused(model_files, monkeypatch, setting):
+    model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
+    try:
+        monkeypatch.setenv("SPECLA_CUDA_FUSED_QUANTIZE", setting)
+        with pytest.raises(SpeclaError, match=f"SPECLA_CUDA_FUSED_QUANTIZE must be 0 .* got '{setting}'"):
+            model.new_context(n_ctx=16)
+    finally:
+        model.close()
+
+
 @pytest.mark.parametrize("setting", ["both", "rms,", "rms,silu", "2"])
 def test_unknown_unfinished_matmul_setting_is_refused(model_files, monkeypatch, setting):
     model = Model.load(model_files["qwen35", "q8_0"], device="cuda")

@@ -23,10 +23,21 @@ typedef struct held_matmul {
     const char *op;
 } held_matmul;
 
+/* The input a matmul may take prequantized ("the fused quantize" below): the output of the last op
+ * launched, whose kernel also wrote its Q8_K blocks into the instance's prequantized buffer. */
+typedef struct prequantized_input {
+    const float *x; /* NULL: none */
+    int n_batch, n;
+} prequantized_input;
+
 typedef struct cuda_instance {
     cuda_backend pub;
     int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default both) */
     held_matmul held;
+    int fused_quantize; /* SPECLA_CUDA_FUSED_QUANTIZE, default on */
+    void *prequantized; /* device buffer (cuda_matmul_prequantized_bytes), NULL when off */
+    size_t prequantized_bytes;
+    prequantized_input pre;
     cudaError_t first_error;
     const char *first_error_op;
     size_t matmul_workspace_bytes;
@@ -81,16 +92,48 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * the 27B shape, and the bound it is measured against, are in docs/perf.md (twenty-first pass).
  * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
  * or silu one, 0 none (then nothing is held and every op runs as it is called). */
+/* ---- the fused quantize --------------------------------------------------------------------------
+ * The wide add_rms_norm and the silu_mul that read partial sums (the residual norms and the SwiGLU of
+ * every layer, whose outputs every Q4_K/Q6_K layer matmul reads) also write their output's Q8_K
+ * blocks into the instance's prequantized buffer (matmul_quantize.cuh: the quantize kernel's own
+ * functions, so the same bytes), and the held matmul on that output then skips its quantize kernel
+ * (cuda_matmul_group_prequantized): one kernel fewer on the critical path per layer matmul. The
+ * blocks stand for the output only until anything else is put on the stream: every op but the
+ * matmuls forgets them (after_held, wait_for, the two producers' other paths), and a matmul that
+ * does not take them forgets them too. SPECLA_CUDA_FUSED_QUANTIZE=0 turns it off, for comparisons;
+ * the bits are the same either way (tests/test_gpu_model.py compares them). */
+static void forget_prequantized(const backend *be) { instance_of(be)->pre.x = NULL; }
+/* The prequantized blocks a producer writing an n_batch x n output should fill (codes NULL: none). */
+static cuda_matmul_q8k prequantize_into(const backend *be, int n_batch, int n) {
+    cuda_instance *ci = instance_of(be);
+    if (!ci->fused_quantize || !ci->prequantized) return cuda_matmul_q8k{};
+    return cuda_matmul_prequantized_blocks(ci->prequantized, ci->prequantized_bytes, n_batch, n);
+}
+static void note_prequantized(const backend *be, const float *x, int n_batch, int n) {
+    prequantized_input &p = instance_of(be)->pre;
+    p.x = x, p.n_batch = n_batch, p.n = n;
+}
+
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
- * partial sums in sums[] (cuda_matmul_group_unfinished). */
+ * partial sums in sums[] (cuda_matmul_group_unfinished); prequantized when its input is the
+ * prequantized output. */
 static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
-    held_matmul &h = instance_of(be)->held;
+    cuda_instance *ci = instance_of(be);
+    held_matmul &h = ci->held;
     if (h.n_mats == 0) return;
     const specla_tensor *w[CUDA_MATMUL_GROUP_LAUNCH];
     for (int i = 0; i < h.n_mats; i++) w[i] = &h.w[i];
     const int n_mats = h.n_mats;
     h.n_mats = 0;
+    const prequantized_input &p = ci->pre;
+    const bool pre = p.x && p.x == h.x && p.n_batch == h.n_batch && p.n == h.w[0].ne0;
+    for (int i = 0; i < n_mats; i++)
+        if (h.y[i] == p.x) forget_prequantized(be); /* it overwrites the input the blocks stand for */
+    if (!pre) forget_prequantized(be);
     matmul_call(be, h.op, [&] {
+        if (pre)
+            return cuda_matmul_group_prequantized(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums,
+                                                  ci->prequantized, ci->prequantized_bytes);
         return sums ? cuda_matmul_group_unfinished(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be), sums)
                     : cuda_matmul_group(cuda_stream(be), n_mats, w, h.x, h.n_batch, h.y, matmul_ws(be));
     });
@@ -108,6 +151,7 @@ template <auto Op> struct after_held;
 template <class R, class... A, R (*Op)(const backend *, A...)> struct after_held<Op> {
     static R call(const backend *be, A... a) {
         launch_held(be);
+        forget_prequantized(be);
         return Op(be, a...);
     }
 };
@@ -119,6 +163,7 @@ static void destroy(backend *be) {
     for (int i = 0; i < STEP_KINDS; i++)
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
+    if (ci->prequantized) cudaFree(ci->prequantized);
     if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -193,6 +238,8 @@ static specla_status sync(const backend *be) {
 static void wait_for(const backend *be, const backend *other) {
     launch_held(be);
     launch_held(other); /* `everything issued on other's stream so far` includes its held matmul */
+    forget_prequantized(be);
+    forget_prequantized(other);
     cuda_instance *oi = instance_of(other);
     note(be, cudaEventRecord(oi->ordering, cuda_stream(other)), "wait_for");
     note(be, cudaStreamWaitEvent(cuda_stream(be), oi->ordering, 0), "wait_for");
@@ -296,6 +343,7 @@ static void matmul(const backend *be, const specla_tensor *w, const float *x, in
         hold(be, "matmul", 1, &w, x, n_batch, &y);
         return;
     }
+    forget_prequantized(be); /* nothing is prequantized without the readers of partial sums */
     matmul_call(be, "matmul", [&] { return cuda_matmul(cuda_stream(be), w, x, n_batch, y, matmul_ws(be)); });
 }
 static void matmul_group(const backend *be, int n_mats, const specla_tensor *const *w, const float *x, int n_batch,
@@ -305,6 +353,7 @@ static void matmul_group(const backend *be, int n_mats, const specla_tensor *con
         return;
     }
     launch_held(be);
+    forget_prequantized(be);
     matmul_call(be, "matmul_group",
                 [&] { return cuda_matmul_group(cuda_stream(be), n_mats, w, x, n_batch, y, matmul_ws(be)); });
 }
@@ -317,10 +366,15 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
         h.n_batch == n_rows && h.w[0].ne1 == n && cuda_add_rms_norm_reads_sums(x, delta, weight, y, n)) {
         cuda_matmul_sums sums[1];
         launch_held(be, sums);
-        cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y);
+        forget_prequantized(be);
+        const cuda_matmul_q8k q = cuda_add_rms_norm_sums_quantizes(x, delta, weight, y, n) ? prequantize_into(be, n_rows, n)
+                                                                                          : cuda_matmul_q8k{};
+        cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y, q);
+        if (q.codes) note_prequantized(be, y, n_rows, n);
         return;
     }
     launch_held(be);
+    forget_prequantized(be);
     cuda_add_rms_norm(be, x, delta, weight, n_rows, n, eps, y);
 }
 static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
@@ -328,13 +382,18 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     if ((instance_of(be)->unfinished_matmuls & UNFINISHED_SILU) && h.n_mats == 2 && h.y[0] == a && h.y[1] == b &&
         h.w[0].ne1 == h.w[1].ne1 &&
         (int64_t)h.n_batch * h.w[0].ne1 == n) {
-        const int width = (int)h.w[0].ne1;
+        const int width = (int)h.w[0].ne1, n_rows = h.n_batch;
         cuda_matmul_sums sums[2];
         launch_held(be, sums);
-        cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width);
+        forget_prequantized(be);
+        const cuda_matmul_q8k q =
+            cuda_silu_mul_sums_quantizes(a, b, n, width) ? prequantize_into(be, n_rows, width) : cuda_matmul_q8k{};
+        cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width, q);
+        if (q.codes) note_prequantized(be, a, n_rows, width);
         return;
     }
     launch_held(be);
+    forget_prequantized(be);
     cuda_silu_mul(be, a, b, n);
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
@@ -454,6 +513,18 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         }
         ci->unfinished_matmuls = readers;
     }
+    /* SPECLA_CUDA_FUSED_QUANTIZE=0 turns the fused quantize ("the fused quantize" above) off, 1 (the
+     * default) on; the bits are the same either way. */
+    ci->fused_quantize = 1;
+    const char *fused = getenv("SPECLA_CUDA_FUSED_QUANTIZE");
+    if (fused && *fused) {
+        if ((fused[0] != '0' && fused[0] != '1') || fused[1] != '\0') {
+            free(ci);
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                               "backend cuda: SPECLA_CUDA_FUSED_QUANTIZE must be 0 (off) or 1 (on), got '%s'", fused);
+        }
+        ci->fused_quantize = fused[0] == '1';
+    }
     ci->pub.base.ops = &cuda_ops_table;
     ci->pub.base.state = ci;
     ci->pub.base.kind = SPECLA_BACKEND_CUDA;
@@ -492,6 +563,25 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         free(ci);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
                            (double)bytes / 1e6);
+    }
+    /* the prequantized activations: inputs of up to max_rows x max_width (rounded down to whole
+     * 256-blocks), zeroed once for the split-K counters they carry */
+    const size_t pre_bytes =
+        ci->fused_quantize ? cuda_matmul_prequantized_bytes(limits->max_rows, limits->max_width / 256 * 256) : 0;
+    if (pre_bytes) {
+        if (cudaMalloc(&ci->prequantized, pre_bytes) != cudaSuccess ||
+            cudaMemset(ci->prequantized, 0, pre_bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (ci->prequantized) cudaFree(ci->prequantized);
+            cudaFree(ci->pub.workspace);
+            (void)cudaEventDestroy(ci->ordering);
+            cudaStreamDestroy(ci->pub.stream);
+            free(ci);
+            return specla_fail(SPECLA_ERR_OUT_OF_MEMORY,
+                               "backend cuda: out of device memory for %.1f MB of prequantized activations",
+                               (double)pre_bytes / 1e6);
+        }
+        ci->prequantized_bytes = pre_bytes;
     }
     *out = &ci->pub.base;
     return SPECLA_OK;

@@ -30,6 +30,7 @@
 #include "element_types.h"
 #include "row_math.cuh"
 #include "matmul_sums.cuh"
+#include "matmul_quantize.cuh"
 
 #define EW_THREADS 256
 
@@ -375,7 +376,8 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
 #define RMS_SUMS_MAX_WIDTH (RMS_SUMS_THREADS * RMS_SUMS_QUADS * 4)
 static_assert(RMS_SUMS_THREADS >= RMS_THREADS && RMS_SUMS_THREADS % SPECLA_WARP == 0, "the 256-lane order needs the lanes");
 static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
-    add_rms_sums_kernel(float *x, float *delta, const float *weight, int n, float eps, float *y, cuda_matmul_sums dsums) {
+    add_rms_sums_kernel(float *x, float *delta, const float *weight, int n, float eps, float *y, cuda_matmul_sums dsums,
+                        cuda_matmul_q8k q) {
     grid_begin();
     __shared__ float4 xs[RMS_SUMS_THREADS * RMS_SUMS_QUADS];
     __shared__ float partials[RMS_SUMS_THREADS / SPECLA_WARP]; /* rms_group_total reads the first RMS_WARPS */
@@ -418,9 +420,22 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
-        const int q = threadIdx.x + k * RMS_SUMS_THREADS;
-        if (mine[k])
-            store_quad(y, 4 * q, n, true, scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, false, zero));
+        const int e = threadIdx.x + k * RMS_SUMS_THREADS;
+        if (mine[k]) {
+            const float4 yv = scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, false, zero);
+            store_quad(y, 4 * e, n, true, yv);
+            if (q.codes) xs[e] = yv; /* every read of xs came before rms_group_total's barrier */
+        }
+    }
+    if (!q.codes) return;
+    /* the fused quantize (n a multiple of 256): warp w takes the row's blocks w, w + warps, ... */
+    __syncthreads();
+    const int lane = threadIdx.x % SPECLA_WARP;
+    for (int k = threadIdx.x / SPECLA_WARP; k < n / 256; k += RMS_SUMS_THREADS / SPECLA_WARP) {
+        float v[8];
+        const float4 v0 = xs[64 * k + 2 * lane], v1 = xs[64 * k + 2 * lane + 1];
+        v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+        mm_warp_quantize_q8k_into(q, v, row, n, k, lane);
     }
 }
 
@@ -474,7 +489,8 @@ extern "C" void cuda_add_rms_norm(const backend *be, float *x, const float *delt
 }
 
 extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums,
-                                       const float *weight, int n_rows, int n, float eps, float *y) {
+                                       const float *weight, int n_rows, int n, float eps, float *y,
+                                       cuda_matmul_q8k q) {
     if (n_rows <= 0 || n <= 0) return;
     if (!dsums.partials) {
         launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
@@ -485,8 +501,9 @@ extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta
         launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
         return;
     case RMS_SUMS_WIDE:
+        if (q.codes && n % 256 != 0) q = cuda_matmul_q8k{}; /* cuda_add_rms_norm_sums_quantizes says no */
         cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
-                    eps, y, dsums);
+                    eps, y, dsums, q);
         cuda_note_launch(be, "add_rms_norm");
         return;
     case RMS_SUMS_NONE: /* the caller did not ask cuda_add_rms_norm_reads_sums: NaN, never a wrong row */
@@ -500,6 +517,11 @@ extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta
 extern "C" int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y,
                                             int n) {
     return rms_sums_path_for(x, delta, weight, y, n) != RMS_SUMS_NONE;
+}
+
+extern "C" int cuda_add_rms_norm_sums_quantizes(const float *x, const float *delta, const float *weight, const float *y,
+                                                int n) {
+    return rms_sums_path_for(x, delta, weight, y, n) == RMS_SUMS_WIDE && n % 256 == 0;
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
@@ -572,6 +594,47 @@ static __global__ void silu_mul_sums_kernel(float *a, float *b, cuda_matmul_sums
         if (sb.partials) b[i] = bv;
         a[i] = __fmul_rn(silu_dev(av), bv);
     }
+}
+/* silu_mul_sums_kernel for rows whose width is a multiple of 256 (the FFN's 17408) with a and b
+ * 16-byte aligned: a warp per 256 elements of a row, lane l elements 8l .. 8l + 7 as two quads, the
+ * loads of both quads' chunks issued before their adds (the same additions in the same order: the
+ * same bits), and no 64-bit division per element. q.codes non-NULL: the warp also quantizes its
+ * 256 results into q (the fused quantize, matmul_quantize.cuh). */
+static __global__ void __launch_bounds__(EW_THREADS) silu_mul_blocks_kernel(float *a, float *b, cuda_matmul_sums sa,
+                                                                            cuda_matmul_sums sb, int n_rows,
+                                                                            int width, cuda_matmul_q8k q) {
+    grid_begin();
+    const int lane = threadIdx.x % SPECLA_WARP;
+    const int per_row = width / 256;
+    const int64_t blk = ((int64_t)blockIdx.x * EW_THREADS + threadIdx.x) / SPECLA_WARP;
+    if (blk >= (int64_t)n_rows * per_row) return; /* whole warps leave */
+    const int64_t t = blk / per_row;
+    const int k = (int)(blk % per_row);
+    const int64_t r = (int64_t)k * 256 + 8 * lane, rows[2] = {r, r + 4};
+    const bool use[2] = {true, true};
+    float *ar = a + t * width + r, *br = b + t * width + r;
+    float4 av[2], bv[2];
+    if (sa.partials)
+        mm_sums_load_n<float4, 2, MM_SUMS_LOADS / 2>(sa, t, rows, use, av);
+    else
+        av[0] = *(const float4 *)ar, av[1] = *(const float4 *)(ar + 4);
+    if (sb.partials) {
+        mm_sums_load_n<float4, 2, MM_SUMS_LOADS / 2>(sb, t, rows, use, bv);
+        *(float4 *)br = bv[0], *(float4 *)(br + 4) = bv[1];
+    } else {
+        bv[0] = *(const float4 *)br, bv[1] = *(const float4 *)(br + 4);
+    }
+    float v[8];
+    const float as[8] = {av[0].x, av[0].y, av[0].z, av[0].w, av[1].x, av[1].y, av[1].z, av[1].w};
+    const float bs[8] = {bv[0].x, bv[0].y, bv[0].z, bv[0].w, bv[1].x, bv[1].y, bv[1].z, bv[1].w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = __fmul_rn(silu_dev(as[j]), bs[j]);
+    *(float4 *)ar = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(ar + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    if (q.codes) mm_warp_quantize_q8k_into(q, v, t, width, k, lane);
+}
+static bool silu_mul_in_blocks(const float *a, const float *b, int64_t n, int width) {
+    return width > 0 && width % 256 == 0 && n % width == 0 && n / width <= INT32_MAX && aligned16(a) && aligned16(b);
 }
 static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
     grid_begin();
@@ -667,8 +730,20 @@ extern "C" void cuda_silu_mul(const backend *be, float *a, const float *b, int64
     LAUNCH_EW(silu_mul_kernel, n, "silu_mul", a, b, n);
 }
 extern "C" void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb,
-                                   int64_t n, int width) {
-    LAUNCH_EW(silu_mul_sums_kernel, n, "silu_mul", a, b, sa, sb, n, width);
+                                   int64_t n, int width, cuda_matmul_q8k q) {
+    if (n <= 0) return;
+    if (!silu_mul_in_blocks(a, b, n, width)) { /* cuda_silu_mul_sums_quantizes said no to q */
+        LAUNCH_EW(silu_mul_sums_kernel, n, "silu_mul", a, b, sa, sb, n, width);
+        return;
+    }
+    const int n_rows = (int)(n / width);
+    const int64_t threads = n / 8; /* a lane per 8 elements */
+    cuda_launch(silu_mul_blocks_kernel, dim3((unsigned)((threads + EW_THREADS - 1) / EW_THREADS)), dim3(EW_THREADS), 0,
+                cuda_stream(be), a, b, sa, sb, n_rows, width, q);
+    cuda_note_launch(be, "silu_mul");
+}
+extern "C" int cuda_silu_mul_sums_quantizes(const float *a, const float *b, int64_t n, int width) {
+    return silu_mul_in_blocks(a, b, n, width);
 }
 extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
     LAUNCH_EW(sigmoid_mul_kernel, n, "sigmoid_mul", x, gate, n);

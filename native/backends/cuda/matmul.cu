@@ -62,6 +62,7 @@
 
 #include "cuda_matmul.h"
 #include "matmul_launch.h"
+#include "matmul_quantize.cuh"
 
 #define MM_WARPS_PER_BLOCK 4
 #define MM_THREADS (MM_WARPS_PER_BLOCK * 32)
@@ -112,89 +113,6 @@ extern "C" size_t cuda_matmul_workspace_bytes(int n_batch, int n) {
     return mm_workspace_for(n_batch, n).total;
 }
 
-/* ---- activation quantizers: a warp per block ----------------------------------------------------- */
-__device__ __forceinline__ float mm_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(MM_FULL_MASK, v, o));
-    return v;
-}
-__device__ __forceinline__ int mm_warp_min_int(int v) {
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(MM_FULL_MASK, v, o));
-    return v;
-}
-
-/* Q8_0: lane i holds element i (mm_quantize_q8_0_block spread over the warp). */
-__device__ void mm_warp_quantize_q8_0(const float *x, int8_t *codes, float *scale, int lane) {
-    const float v = x[lane];
-    const int finite = __all_sync(MM_FULL_MASK, mm_isfinite(v));
-    const float amax = mm_warp_max(fabsf(v)); /* exact: a max of non-negative finite values */
-    if (!finite) {
-        codes[lane] = 0;
-        if (lane == 0) *scale = mm_nan();
-        return;
-    }
-    const float id = amax != 0.0f ? mm_div(127.0f, amax) : 0.0f;
-    if (!mm_isfinite(id)) {
-        codes[lane] = 0;
-        if (lane == 0) *scale = 0.0f;
-        return;
-    }
-    codes[lane] = (int8_t)mm_rint(mm_mul(v, id));
-    if (lane == 0) *scale = mm_round_to_half(mm_div(amax, 127.0f));
-}
-
-/* Q8_K: lane l holds elements 8l..8l+7 (mm_quantize_q8_k_block spread over the warp); with minops,
- * also the block's mm_min_operands. */
-__device__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums, uint8_t *minops,
-                                      int lane) {
-    float v[8];
-    const float4 v0 = *(const float4 *)(x + 8 * lane), v1 = *(const float4 *)(x + 8 * lane + 4);
-    v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
-    int finite = 1;
-    float amax = 0.0f;
-    int first = 1 << 30; /* index of this lane's first element of largest magnitude */
-    float first_value = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        finite &= mm_isfinite(v[j]);
-        const float a = fabsf(v[j]);
-        if (a > amax) amax = a, first = 8 * lane + j, first_value = v[j];
-    }
-    finite = __all_sync(MM_FULL_MASK, finite);
-    const float block_amax = mm_warp_max(amax);
-    /* the CPU keeps the first element (lowest index) whose magnitude is the block's largest */
-    const int candidate = (amax == block_amax && block_amax != 0.0f) ? first : (1 << 30);
-    const int winner = mm_warp_min_int(candidate);
-    const float max = __shfl_sync(MM_FULL_MASK, first_value, (winner >> 3) & 31);
-    const float iscale = block_amax != 0.0f ? mm_div(-127.0f, max) : 0.0f;
-    int2 packed = make_int2(0, 0);
-    int32_t sum = 0;
-    const int zero = !finite || !mm_isfinite(iscale) || block_amax == 0.0f;
-    if (!zero) {
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int32_t q = mm_rint(mm_mul(iscale, v[j]));
-            q = q < 127 ? q : 127;
-            sum += q;
-            if (j < 4)
-                lo |= (uint32_t)(uint8_t)(int8_t)q << (8 * j);
-            else
-                hi |= (uint32_t)(uint8_t)(int8_t)q << (8 * (j - 4));
-        }
-        packed = make_int2((int)lo, (int)hi);
-    }
-    *(int2 *)(codes + 8 * lane) = packed;
-    sum += __shfl_xor_sync(MM_FULL_MASK, sum, 1); /* a group of 16 = lanes 2g, 2g + 1 */
-    if ((lane & 1) == 0) bsums[lane / 2] = (int16_t)sum;
-    /* pair j = bsum 2j + bsum 2j+1 = the sum of lanes 4j..4j+3, split as mm_min_operands does */
-    const int32_t pair = sum + __shfl_xor_sync(MM_FULL_MASK, sum, 2);
-    if (minops && (lane & 3) == 0) {
-        minops[lane / 4] = (uint8_t)(pair & 127);
-        minops[8 + lane / 4] = (uint8_t)(int8_t)(pair >> 7);
-    }
-    if (lane == 0) *scale = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
-}
-
 /* Quantizes x[n_batch][n] to one kind of activation blocks (kind MM_ACT_FLOAT: none; Q8_K blocks with
  * their min operands when minops is not NULL) and zeroes the split-K arrival counters of the launches
  * that follow. */
@@ -219,6 +137,42 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
         mm_warp_quantize_q8_k(xb, cb, scales + blk, bsums + blk * 16, minops ? minops + blk * 16 : nullptr, lane);
     else
         mm_warp_quantize_q8_0(xb, cb, scales + blk, lane);
+}
+
+/* ---- prequantized activations (cuda_matmul_prequantized_blocks) ---------------------------------- */
+/* The buffer: the arrival counters of CUDA_MATMUL_GROUP_LAUNCH matrices first (at a fixed place,
+ * whatever the input's shape), then the blocks of the input, laid out for its n_batch and n. */
+typedef struct mm_prequantized_layout {
+    size_t counters, codes, scales, bsums, minops, total;
+} mm_prequantized_layout;
+
+static mm_prequantized_layout mm_prequantized_for(int n_batch, int n) {
+    mm_prequantized_layout l;
+    const size_t elements = (size_t)n_batch * (size_t)n, blocks = elements / 256;
+    size_t off = 0;
+    l.counters = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned));
+    l.codes = off, off = mm_align(off + elements);
+    l.scales = off, off = mm_align(off + blocks * sizeof(float));
+    l.bsums = off, off = mm_align(off + blocks * 16 * sizeof(int16_t));
+    l.minops = off, off = mm_align(off + blocks * 16);
+    l.total = off;
+    return l;
+}
+
+extern "C" size_t cuda_matmul_prequantized_bytes(int max_batch, int max_n) {
+    if (max_batch < 1 || max_n < 256 || max_n % 256 != 0) return 0;
+    return mm_prequantized_for(max_batch, max_n).total;
+}
+
+extern "C" cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int n_batch, int n) {
+    cuda_matmul_q8k q = {nullptr, nullptr, nullptr, nullptr};
+    if (!buffer || n_batch < 1 || n < 256 || n % 256 != 0) return q;
+    const mm_prequantized_layout l = mm_prequantized_for(n_batch, n);
+    if (l.total > bytes) return q;
+    uint8_t *base = (uint8_t *)buffer;
+    q.codes = (int8_t *)(base + l.codes), q.scales = (float *)(base + l.scales);
+    q.bsums = (int16_t *)(base + l.bsums), q.minops = base + l.minops;
+    return q;
 }
 
 /* ---- the dp4a kernel ---------------------------------------------------------------------------- */
@@ -678,7 +632,8 @@ extern "C" cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int
  * take workspace slot i (not its slot within its type's launch: a later launch of the call must not
  * overwrite them) and its kernel skips the finish. */
 static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor *const *w, const float *x,
-                            int n_batch, float *const *y, cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
+                            int n_batch, float *const *y, cuda_matmul_workspace ws, cuda_matmul_sums *sums,
+                            void *pre_buffer = nullptr, size_t pre_bytes = 0) {
     if (n_mats < 1 || n_batch < 1 || !w || !x || !y || !ws.data) return cudaErrorInvalidValue;
     if (sums && n_mats > CUDA_MATMUL_GROUP_LAUNCH) return cudaErrorInvalidValue;
     const int n = w[0] ? w[0]->ne0 : 0;
@@ -695,6 +650,11 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
     const mm_workspace_layout l = mm_workspace_for(n_batch, n);
     if (ws.bytes < l.total) return cudaErrorInvalidValue;
     uint8_t *base = (uint8_t *)ws.data;
+    /* prequantized: the Q8_K blocks come from the buffer, and so do the counters (zero at rest) */
+    const cuda_matmul_q8k pre = cuda_matmul_prequantized_blocks(pre_buffer, pre_bytes, n_batch, n);
+    if (pre_buffer && !pre.codes) return cudaErrorInvalidValue;
+    unsigned *counters = pre.codes ? (unsigned *)((uint8_t *)pre_buffer + mm_prequantized_for(n_batch, n).counters)
+                                   : (unsigned *)(base + l.counters);
 
     /* the first launch also zeroes the arrival counters: the quantize kernel, or the split kernel of
      * the F16/BF16 tensor-core path when there is nothing to quantize (then the split of the first of
@@ -702,17 +662,24 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
      * the workspace's terms in stream order) */
     cudaError_t err = cudaSuccess;
     int counters_zeroed = 0;
-    if (need_q8_k || need_q8_0 || !need_split) {
-        err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT, base, l, 1);
-        counters_zeroed = 1;
+    if (pre.codes) {
+        counters_zeroed = 1; /* the buffer's counters are zero at rest */
+        if (need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
+    } else {
+        if (need_q8_k || need_q8_0 || !need_split) {
+            err = mm_quantize(stream, x, n, n_batch, need_q8_k ? MM_ACT_Q8_K : need_q8_0 ? MM_ACT_Q8_0 : MM_ACT_FLOAT,
+                              base, l, 1);
+            counters_zeroed = 1;
+        }
+        if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
     }
-    if (err == cudaSuccess && need_q8_k && need_q8_0) err = mm_quantize(stream, x, n, n_batch, MM_ACT_Q8_0, base, l, 0);
     if (err != cudaSuccess) return err;
 
     mm_acts act;
     act.x = x;
-    act.codes = nullptr, act.scales = nullptr, act.bsums = (const int16_t *)(base + l.bsums_q8_k);
-    act.minops = base + l.minops_q8_k;
+    act.codes = nullptr, act.scales = nullptr;
+    act.bsums = pre.codes ? (const int16_t *)pre.bsums : (const int16_t *)(base + l.bsums_q8_k);
+    act.minops = pre.codes ? (const uint8_t *)pre.minops : base + l.minops_q8_k;
     act.split = (const uint16_t *)(base + l.split), act.inv_scale = (const float *)(base + l.inv_scale);
     static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
                                          SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
@@ -720,6 +687,7 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
         const int kind = mm_act_kind(type);
         act.codes = (const int8_t *)(base + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
         act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
+        if (kind == MM_ACT_Q8_K && pre.codes) act.codes = pre.codes, act.scales = pre.scales;
         mm_launch_args args;
         memset(&args, 0, sizeof args);
         int split_done = 0; /* this type's terms are in the workspace */
@@ -749,7 +717,7 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
                 sums[i].n_chunks = p.n_chunks;
                 sums[i].rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
             }
-            m.counters = (unsigned *)(base + l.counters) + (size_t)args.n_mats * MM_MAX_COUNTERS;
+            m.counters = counters + (size_t)args.n_mats * MM_MAX_COUNTERS;
             m.ne1 = w[i]->ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups;
             m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
             m.unit_begin = args.n_units;
@@ -772,6 +740,14 @@ extern "C" cudaError_t cuda_matmul_group_unfinished(cudaStream_t stream, int n_m
                                                     cuda_matmul_workspace ws, cuda_matmul_sums *sums) {
     if (!sums) return cudaErrorInvalidValue;
     return mm_group(stream, n_mats, w, x, n_batch, y, ws, sums);
+}
+
+extern "C" cudaError_t cuda_matmul_group_prequantized(cudaStream_t stream, int n_mats, const specla_tensor *const *w,
+                                                      const float *x, int n_batch, float *const *y,
+                                                      cuda_matmul_workspace ws, cuda_matmul_sums *sums, void *buffer,
+                                                      size_t bytes) {
+    if (!buffer) return cudaErrorInvalidValue;
+    return mm_group(stream, n_mats, w, x, n_batch, y, ws, sums, buffer, bytes);
 }
 
 extern "C" cudaError_t cuda_matmul(cudaStream_t stream, const specla_tensor *w, const float *x, int n_batch, float *y,
