@@ -3,6 +3,7 @@
  * this folder. Uploads of host memory are asynchronous copies on the stream; downloads and sync
  * are the only places the host waits. A kernel launch error is remembered (the first one) and
  * reported by the next sync, with the op that launched it. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,8 @@ typedef struct held_matmul {
 /* The input a matmul may take prequantized ("the fused quantize" below): the output of the last op
  * launched, whose kernel also wrote its Q8_K blocks into the instance's prequantized buffer. */
 typedef struct prequantized_input {
-    const float *x; /* NULL: none */
-    int n_batch, n;
+    const float *x;   /* NULL: none */
+    int64_t elements; /* x's floats, a whole number of 256-blocks read as one flat array */
 } prequantized_input;
 
 typedef struct cuda_instance {
@@ -93,9 +94,10 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
  * or silu one, 0 none (then nothing is held and every op runs as it is called). */
 /* ---- the fused quantize --------------------------------------------------------------------------
- * The wide add_rms_norm and the silu_mul that read partial sums (the residual norms and the SwiGLU of
- * every layer, whose outputs every Q4_K/Q6_K layer matmul reads) also write their output's Q8_K
- * blocks into the instance's prequantized buffer (matmul_quantize.cuh: the quantize kernel's own
+ * The ops whose output a layer's Q4_K/Q6_K matmuls read (the wide add_rms_norm and the silu_mul that
+ * read partial sums: the residual norms and the SwiGLU; the GDN's gated_rms_norm on heads of 128 and
+ * the attention's sigmoid_mul) also write their output's Q8_K blocks into the instance's prequantized
+ * buffer (matmul_quantize.cuh: the quantize kernel's own
  * functions, so the same bytes), and the held matmul on that output then skips its quantize kernel
  * (cuda_matmul_group_prequantized): one kernel fewer on the critical path per layer matmul. The
  * blocks stand for the output only until anything else is put on the stream: every op but the
@@ -103,15 +105,18 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * does not take them forgets them too. SPECLA_CUDA_FUSED_QUANTIZE=0 turns it off, for comparisons;
  * the bits are the same either way (tests/test_gpu_model.py compares them). */
 static void forget_prequantized(const backend *be) { instance_of(be)->pre.x = NULL; }
-/* The prequantized blocks a producer writing an n_batch x n output should fill (codes NULL: none). */
-static cuda_matmul_q8k prequantize_into(const backend *be, int n_batch, int n) {
+/* The prequantized blocks a producer writing `elements` floats should fill (codes NULL: none). The
+ * blocks of a matmul input of n_batch rows of n (n a multiple of 256) are the flat blocks of its
+ * n_batch * n floats, whatever shape the producer gives its rows. */
+static cuda_matmul_q8k prequantize_into(const backend *be, int64_t elements) {
     cuda_instance *ci = instance_of(be);
-    if (!ci->fused_quantize || !ci->prequantized) return cuda_matmul_q8k{};
-    return cuda_matmul_prequantized_blocks(ci->prequantized, ci->prequantized_bytes, n_batch, n);
+    if (!ci->fused_quantize || !ci->prequantized || elements <= 0 || elements % 256 != 0 || elements / 256 > INT32_MAX)
+        return cuda_matmul_q8k{};
+    return cuda_matmul_prequantized_blocks(ci->prequantized, ci->prequantized_bytes, (int)(elements / 256), 256);
 }
-static void note_prequantized(const backend *be, const float *x, int n_batch, int n) {
+static void note_prequantized(const backend *be, const float *x, int64_t elements) {
     prequantized_input &p = instance_of(be)->pre;
-    p.x = x, p.n_batch = n_batch, p.n = n;
+    p.x = x, p.elements = elements;
 }
 
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
@@ -126,7 +131,7 @@ static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
     const int n_mats = h.n_mats;
     h.n_mats = 0;
     const prequantized_input &p = ci->pre;
-    const bool pre = p.x && p.x == h.x && p.n_batch == h.n_batch && p.n == h.w[0].ne0;
+    const bool pre = p.x && p.x == h.x && h.w[0].ne0 % 256 == 0 && (int64_t)h.n_batch * h.w[0].ne0 == p.elements;
     for (int i = 0; i < n_mats; i++)
         if (h.y[i] == p.x) forget_prequantized(be); /* it overwrites the input the blocks stand for */
     if (!pre) forget_prequantized(be);
@@ -367,10 +372,11 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
         cuda_matmul_sums sums[1];
         launch_held(be, sums);
         forget_prequantized(be);
-        const cuda_matmul_q8k q = cuda_add_rms_norm_sums_quantizes(x, delta, weight, y, n) ? prequantize_into(be, n_rows, n)
-                                                                                          : cuda_matmul_q8k{};
+        const int64_t elements = (int64_t)n_rows * n;
+        const cuda_matmul_q8k q =
+            cuda_add_rms_norm_sums_quantizes(x, delta, weight, y, n) ? prequantize_into(be, elements) : cuda_matmul_q8k{};
         cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y, q);
-        if (q.codes) note_prequantized(be, y, n_rows, n);
+        if (q.codes) note_prequantized(be, y, elements);
         return;
     }
     launch_held(be);
@@ -382,19 +388,35 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     if ((instance_of(be)->unfinished_matmuls & UNFINISHED_SILU) && h.n_mats == 2 && h.y[0] == a && h.y[1] == b &&
         h.w[0].ne1 == h.w[1].ne1 &&
         (int64_t)h.n_batch * h.w[0].ne1 == n) {
-        const int width = (int)h.w[0].ne1, n_rows = h.n_batch;
+        const int width = (int)h.w[0].ne1;
         cuda_matmul_sums sums[2];
         launch_held(be, sums);
         forget_prequantized(be);
-        const cuda_matmul_q8k q =
-            cuda_silu_mul_sums_quantizes(a, b, n, width) ? prequantize_into(be, n_rows, width) : cuda_matmul_q8k{};
+        const cuda_matmul_q8k q = cuda_silu_mul_sums_quantizes(a, b, n, width) ? prequantize_into(be, n) : cuda_matmul_q8k{};
         cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width, q);
-        if (q.codes) note_prequantized(be, a, n_rows, width);
+        if (q.codes) note_prequantized(be, a, n);
         return;
     }
     launch_held(be);
     forget_prequantized(be);
     cuda_silu_mul(be, a, b, n);
+}
+static void sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
+    launch_held(be);
+    forget_prequantized(be);
+    const cuda_matmul_q8k q = cuda_sigmoid_mul_quantizes(x, gate, n) ? prequantize_into(be, n) : cuda_matmul_q8k{};
+    cuda_sigmoid_mul(be, x, gate, n, q);
+    if (q.codes) note_prequantized(be, x, n);
+}
+static void gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
+                           float eps) {
+    launch_held(be);
+    forget_prequantized(be);
+    const int64_t elements = (int64_t)n_rows * n;
+    const cuda_matmul_q8k q = cuda_gated_rms_norm_quantizes(x, weight, gate, n_rows, n) ? prequantize_into(be, elements)
+                                                                                       : cuda_matmul_q8k{};
+    cuda_gated_rms_norm(be, x, weight, gate, n_rows, n, eps, q);
+    if (q.codes) note_prequantized(be, x, elements);
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
@@ -435,11 +457,11 @@ static const backend_ops cuda_ops_table = {
     /* add */ after_held<cuda_add>::call,
     /* add_bias_rows */ after_held<cuda_add_bias_rows>::call,
     /* silu_mul */ silu_mul,
-    /* sigmoid_mul */ after_held<cuda_sigmoid_mul>::call,
+    /* sigmoid_mul */ sigmoid_mul,
     /* gdn_gates */ after_held<cuda_gdn_gates>::call,
     /* gdn_split_qkv */ after_held<cuda_gdn_split_qkv>::call,
     /* gdn_prepare */ after_held<cuda_gdn_prepare>::call,
-    /* gated_rms_norm */ after_held<cuda_gated_rms_norm>::call,
+    /* gated_rms_norm */ gated_rms_norm,
     /* split_q_gate */ after_held<cuda_split_q_gate>::call,
     /* rope_neox */ after_held<cuda_rope_neox>::call,
     /* scatter_rows */ after_held<cuda_scatter_rows>::call,

@@ -68,7 +68,10 @@ int cuda_add_rms_norm_sums_quantizes(const float *x, const float *delta, const f
 void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
                         int width, cuda_matmul_q8k q);
 int cuda_silu_mul_sums_quantizes(const float *a, const float *b, int64_t n, int width);
-void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n);
+/* sigmoid_mul and gated_rms_norm, with q.codes non-NULL (the fused quantize, as above) where the
+ * *_quantizes function says yes: also the Q8_K blocks of the output (x, read as flat blocks of 256) */
+void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q);
+int cuda_sigmoid_mul_quantizes(const float *x, const float *gate, int64_t n);
 void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T, int Hv);
 void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
                         float *k, float *v);
@@ -76,7 +79,8 @@ void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_
                       const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
                       float *conv_out, float *q, float *k, float *v);
 void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
-                         float eps);
+                         float eps, cuda_matmul_q8k q);
+int cuda_gated_rms_norm_quantizes(const float *x, const float *weight, const float *gate, int n_rows, int n);
 void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);
 void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows, const float *src, int T,
                        int width);

@@ -435,11 +435,52 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
         float v[8];
         const float4 v0 = xs[64 * k + 2 * lane], v1 = xs[64 * k + 2 * lane + 1];
         v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
-        mm_warp_quantize_q8k_into(q, v, row, n, k, lane);
+        mm_warp_quantize_q8k_block(q, v, (int64_t)row * (n / 256) + k, lane);
     }
 }
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* gated_rms_norm on rows of GATED_Q8K_WIDTH floats (a GDN head's S = 128) whose output ssm_out reads
+ * next, with its Q8_K blocks (the fused quantize, matmul_quantize.cuh): a warp per two rows, one
+ * 256-block, lane l holding elements 8l .. 8l + 7 of it (row 2 blk for l < 16, 2 blk + 1 above). The
+ * arithmetic is rms_rows_kernel's for a 32-lane group: each quad's squares from 0, then the xor
+ * butterfly over the row's 32 quads. Lane j of a row's half-warp holds quads 2j and 2j + 1, so the
+ * butterfly's steps 16, 8, 4, 2 are lane steps 8, 4, 2, 1 within the half-warp and its step 1 adds the
+ * lane's two quads: the same additions of the same values, the same bits. x is 16-byte aligned, the
+ * rows are whole blocks (n_rows * 128 a multiple of 256). */
+#define GATED_Q8K_WIDTH 128
+static __global__ void __launch_bounds__(RMS_THREADS) gated_rms_q8k_kernel(float *x, const float *weight,
+                                                                          const float *gate, int64_t n_blocks,
+                                                                          float eps, cuda_matmul_q8k q) {
+    grid_begin();
+    const int lane = threadIdx.x % SPECLA_WARP, j = lane % 16;
+    const int64_t blk = ((int64_t)blockIdx.x * RMS_THREADS + threadIdx.x) / SPECLA_WARP;
+    if (blk >= n_blocks) return; /* whole warps leave */
+    float *xr = x + blk * 256 + 8 * lane;
+    const float *gr = gate + blk * 256 + 8 * lane;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 x0 = *(const float4 *)xr, x1 = *(const float4 *)(xr + 4);
+    const float4 g0 = *(const float4 *)gr, g1 = *(const float4 *)(gr + 4);
+    const float4 w0 = weight ? *(const float4 *)(weight + 8 * j) : zero;
+    const float4 w1 = weight ? *(const float4 *)(weight + 8 * j + 4) : zero;
+    float even = add_squares(0.0f, x0), odd = add_squares(0.0f, x1);
+    for (int m = 8; m > 0; m >>= 1) {
+        even = __fadd_rn(even, SPECLA_SHFL_XOR(even, m));
+        odd = __fadd_rn(odd, SPECLA_SHFL_XOR(odd, m));
+    }
+    const float sum = __fadd_rn(even, odd);
+    const float scale =
+        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)GATED_Q8K_WIDTH), eps)));
+    const float4 y0 = scaled_quad(x0, scale, weight, w0, true, g0), y1 = scaled_quad(x1, scale, weight, w1, true, g1);
+    *(float4 *)xr = y0, *(float4 *)(xr + 4) = y1;
+    const float v[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+    mm_warp_quantize_q8k_block(q, v, blk, lane);
+}
+static bool gated_rms_in_blocks(const float *x, const float *weight, const float *gate, int n_rows, int n) {
+    return n == GATED_Q8K_WIDTH && n_rows > 0 && ((int64_t)n_rows * n) % 256 == 0 && aligned16(x) &&
+           aligned16(weight) && aligned16(gate);
+}
 
 /* How add_rms_norm reads delta as partial sums, the one decision behind both
  * cuda_add_rms_norm_reads_sums and cuda_add_rms_norm_sums: rows of the 32-lane norm in
@@ -525,8 +566,19 @@ extern "C" int cuda_add_rms_norm_sums_quantizes(const float *x, const float *del
 }
 
 extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
-                                    int n, float eps) {
+                                    int n, float eps, cuda_matmul_q8k q) {
+    if (q.codes && gated_rms_in_blocks(x, weight, gate, n_rows, n)) {
+        const int64_t n_blocks = (int64_t)n_rows * n / 256, warps_per_block = RMS_THREADS / SPECLA_WARP;
+        cuda_launch(gated_rms_q8k_kernel, dim3((unsigned)((n_blocks + warps_per_block - 1) / warps_per_block)),
+                    dim3(RMS_THREADS), 0, cuda_stream(be), x, weight, gate, n_blocks, eps, q);
+        cuda_note_launch(be, "gated_rms_norm");
+        return;
+    }
     launch_rms_rows<false, true>(be, "gated_rms_norm", x, NULL, weight, gate, n_rows, n, eps, x);
+}
+extern "C" int cuda_gated_rms_norm_quantizes(const float *x, const float *weight, const float *gate, int n_rows,
+                                             int n) {
+    return gated_rms_in_blocks(x, weight, gate, n_rows, n);
 }
 
 extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y) {
@@ -631,7 +683,7 @@ static __global__ void __launch_bounds__(EW_THREADS) silu_mul_blocks_kernel(floa
     for (int j = 0; j < 8; j++) v[j] = __fmul_rn(silu_dev(as[j]), bs[j]);
     *(float4 *)ar = make_float4(v[0], v[1], v[2], v[3]);
     *(float4 *)(ar + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    if (q.codes) mm_warp_quantize_q8k_into(q, v, t, width, k, lane);
+    if (q.codes) mm_warp_quantize_q8k_block(q, v, blk, lane);
 }
 static bool silu_mul_in_blocks(const float *a, const float *b, int64_t n, int width) {
     return width > 0 && width % 256 == 0 && n % width == 0 && n / width <= INT32_MAX && aligned16(a) && aligned16(b);
@@ -639,6 +691,31 @@ static bool silu_mul_in_blocks(const float *a, const float *b, int64_t n, int wi
 static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
     grid_begin();
     GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], sigmoid_dev(gate[i]));
+}
+/* sigmoid_mul on a whole number of 256-blocks whose output a matmul reads next, with their Q8_K
+ * blocks (the fused quantize): a warp per block, lane l elements 8l .. 8l + 7; sigmoid_mul_kernel's
+ * arithmetic. x and gate 16-byte aligned. */
+static __global__ void __launch_bounds__(EW_THREADS) sigmoid_mul_q8k_kernel(float *x, const float *gate,
+                                                                           int64_t n_blocks, cuda_matmul_q8k q) {
+    grid_begin();
+    const int lane = threadIdx.x % SPECLA_WARP;
+    const int64_t blk = ((int64_t)blockIdx.x * EW_THREADS + threadIdx.x) / SPECLA_WARP;
+    if (blk >= n_blocks) return; /* whole warps leave */
+    float *xr = x + blk * 256 + 8 * lane;
+    const float *gr = gate + blk * 256 + 8 * lane;
+    const float4 x0 = *(const float4 *)xr, x1 = *(const float4 *)(xr + 4);
+    const float4 g0 = *(const float4 *)gr, g1 = *(const float4 *)(gr + 4);
+    const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __fmul_rn(xs[i], sigmoid_dev(gs[i]));
+    *(float4 *)xr = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(xr + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    mm_warp_quantize_q8k_block(q, v, blk, lane);
+}
+static bool sigmoid_mul_in_blocks(const float *x, const float *gate, int64_t n) {
+    return n > 0 && n % 256 == 0 && aligned16(x) && aligned16(gate);
 }
 static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, int64_t total,
                                         int Hv) {
@@ -745,8 +822,18 @@ extern "C" void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_m
 extern "C" int cuda_silu_mul_sums_quantizes(const float *a, const float *b, int64_t n, int width) {
     return silu_mul_in_blocks(a, b, n, width);
 }
-extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
+extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q) {
+    if (q.codes && sigmoid_mul_in_blocks(x, gate, n)) {
+        const int64_t n_blocks = n / 256, warps_per_block = EW_THREADS / SPECLA_WARP;
+        cuda_launch(sigmoid_mul_q8k_kernel, dim3((unsigned)((n_blocks + warps_per_block - 1) / warps_per_block)),
+                    dim3(EW_THREADS), 0, cuda_stream(be), x, gate, n_blocks, q);
+        cuda_note_launch(be, "sigmoid_mul");
+        return;
+    }
     LAUNCH_EW(sigmoid_mul_kernel, n, "sigmoid_mul", x, gate, n);
+}
+extern "C" int cuda_sigmoid_mul_quantizes(const float *x, const float *gate, int64_t n) {
+    return sigmoid_mul_in_blocks(x, gate, n);
 }
 extern "C" void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
                                int T, int Hv) {

@@ -97,13 +97,13 @@ __device__ __forceinline__ void mm_warp_quantize_q8_k(const float *x, int8_t *co
     mm_warp_quantize_q8_k_values(v, codes, scale, bsums, minops, lane);
 }
 
-/* Block k of token b of a prequantized input (cuda_matmul_q8k, the quantize kernel's indexing:
- * block index b * (n / 256) + k) */
-__device__ __forceinline__ void mm_warp_quantize_q8k_into(const cuda_matmul_q8k &q, const float (&v)[8], int64_t b,
-                                                          int64_t n, int64_t k, int lane) {
-    const int64_t blk = b * (n / 256) + k;
-    mm_warp_quantize_q8_k_values(v, q.codes + b * n + k * 256, q.scales + blk, q.bsums + blk * 16,
-                                 q.minops + blk * 16, lane);
+/* Block blk of a prequantized input (cuda_matmul_q8k): elements 256 blk .. 256 blk + 255 of the
+ * input read as one flat array, which is block k of token b for blk = b * (n / 256) + k (the quantize
+ * kernel's indexing; every n is a multiple of 256 here) */
+__device__ __forceinline__ void mm_warp_quantize_q8k_block(const cuda_matmul_q8k &q, const float (&v)[8], int64_t blk,
+                                                           int lane) {
+    mm_warp_quantize_q8_k_values(v, q.codes + blk * 256, q.scales + blk, q.bsums + blk * 16, q.minops + blk * 16,
+                                 lane);
 }
 
 #endif

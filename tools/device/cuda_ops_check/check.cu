@@ -13,6 +13,7 @@ extern "C" {
 }
 #include "cuda_backend.h"
 #include "element_types.h"
+#include "matmul_blocks.h"
 
 extern "C" void cuda_note_launch(const backend *be, const char *op) {
     cudaError_t e = cudaGetLastError();
@@ -118,14 +119,14 @@ static void test_elementwise() {
         cuda_l2_norm(&G.base, updev(x), rows, n, 1e-6f, y);
         snprintf(name, 64, "l2_norm n=%d", n); cmp(name, get(y, rows * n), ref, 1e-5);
         auto xx = x; CPU->ops->gated_rms_norm(CPU, xx.data(), w.data(), gate.data(), rows, n, 1e-6f);
-        float *xd = updev(x); cuda_gated_rms_norm(&G.base, xd, updev(w), updev(gate), rows, n, 1e-6f);
+        float *xd = updev(x); cuda_gated_rms_norm(&G.base, xd, updev(w), updev(gate), rows, n, 1e-6f, cuda_matmul_q8k{});
         snprintf(name, 64, "gated_rms_norm n=%d", n); cmp(name, get(xd, rows * n), xx, 1e-5);
     }
     const int64_t n = 100003;
     auto a = randv(n, -30, 30), b = randv(n);
     { auto r = a; CPU->ops->add(CPU, r.data(), b.data(), n); float *d = updev(a); cuda_add(&G.base, d, updev(b), n); cmp("add", get(d, n), r, 0, true); }
     { auto r = a; CPU->ops->silu_mul(CPU, r.data(), b.data(), n); float *d = updev(a); cuda_silu_mul(&G.base, d, updev(b), n); cmp("silu_mul", get(d, n), r, 1e-6); }
-    { auto r = b; CPU->ops->sigmoid_mul(CPU, r.data(), a.data(), n); float *d = updev(b); cuda_sigmoid_mul(&G.base, d, updev(a), n); cmp("sigmoid_mul", get(d, n), r, 1e-6); }
+    { auto r = b; CPU->ops->sigmoid_mul(CPU, r.data(), a.data(), n); float *d = updev(b); cuda_sigmoid_mul(&G.base, d, updev(a), n, cuda_matmul_q8k{}); cmp("sigmoid_mul", get(d, n), r, 1e-6); }
     { int rows = 7, w = 333; auto x = randv(rows * w), bias = randv(w); auto r = x; CPU->ops->add_bias_rows(CPU, r.data(), bias.data(), rows, w); float *d = updev(x); cuda_add_bias_rows(&G.base, d, updev(bias), rows, w); cmp("add_bias_rows", get(d, rows * w), r, 0, true); }
     { int T = 9, Hv = 32; auto beta = randv(T * Hv, -8, 8), g = randv(T * Hv, -10, 25), dt = randv(Hv), sa = randv(Hv, -5, 0);
       auto rb = beta, rg = g; CPU->ops->gdn_gates(CPU, rb.data(), rg.data(), dt.data(), sa.data(), T, Hv);
@@ -160,6 +161,118 @@ static void test_elementwise() {
 
 // gdn_prepare (recurrent.cu: one kernel up to 8 tokens, the three ops beyond) against the three CUDA
 // ops it stands for, bit for bit, every output poisoned first; then against the CPU oracle's.
+/* ---- the fused quantize: a producer given Q8_K blocks (cuda_matmul_q8k) writes the same output bits
+ * as without them, and blocks equal to the host quantizer's (mm_quantize_q8_k_block, the CPU's
+ * act_quantize_q8_k, with mm_min_operands) on that output; everything poisoned first ---------------- */
+struct q8k_dev {
+    cuda_matmul_q8k q;
+    int64_t blocks;
+};
+static q8k_dev q8k_alloc(int64_t elements) {
+    q8k_dev d;
+    d.blocks = elements / 256;
+    cudaMalloc(&d.q.codes, elements); cudaMemset(d.q.codes, 0x55, elements);
+    cudaMalloc(&d.q.scales, d.blocks * 4); cudaMemset(d.q.scales, 0xff, d.blocks * 4);
+    cudaMalloc(&d.q.bsums, d.blocks * 32); cudaMemset(d.q.bsums, 0x55, d.blocks * 32);
+    cudaMalloc(&d.q.minops, d.blocks * 16); cudaMemset(d.q.minops, 0x55, d.blocks * 16);
+    return d;
+}
+static void q8k_compare(const char *name, const q8k_dev &d, const std::vector<float> &y) {
+    const int64_t nb = d.blocks;
+    std::vector<int8_t> codes(nb * 256), rc(nb * 256);
+    std::vector<float> scales(nb), rs(nb);
+    std::vector<int16_t> bsums(nb * 16), rb(nb * 16);
+    std::vector<uint8_t> minops(nb * 16), rm(nb * 16);
+    down(codes.data(), d.q.codes, codes.size()); down(scales.data(), d.q.scales, nb * 4);
+    down(bsums.data(), d.q.bsums, nb * 32); down(minops.data(), d.q.minops, nb * 16);
+    for (int64_t b = 0; b < nb; b++) {
+        mm_quantize_q8_k_block(&y[b * 256], &rc[b * 256], &rs[b], &rb[b * 16]);
+        mm_min_operands(&rb[b * 16], &rm[b * 16]);
+    }
+    const bool ok = codes == rc && !memcmp(scales.data(), rs.data(), nb * 4) && bsums == rb && minops == rm;
+    printf("%-40s blocks=%lld %s\n", name, (long long)nb, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+static void test_fused_quantize() {
+    char name[96];
+    { /* the GDN's gated norm: rows of 128 (T x Hv heads), the 27B's Hv = 48 and an odd head count */
+        for (int rows : {3 * 48, 2 * 7}) {
+            const int n = 128;
+            auto x = randv(rows * n, -3, 3), w = randv(n), gate = randv(rows * n, -6, 6);
+            float *plain = updev(x), *fused = updev(x), *wd = updev(w), *gd = updev(gate);
+            cuda_gated_rms_norm(&G.base, plain, wd, gd, rows, n, 1e-6f, cuda_matmul_q8k{});
+            q8k_dev q = q8k_alloc((int64_t)rows * n);
+            cuda_gated_rms_norm(&G.base, fused, wd, gd, rows, n, 1e-6f, q.q);
+            auto yp = get(plain, rows * n);
+            snprintf(name, 96, "fused gated_rms_norm rows=%d", rows); cmp(name, get(fused, rows * n), yp, 0, true);
+            snprintf(name, 96, "fused gated_rms_norm rows=%d blocks", rows); q8k_compare(name, q, yp);
+        }
+    }
+    { /* the attention's sigmoid gate: T x 24 heads x 256 */
+        const int64_t n = 3 * 6144;
+        auto x = randv(n), gate = randv(n, -8, 8);
+        float *plain = updev(x), *fused = updev(x), *gd = updev(gate);
+        cuda_sigmoid_mul(&G.base, plain, gd, n, cuda_matmul_q8k{});
+        q8k_dev q = q8k_alloc(n);
+        cuda_sigmoid_mul(&G.base, fused, gd, n, q.q);
+        auto yp = get(plain, n);
+        cmp("fused sigmoid_mul", get(fused, n), yp, 0, true);
+        q8k_compare("fused sigmoid_mul blocks", q, yp);
+    }
+    /* the readers of partial sums: chunks added in chunk order, as the matmul's finish; the reference
+     * is the plain op on the finished values (the host adds in the same order, one rounding each) */
+    auto partial_sums = [](int T, int width, int chunks, int rows_padded, std::vector<float> &finished) {
+        auto p = randv((size_t)T * chunks * rows_padded);
+        finished.assign((size_t)T * width, 0.0f);
+        for (int t = 0; t < T; t++)
+            for (int r = 0; r < width; r++) {
+                float v = p[((size_t)t * chunks + 0) * rows_padded + r];
+                for (int c = 1; c < chunks; c++) v = v + p[((size_t)t * chunks + c) * rows_padded + r];
+                finished[(size_t)t * width + r] = v;
+            }
+        return p;
+    };
+    for (int chunks : {1, 6}) { /* the SwiGLU: ffn_gate / ffn_up of the 27B, 17408 rows */
+        const int T = 3, width = 17408, padded = 17408;
+        std::vector<float> fa, fb;
+        auto pa = partial_sums(T, width, chunks, padded, fa), pb = partial_sums(T, width, chunks, padded, fb);
+        const int64_t n = (int64_t)T * width;
+        float *ref_a = updev(fa), *ref_b = updev(fb);
+        cuda_silu_mul(&G.base, ref_a, ref_b, n);
+        float *a = dev(n), *b = dev(n);
+        cuda_matmul_sums sa = {nullptr, 1, padded}, sb = {nullptr, 1, padded};
+        if (chunks > 1) {
+            sa.partials = updev(pa), sb.partials = updev(pb), sa.n_chunks = sb.n_chunks = chunks;
+        } else {
+            up(a, fa.data(), n * 4), up(b, fb.data(), n * 4);
+        }
+        q8k_dev q = q8k_alloc(n);
+        cuda_silu_mul_sums(&G.base, a, b, sa, sb, n, width, q.q);
+        auto ya = get(ref_a, n);
+        snprintf(name, 96, "fused silu_mul_sums chunks=%d", chunks); cmp(name, get(a, n), ya, 0, true);
+        snprintf(name, 96, "fused silu_mul_sums chunks=%d b", chunks); cmp(name, get(b, n), fb, 0, true);
+        snprintf(name, 96, "fused silu_mul_sums chunks=%d blocks", chunks); q8k_compare(name, q, ya);
+    }
+    { /* the residual norm of the 27B's 5120-wide stream, delta from 7 chunks (ffn_down) */
+        const int T = 5, n = 5120, chunks = 7, padded = 5120;
+        std::vector<float> fd;
+        auto pd = partial_sums(T, n, chunks, padded, fd);
+        auto x = randv((size_t)T * n, -4, 4), w = randv(n);
+        float *rx = updev(x), *rd = updev(fd), *ry = dev((size_t)T * n), *wd = updev(w);
+        cuda_add_rms_norm(&G.base, rx, rd, wd, T, n, 1e-6f, ry);
+        float *fx = updev(x), *fdel = dev((size_t)T * n), *fy = dev((size_t)T * n);
+        cuda_matmul_sums sd = {updev(pd), chunks, padded};
+        if (!cuda_add_rms_norm_sums_quantizes(fx, fdel, wd, fy, n)) { printf("fused add_rms_norm not taken FAIL\n"); failures++; }
+        q8k_dev q = q8k_alloc((int64_t)T * n);
+        cuda_add_rms_norm_sums(&G.base, fx, fdel, sd, wd, T, n, 1e-6f, fy, q.q);
+        auto yr = get(ry, (size_t)T * n);
+        cmp("fused add_rms_norm_sums y", get(fy, (size_t)T * n), yr, 0, true);
+        cmp("fused add_rms_norm_sums x", get(fx, (size_t)T * n), get(rx, (size_t)T * n), 0, true);
+        cmp("fused add_rms_norm_sums delta", get(fdel, (size_t)T * n), fd, 0, true);
+        q8k_compare("fused add_rms_norm_sums blocks", q, yr);
+    }
+}
+
 static void test_gdn_prepare(int T, int Hk, int Hv, int S, int K) {
     const int C = 2 * Hk * S + Hv * S;
     auto x = randv((size_t)T * C), w = randv((size_t)C * K, -0.5f, 0.5f), st = randv((size_t)(K - 1) * C);
@@ -447,6 +560,7 @@ int main() {
     printf("device %s sms %d\n", prop.name, G.sm_count);
     test_quant();
     test_elementwise();
+    test_fused_quantize();
     for (int T : {1, 5, 8, 9}) test_gdn_prepare(T, 4, 8, 128, 4);
     test_gdn_prepare(1, 3, 6, 48, 4);
     test_gdn_prepare(3, 2, 4, 64, 7);
