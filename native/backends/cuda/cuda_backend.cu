@@ -97,12 +97,12 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * The ops whose output a layer's Q4_K/Q6_K matmuls read (the wide add_rms_norm and the silu_mul that
  * read partial sums: the residual norms and the SwiGLU; the GDN's gated_rms_norm on heads of 128 and
  * the attention's sigmoid_mul) also write their output's Q8_K blocks into the instance's prequantized
- * buffer (matmul_quantize.cuh: the quantize kernel's own
- * functions, so the same bytes), and the held matmul on that output then skips its quantize kernel
- * (cuda_matmul_group_prequantized): one kernel fewer on the critical path per layer matmul. The
- * blocks stand for the output only until anything else is put on the stream: every op but the
- * matmuls forgets them (after_held, wait_for, the two producers' other paths), and a matmul that
- * does not take them forgets them too. SPECLA_CUDA_FUSED_QUANTIZE=0 turns it off, for comparisons;
+ * buffer (matmul_quantize.cuh: the quantize kernel's own functions, so the same bytes), and the held
+ * matmul on that output then skips its quantize kernel (cuda_matmul_group_prequantized): one kernel
+ * fewer on the critical path per layer matmul. The blocks stand for the output only until anything
+ * else is put on the stream: every op but the matmuls forgets them (after_held, wait_for, the
+ * producers themselves before they launch), and so does a matmul that does not take them or whose
+ * output overlaps the input they stand for. SPECLA_CUDA_FUSED_QUANTIZE=0 turns it off, for comparisons;
  * the bits are the same either way (tests/test_gpu_model.py compares them). */
 static void forget_prequantized(const backend *be) { instance_of(be)->pre.x = NULL; }
 /* The prequantized blocks a producer writing `elements` floats should fill (codes NULL: none). The
@@ -132,8 +132,10 @@ static void launch_held(const backend *be, cuda_matmul_sums *sums = nullptr) {
     h.n_mats = 0;
     const prequantized_input &p = ci->pre;
     const bool pre = p.x && p.x == h.x && h.w[0].ne0 % 256 == 0 && (int64_t)h.n_batch * h.w[0].ne0 == p.elements;
-    for (int i = 0; i < n_mats; i++)
-        if (h.y[i] == p.x) forget_prequantized(be); /* it overwrites the input the blocks stand for */
+    for (int i = 0; i < n_mats; i++) { /* an output over the input the blocks stand for */
+        const float *y = h.y[i], *y_end = y + (int64_t)h.n_batch * h.w[i].ne1;
+        if (p.x && y < p.x + p.elements && p.x < y_end) forget_prequantized(be);
+    }
     if (!pre) forget_prequantized(be);
     matmul_call(be, h.op, [&] {
         if (pre)
