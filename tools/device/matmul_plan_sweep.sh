@@ -4,10 +4,14 @@
 # hence the summation order, and the tail of the last wave of warps). Rows to OUT (JSON lines,
 # each carrying target_units), tables to stdout.
 #
-#   bash tools/device/matmul_plan_sweep.sh OUT.jsonl COMMIT "1024 2048 4096 8192" [BATCHES]
+#   bash tools/device/matmul_plan_sweep.sh OUT.jsonl COMMIT "1024 2048 4096 8192" [BATCHES] [MATRICES]
+#
+# MATRICES (space-separated benchmark shape names, e.g. "draft_kv draft_q draft_up draft_down" with
+# BATCHES 1,16,23 for the DFlash draft's F16 matrices) times only those shapes, one checker run each;
+# without it every shape is timed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${1:?OUT.jsonl}; commit=${2:?COMMIT}; units=${3:-"1024 2048 4096 8192"}; batches=${4:-1,23}
+out=${1:?OUT.jsonl}; commit=${2:?COMMIT}; units=${3:-"1024 2048 4096 8192"}; batches=${4:-1,23}; matrices=${5:-}
 # the CPU library once; each variant builds only the checker
 for u in $units; do
   build=$HOME/cuda-check-$u
@@ -18,7 +22,13 @@ for u in $units; do
   build=$HOME/cuda-check-$u
   if [ -x "$build/cuda_matmul_check" ]; then
     echo "=== MM_TARGET_UNITS=$u"
-    "$build/cuda_matmul_check" --no-check --batches "$batches" --json "$out" --commit "$commit"
+    if [ -z "$matrices" ]; then
+      "$build/cuda_matmul_check" --no-check --batches "$batches" --json "$out" --commit "$commit"
+    else
+      for m in $matrices; do
+        "$build/cuda_matmul_check" --no-check --matrix "$m" --batches "$batches" --json "$out" --commit "$commit"
+      done
+    fi
   else
     echo "=== MM_TARGET_UNITS=$u: build failed"; tail -5 "$build.log"
   fi
