@@ -119,37 +119,43 @@ def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     assert np.array_equal(nxt.view(np.uint32), plain.eval([7], logits_all=True).view(np.uint32))
 
 
-def same_bits_with_unfinished_matmuls(model, monkeypatch, readers="1"):
-    """A 23-token prefill, a 5-token batch, decode steps and a verified tree with
-    SPECLA_CUDA_UNFINISHED_MATMUL=readers against the switch off, row for row, bit for bit."""
+def same_bits_across_settings(model, variable, baseline, setting, recorded_steps=True):
+    """A 23-token prefill, a 5-token batch, decode steps and a verified tree with the backend switch
+    `variable` (read when a context opens its backend) at `setting` against `baseline`, row for row,
+    bit for bit. Returns the kernels of the three decode steps per value."""
     V = model.hparams.n_vocab
     history = prompt(V, 23, seed=6)
     parents = [-1, 0, 1, 1, 0, 4, 5, 2]
     tree_tokens = prompt(V, len(parents), seed=7)
-    runs = {}
-    for setting in ("0", readers):  # read when a context opens its backend
-        monkeypatch.setenv("SPECLA_CUDA_UNFINISHED_MATMUL", setting)
-        ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents))
-        rows = [ctx.eval(history, logits_all=True), ctx.eval(prompt(V, 5, seed=8), logits_all=True)]
-        rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
-        rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
-        runs[setting] = rows
-        ctx.close()
-    for i, (finished, unfinished) in enumerate(zip(runs["0"], runs[readers])):
-        assert np.isfinite(unfinished).all(), f"call {i}"
-        assert np.array_equal(unfinished.view(np.uint32), finished.view(np.uint32)), f"call {i}"
+    runs, kernels = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        for value in (baseline, setting):
+            mp.setenv(variable, value)
+            ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents),
+                                    recorded_steps=recorded_steps)
+            rows = [ctx.eval(history, logits_all=True), ctx.eval(prompt(V, 5, seed=8), logits_all=True)]
+            ctx.step_counters()
+            rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+            kernels[value] = ctx.step_counters()[2]
+            rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
+            runs[value] = rows
+            ctx.close()
+    for i, (want, got) in enumerate(zip(runs[baseline], runs[setting])):
+        assert np.isfinite(got).all(), f"call {i}"
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"call {i}"
+    return kernels
 
 
 @pytest.mark.parametrize("readers", ["1", "rms", "silu"])
-def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, monkeypatch, readers):
+def test_matmul_outputs_read_as_partial_sums_give_the_same_bits(gpu_model, readers):
     """With SPECLA_CUDA_UNFINISHED_MATMUL=1 (the default), rms or silu the CUDA backend leaves a
     matmul's split-K finish to the add_rms_norm or silu_mul that reads its output; the bits are those
     of the matmuls' own finish (0)."""
-    same_bits_with_unfinished_matmuls(gpu_model[1], monkeypatch, readers)
+    same_bits_across_settings(gpu_model[1], "SPECLA_CUDA_UNFINISHED_MATMUL", "0", readers)
 
 
 @pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
-def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, monkeypatch, quant):
+def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, quant):
     """Residual rows of 3328 floats (13 K-quant blocks; the tiny models' 256 take the 32-lane norm):
     add_rms_norm's reader for rows wider than 512 (add_rms_sums_kernel, the 27B shape's path for its
     5120), with quads beyond the first 768 threads and 8 (Q4_K/Q6_K ffn_down) or 16 (Q8_0) chunks a row,
@@ -158,36 +164,15 @@ def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, mo
                             n_ff=2048)
     model = Model.load(str(path), device="cuda")
     try:
-        same_bits_with_unfinished_matmuls(model, monkeypatch)
+        same_bits_across_settings(model, "SPECLA_CUDA_UNFINISHED_MATMUL", "0", "1")
     finally:
         model.close()
 
 
 def same_bits_with_fused_quantize(model):
-    """A 23-token prefill, a 5-token batch, decode steps and a verified tree with
-    SPECLA_CUDA_FUSED_QUANTIZE=1 (the wide add_rms_norm and the silu_mul that read partial sums also
-    write the Q8_K blocks of their output, and the matmul after them skips its quantize kernel)
-    against 0, row for row, bit for bit. Returns the kernels of the three decode steps per setting."""
-    V = model.hparams.n_vocab
-    history = prompt(V, 23, seed=6)
-    parents = [-1, 0, 1, 1, 0, 4, 5, 2]
-    tree_tokens = prompt(V, len(parents), seed=7)
-    runs, kernels = {}, {}
-    with pytest.MonkeyPatch.context() as mp:
-        for setting in ("0", "1"):  # read when a context opens its backend
-            mp.setenv("SPECLA_CUDA_FUSED_QUANTIZE", setting)
-            ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents), recorded_steps=False)
-            rows = [ctx.eval(history, logits_all=True), ctx.eval(prompt(V, 5, seed=8), logits_all=True)]
-            ctx.step_counters()
-            rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
-            kernels[setting] = ctx.step_counters()[2]
-            rows.append(ctx.verify_tree(tree_tokens, parents, want_logits=True)[1])
-            runs[setting] = rows
-            ctx.close()
-    for i, (plain, fused) in enumerate(zip(runs["0"], runs["1"])):
-        assert np.isfinite(fused).all(), f"call {i}"
-        assert np.array_equal(fused.view(np.uint32), plain.view(np.uint32)), f"call {i}"
-    return kernels
+    """SPECLA_CUDA_FUSED_QUANTIZE=1 (the ops before the layer matmuls also write the Q8_K blocks of
+    their output, and the matmul after them skips its quantize kernel) against 0, op by op."""
+    return same_bits_across_settings(model, "SPECLA_CUDA_FUSED_QUANTIZE", "0", "1", recorded_steps=False)
 
 
 def test_fused_quantize_gives_the_same_bits(gpu_model):

@@ -3,7 +3,6 @@
  * this folder. Uploads of host memory are asynchronous copies on the stream; downloads and sync
  * are the only places the host waits. A kernel launch error is remembered (the first one) and
  * reported by the next sync, with the op that launched it. */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +34,7 @@ typedef struct cuda_instance {
     cuda_backend pub;
     int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default both) */
     held_matmul held;
-    int fused_quantize; /* SPECLA_CUDA_FUSED_QUANTIZE, default on */
-    void *prequantized; /* device buffer (cuda_matmul_prequantized_bytes), NULL when off */
+    void *prequantized; /* device buffer (cuda_matmul_prequantized_bytes); NULL: SPECLA_CUDA_FUSED_QUANTIZE=0 */
     size_t prequantized_bytes;
     prequantized_input pre;
     cudaError_t first_error;
@@ -105,18 +103,15 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * output overlaps the input they stand for. SPECLA_CUDA_FUSED_QUANTIZE=0 turns it off, for comparisons;
  * the bits are the same either way (tests/test_gpu_model.py compares them). */
 static void forget_prequantized(const backend *be) { instance_of(be)->pre.x = NULL; }
-/* The prequantized blocks a producer writing `elements` floats should fill (codes NULL: none). The
- * blocks of a matmul input of n_batch rows of n (n a multiple of 256) are the flat blocks of its
- * n_batch * n floats, whatever shape the producer gives its rows. */
-static cuda_matmul_q8k prequantize_into(const backend *be, int64_t elements) {
+/* A producer of `elements` floats at `out` (a matmul input of n_batch rows of n is its n_batch * n
+ * floats as flat blocks, whatever shape the producer gives its rows): `launch(q)` runs it with the
+ * blocks to fill (codes NULL when the buffer is off or they do not fit) and says whether it filled
+ * them; only then do they stand for `out`. */
+template <class Launch> static void produce(const backend *be, const float *out, int64_t elements, Launch launch) {
     cuda_instance *ci = instance_of(be);
-    if (!ci->fused_quantize || !ci->prequantized || elements <= 0 || elements % 256 != 0 || elements / 256 > INT32_MAX)
-        return cuda_matmul_q8k{};
-    return cuda_matmul_prequantized_blocks(ci->prequantized, ci->prequantized_bytes, (int)(elements / 256), 256);
-}
-static void note_prequantized(const backend *be, const float *x, int64_t elements) {
-    prequantized_input &p = instance_of(be)->pre;
-    p.x = x, p.elements = elements;
+    forget_prequantized(be);
+    if (launch(cuda_matmul_prequantized_blocks(ci->prequantized, ci->prequantized_bytes, elements)))
+        ci->pre.x = out, ci->pre.elements = elements;
 }
 
 /* Launches the held matmul (if any): with its finish, or with sums non-NULL without it, its outputs'
@@ -373,12 +368,9 @@ static void add_rms_norm(const backend *be, float *x, const float *delta, const 
         h.n_batch == n_rows && h.w[0].ne1 == n && cuda_add_rms_norm_reads_sums(x, delta, weight, y, n)) {
         cuda_matmul_sums sums[1];
         launch_held(be, sums);
-        forget_prequantized(be);
-        const int64_t elements = (int64_t)n_rows * n;
-        const cuda_matmul_q8k q =
-            cuda_add_rms_norm_sums_quantizes(x, delta, weight, y, n) ? prequantize_into(be, elements) : cuda_matmul_q8k{};
-        cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y, q);
-        if (q.codes) note_prequantized(be, y, elements);
+        produce(be, y, (int64_t)n_rows * n, [&](cuda_matmul_q8k q) {
+            return cuda_add_rms_norm_sums(be, x, const_cast<float *>(delta), sums[0], weight, n_rows, n, eps, y, q);
+        });
         return;
     }
     launch_held(be);
@@ -393,10 +385,9 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
         const int width = (int)h.w[0].ne1;
         cuda_matmul_sums sums[2];
         launch_held(be, sums);
-        forget_prequantized(be);
-        const cuda_matmul_q8k q = cuda_silu_mul_sums_quantizes(a, b, n, width) ? prequantize_into(be, n) : cuda_matmul_q8k{};
-        cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width, q);
-        if (q.codes) note_prequantized(be, a, n);
+        produce(be, a, n, [&](cuda_matmul_q8k q) {
+            return cuda_silu_mul_sums(be, a, const_cast<float *>(b), sums[0], sums[1], n, width, q);
+        });
         return;
     }
     launch_held(be);
@@ -405,20 +396,13 @@ static void silu_mul(const backend *be, float *a, const float *b, int64_t n) {
 }
 static void sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n) {
     launch_held(be);
-    forget_prequantized(be);
-    const cuda_matmul_q8k q = cuda_sigmoid_mul_quantizes(x, gate, n) ? prequantize_into(be, n) : cuda_matmul_q8k{};
-    cuda_sigmoid_mul(be, x, gate, n, q);
-    if (q.codes) note_prequantized(be, x, n);
+    produce(be, x, n, [&](cuda_matmul_q8k q) { return cuda_sigmoid_mul(be, x, gate, n, q); });
 }
 static void gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
                            float eps) {
     launch_held(be);
-    forget_prequantized(be);
-    const int64_t elements = (int64_t)n_rows * n;
-    const cuda_matmul_q8k q = cuda_gated_rms_norm_quantizes(x, weight, gate, n_rows, n) ? prequantize_into(be, elements)
-                                                                                       : cuda_matmul_q8k{};
-    cuda_gated_rms_norm(be, x, weight, gate, n_rows, n, eps, q);
-    if (q.codes) note_prequantized(be, x, elements);
+    produce(be, x, (int64_t)n_rows * n,
+            [&](cuda_matmul_q8k q) { return cuda_gated_rms_norm(be, x, weight, gate, n_rows, n, eps, q); });
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
@@ -539,7 +523,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     }
     /* SPECLA_CUDA_FUSED_QUANTIZE=0 turns the fused quantize ("the fused quantize" above) off, 1 (the
      * default) on; the bits are the same either way. */
-    ci->fused_quantize = 1;
+    int fused_quantize = 1;
     const char *fused = getenv("SPECLA_CUDA_FUSED_QUANTIZE");
     if (fused && *fused) {
         if ((fused[0] != '0' && fused[0] != '1') || fused[1] != '\0') {
@@ -547,7 +531,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
                                "backend cuda: SPECLA_CUDA_FUSED_QUANTIZE must be 0 (off) or 1 (on), got '%s'", fused);
         }
-        ci->fused_quantize = fused[0] == '1';
+        fused_quantize = fused[0] == '1';
     }
     ci->pub.base.ops = &cuda_ops_table;
     ci->pub.base.state = ci;
@@ -588,10 +572,10 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of device memory for a %.1f MB workspace",
                            (double)bytes / 1e6);
     }
-    /* the prequantized activations: inputs of up to max_rows x max_width (rounded down to whole
-     * 256-blocks), zeroed once for the split-K counters they carry */
+    /* the prequantized activations: inputs of up to max_rows x max_width floats, zeroed once for the
+     * split-K counters they carry */
     const size_t pre_bytes =
-        ci->fused_quantize ? cuda_matmul_prequantized_bytes(limits->max_rows, limits->max_width / 256 * 256) : 0;
+        fused_quantize ? cuda_matmul_prequantized_bytes((int64_t)limits->max_rows * limits->max_width) : 0;
     if (pre_bytes) {
         if (cudaMalloc(&ci->prequantized, pre_bytes) != cudaSuccess ||
             cudaMemset(ci->prequantized, 0, pre_bytes) != cudaSuccess) {

@@ -55,32 +55,28 @@ void cuda_add_bias_rows(const backend *be, float *x, const float *bias, int rows
 void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n);
 /* add_rms_norm and silu_mul on matmul outputs left as partial sums (cuda_matmul_group_unfinished):
  * the same bits as the ops on the finished outputs, which they also store (delta; b: the second
- * matmul output, rows of `width` floats; a takes silu(a) * b as in silu_mul). With q.codes non-NULL
- * (cuda_matmul_prequantized_blocks of the rows' shape; only where the *_quantizes function below
- * says yes) the kernel also writes the Q8_K blocks of its output (y; a) into q, for the next matmul
- * to read without its quantize kernel (cuda_matmul_group_prequantized). */
-void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums, const float *weight,
-                            int n_rows, int n, float eps, float *y, cuda_matmul_q8k q);
+ * matmul output, rows of `width` floats; a takes silu(a) * b as in silu_mul).
+ * The fused quantize: with q.codes non-NULL (cuda_matmul_prequantized_blocks of the output's floats)
+ * these two and cuda_sigmoid_mul / cuda_gated_rms_norm below may also write the Q8_K blocks of their
+ * output (y; a; x) into q, for the next matmul to read without its quantize kernel
+ * (cuda_matmul_group_prequantized); each returns 1 when it did, 0 when its rows took a kernel that
+ * does not (then q's contents are not the output's). */
+int cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums, const float *weight,
+                           int n_rows, int n, float eps, float *y, cuda_matmul_q8k q);
 /* whether add_rms_norm can read delta as partial sums for these rows (asked before the matmul runs
- * unfinished; cuda_add_rms_norm_sums takes only such rows), and whether it can also quantize them */
+ * unfinished; cuda_add_rms_norm_sums takes only such rows) */
 int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y, int n);
-int cuda_add_rms_norm_sums_quantizes(const float *x, const float *delta, const float *weight, const float *y, int n);
-void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
-                        int width, cuda_matmul_q8k q);
-int cuda_silu_mul_sums_quantizes(const float *a, const float *b, int64_t n, int width);
-/* sigmoid_mul and gated_rms_norm, with q.codes non-NULL (the fused quantize, as above) where the
- * *_quantizes function says yes: also the Q8_K blocks of the output (x, read as flat blocks of 256) */
-void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q);
-int cuda_sigmoid_mul_quantizes(const float *x, const float *gate, int64_t n);
+int cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb, int64_t n,
+                       int width, cuda_matmul_q8k q);
+int cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q);
 void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, int T, int Hv);
 void cuda_gdn_split_qkv(const backend *be, const float *conv_out, int T, int Hk, int Hv, int S, float eps, float *q,
                         float *k, float *v);
 void cuda_gdn_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a, const float *x,
                       const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps, float *conv_state,
                       float *conv_out, float *q, float *k, float *v);
-void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
-                         float eps, cuda_matmul_q8k q);
-int cuda_gated_rms_norm_quantizes(const float *x, const float *weight, const float *gate, int n_rows, int n);
+int cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows, int n,
+                        float eps, cuda_matmul_q8k q);
 void cuda_split_q_gate(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);
 void cuda_scatter_rows(const backend *be, float *dst, int64_t dst_stride, const int32_t *rows, const float *src, int T,
                        int width);

@@ -89,8 +89,9 @@ cudaError_t cuda_matmul_group_unfinished(cudaStream_t stream, int n_mats, const 
                                          cuda_matmul_sums *sums);
 
 /* Activations prequantized by the op that produced x (the fused quantize): the Q8_K blocks of an
- * n_batch x n input as the matmul's quantize kernel makes them (codes[n_batch][n], scales, bsums
- * and min operands per 256-block, block index b * (n / 256) + k), in a buffer the backend owns apart
+ * input of n_batch x n floats as the matmul's quantize kernel makes them (codes[n_batch][n], scales,
+ * bsums and min operands per 256-block, block index b * (n / 256) + k: the input's floats read as
+ * flat blocks of 256, whatever its shape), in a buffer the backend owns apart
  * from the workspace, so they live from the producing op to the matmul calls that read them. The
  * buffer also holds the split-K arrival counters of those calls: zero at rest (the buffer is zeroed
  * once and every finish re-arms its counter), so no kernel has to zero them first. */
@@ -100,13 +101,13 @@ typedef struct cuda_matmul_q8k {
     int16_t *bsums;
     uint8_t *minops;
 } cuda_matmul_q8k;
-/* Bytes of a prequantized-activation buffer for inputs of up to max_batch x max_n (0 when n is not
- * a multiple of 256), and the blocks of an n_batch x n input in it (codes NULL when they do not fit
- * the buffer of `bytes` or n is not a multiple of 256). */
-size_t cuda_matmul_prequantized_bytes(int max_batch, int max_n);
-cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int n_batch, int n);
+/* Bytes of a prequantized-activation buffer for inputs of up to max_elements floats (rounded down
+ * to whole blocks; 0 below one block), and the blocks of an input of `elements` floats in it (codes
+ * NULL when elements is not a multiple of 256 or the blocks do not fit the buffer of `bytes`). */
+size_t cuda_matmul_prequantized_bytes(int64_t max_elements);
+cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int64_t elements);
 /* cuda_matmul_group (sums NULL) or cuda_matmul_group_unfinished whose Q8_K activations (the
- * Q4_K/Q6_K weights' input) are already in `buffer` (cuda_matmul_prequantized_blocks of n_batch and
+ * Q4_K/Q6_K weights' input) are already in `buffer` (cuda_matmul_prequantized_blocks of n_batch times
  * the weights' ne0, written by the kernel just before on the stream): no quantize kernel for them,
  * the buffer's counters for the split-K finishes. The same bits as the call without the buffer. */
 cudaError_t cuda_matmul_group_prequantized(cudaStream_t stream, int n_mats, const specla_tensor *const *w,

@@ -432,10 +432,7 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     __syncthreads();
     const int lane = threadIdx.x % SPECLA_WARP;
     for (int k = threadIdx.x / SPECLA_WARP; k < n / 256; k += RMS_SUMS_THREADS / SPECLA_WARP) {
-        float v[8];
-        const float4 v0 = xs[64 * k + 2 * lane], v1 = xs[64 * k + 2 * lane + 1];
-        v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
-        mm_warp_quantize_q8k_block(q, v, (int64_t)row * (n / 256) + k, lane);
+        mm_warp_quantize_q8k_block(q, xs[64 * k + 2 * lane], xs[64 * k + 2 * lane + 1], (int64_t)row * (n / 256) + k, lane);
     }
 }
 
@@ -474,8 +471,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) gated_rms_q8k_kernel(float
         __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)GATED_Q8K_WIDTH), eps)));
     const float4 y0 = scaled_quad(x0, scale, weight, w0, true, g0), y1 = scaled_quad(x1, scale, weight, w1, true, g1);
     *(float4 *)xr = y0, *(float4 *)(xr + 4) = y1;
-    const float v[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
-    mm_warp_quantize_q8k_block(q, v, blk, lane);
+    mm_warp_quantize_q8k_block(q, y0, y1, blk, lane);
 }
 static bool gated_rms_in_blocks(const float *x, const float *weight, const float *gate, int n_rows, int n) {
     return n == GATED_Q8K_WIDTH && n_rows > 0 && ((int64_t)n_rows * n) % 256 == 0 && aligned16(x) &&
@@ -529,30 +525,31 @@ extern "C" void cuda_add_rms_norm(const backend *be, float *x, const float *delt
     launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
 }
 
-extern "C" void cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums,
-                                       const float *weight, int n_rows, int n, float eps, float *y,
-                                       cuda_matmul_q8k q) {
-    if (n_rows <= 0 || n <= 0) return;
+extern "C" int cuda_add_rms_norm_sums(const backend *be, float *x, float *delta, cuda_matmul_sums dsums,
+                                      const float *weight, int n_rows, int n, float eps, float *y, cuda_matmul_q8k q) {
+    if (n_rows <= 0 || n <= 0) return 0;
     if (!dsums.partials) {
         launch_rms_rows<true, false>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y);
-        return;
+        return 0;
     }
     switch (rms_sums_path_for(x, delta, weight, y, n)) {
     case RMS_SUMS_WARP:
         launch_rms_rows<true, false, true>(be, "add_rms_norm", x, delta, weight, NULL, n_rows, n, eps, y, dsums);
-        return;
-    case RMS_SUMS_WIDE:
-        if (q.codes && n % 256 != 0) q = cuda_matmul_q8k{}; /* cuda_add_rms_norm_sums_quantizes says no */
+        return 0;
+    case RMS_SUMS_WIDE: {
+        const cuda_matmul_q8k blocks = n % 256 == 0 ? q : cuda_matmul_q8k{}; /* whole blocks a row only */
         cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
-                    eps, y, dsums, q);
+                    eps, y, dsums, blocks);
         cuda_note_launch(be, "add_rms_norm");
-        return;
+        return blocks.codes != nullptr;
+    }
     case RMS_SUMS_NONE: /* the caller did not ask cuda_add_rms_norm_reads_sums: NaN, never a wrong row */
         cuda_launch(nan_fill_kernel, dim3(grid_for((int64_t)n_rows * n, EW_THREADS)), dim3(EW_THREADS), 0,
                     cuda_stream(be), y, (int64_t)n_rows * n);
         cuda_note_launch(be, "add_rms_norm");
-        return;
+        return 0;
     }
+    return 0;
 }
 
 extern "C" int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, const float *weight, const float *y,
@@ -560,25 +557,17 @@ extern "C" int cuda_add_rms_norm_reads_sums(const float *x, const float *delta, 
     return rms_sums_path_for(x, delta, weight, y, n) != RMS_SUMS_NONE;
 }
 
-extern "C" int cuda_add_rms_norm_sums_quantizes(const float *x, const float *delta, const float *weight, const float *y,
-                                                int n) {
-    return rms_sums_path_for(x, delta, weight, y, n) == RMS_SUMS_WIDE && n % 256 == 0;
-}
-
-extern "C" void cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
-                                    int n, float eps, cuda_matmul_q8k q) {
+extern "C" int cuda_gated_rms_norm(const backend *be, float *x, const float *weight, const float *gate, int n_rows,
+                                   int n, float eps, cuda_matmul_q8k q) {
     if (q.codes && gated_rms_in_blocks(x, weight, gate, n_rows, n)) {
         const int64_t n_blocks = (int64_t)n_rows * n / 256, warps_per_block = RMS_THREADS / SPECLA_WARP;
         cuda_launch(gated_rms_q8k_kernel, dim3((unsigned)((n_blocks + warps_per_block - 1) / warps_per_block)),
                     dim3(RMS_THREADS), 0, cuda_stream(be), x, weight, gate, n_blocks, eps, q);
         cuda_note_launch(be, "gated_rms_norm");
-        return;
+        return 1;
     }
     launch_rms_rows<false, true>(be, "gated_rms_norm", x, NULL, weight, gate, n_rows, n, eps, x);
-}
-extern "C" int cuda_gated_rms_norm_quantizes(const float *x, const float *weight, const float *gate, int n_rows,
-                                             int n) {
-    return gated_rms_in_blocks(x, weight, gate, n_rows, n);
+    return 0;
 }
 
 extern "C" void cuda_l2_norm(const backend *be, const float *x, int n_rows, int n, float eps, float *y) {
@@ -676,9 +665,9 @@ static __global__ void __launch_bounds__(EW_THREADS) silu_mul_blocks_kernel(floa
     } else {
         bv[0] = *(const float4 *)br, bv[1] = *(const float4 *)(br + 4);
     }
-    float v[8];
-    const float as[8] = {av[0].x, av[0].y, av[0].z, av[0].w, av[1].x, av[1].y, av[1].z, av[1].w};
-    const float bs[8] = {bv[0].x, bv[0].y, bv[0].z, bv[0].w, bv[1].x, bv[1].y, bv[1].z, bv[1].w};
+    float as[8], bs[8], v[8];
+    mm_eight_of(av[0], av[1], as);
+    mm_eight_of(bv[0], bv[1], bs);
 #pragma unroll
     for (int j = 0; j < 8; j++) v[j] = __fmul_rn(silu_dev(as[j]), bs[j]);
     *(float4 *)ar = make_float4(v[0], v[1], v[2], v[3]);
@@ -705,9 +694,9 @@ static __global__ void __launch_bounds__(EW_THREADS) sigmoid_mul_q8k_kernel(floa
     const float *gr = gate + blk * 256 + 8 * lane;
     const float4 x0 = *(const float4 *)xr, x1 = *(const float4 *)(xr + 4);
     const float4 g0 = *(const float4 *)gr, g1 = *(const float4 *)(gr + 4);
-    const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-    float v[8];
+    float xs[8], gs[8], v[8];
+    mm_eight_of(x0, x1, xs);
+    mm_eight_of(g0, g1, gs);
 #pragma unroll
     for (int i = 0; i < 8; i++) v[i] = __fmul_rn(xs[i], sigmoid_dev(gs[i]));
     *(float4 *)xr = make_float4(v[0], v[1], v[2], v[3]);
@@ -806,34 +795,35 @@ extern "C" void cuda_add_bias_rows(const backend *be, float *x, const float *bia
 extern "C" void cuda_silu_mul(const backend *be, float *a, const float *b, int64_t n) {
     LAUNCH_EW(silu_mul_kernel, n, "silu_mul", a, b, n);
 }
-extern "C" void cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb,
-                                   int64_t n, int width, cuda_matmul_q8k q) {
-    if (n <= 0) return;
-    if (!silu_mul_in_blocks(a, b, n, width)) { /* cuda_silu_mul_sums_quantizes said no to q */
-        LAUNCH_EW(silu_mul_sums_kernel, n, "silu_mul", a, b, sa, sb, n, width);
-        return;
+extern "C" int cuda_silu_mul_sums(const backend *be, float *a, float *b, cuda_matmul_sums sa, cuda_matmul_sums sb,
+                                  int64_t n, int width, cuda_matmul_q8k q) {
+    if (n <= 0) return 0;
+    if (!silu_mul_in_blocks(a, b, n, width)) {
+        cuda_launch(silu_mul_sums_kernel, dim3(grid_for(n, EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), a, b, sa,
+                    sb, n, width);
+        cuda_note_launch(be, "silu_mul");
+        return 0;
     }
     const int n_rows = (int)(n / width);
     const int64_t threads = n / 8; /* a lane per 8 elements */
     cuda_launch(silu_mul_blocks_kernel, dim3((unsigned)((threads + EW_THREADS - 1) / EW_THREADS)), dim3(EW_THREADS), 0,
                 cuda_stream(be), a, b, sa, sb, n_rows, width, q);
     cuda_note_launch(be, "silu_mul");
+    return q.codes != nullptr;
 }
-extern "C" int cuda_silu_mul_sums_quantizes(const float *a, const float *b, int64_t n, int width) {
-    return silu_mul_in_blocks(a, b, n, width);
-}
-extern "C" void cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q) {
+extern "C" int cuda_sigmoid_mul(const backend *be, float *x, const float *gate, int64_t n, cuda_matmul_q8k q) {
     if (q.codes && sigmoid_mul_in_blocks(x, gate, n)) {
         const int64_t n_blocks = n / 256, warps_per_block = EW_THREADS / SPECLA_WARP;
         cuda_launch(sigmoid_mul_q8k_kernel, dim3((unsigned)((n_blocks + warps_per_block - 1) / warps_per_block)),
                     dim3(EW_THREADS), 0, cuda_stream(be), x, gate, n_blocks, q);
         cuda_note_launch(be, "sigmoid_mul");
-        return;
+        return 1;
     }
-    LAUNCH_EW(sigmoid_mul_kernel, n, "sigmoid_mul", x, gate, n);
-}
-extern "C" int cuda_sigmoid_mul_quantizes(const float *x, const float *gate, int64_t n) {
-    return sigmoid_mul_in_blocks(x, gate, n);
+    if (n > 0) {
+        cuda_launch(sigmoid_mul_kernel, dim3(grid_for(n, EW_THREADS)), dim3(EW_THREADS), 0, cuda_stream(be), x, gate, n);
+        cuda_note_launch(be, "sigmoid_mul");
+    }
+    return 0;
 }
 extern "C" void cuda_gdn_gates(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
                                int T, int Hv) {

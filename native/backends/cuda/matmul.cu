@@ -140,18 +140,19 @@ __global__ void __launch_bounds__(MM_THREADS) mm_quantize_kernel(const float *__
 }
 
 /* ---- prequantized activations (cuda_matmul_prequantized_blocks) ---------------------------------- */
-/* The buffer: the arrival counters of CUDA_MATMUL_GROUP_LAUNCH matrices first (at a fixed place,
- * whatever the input's shape), then the blocks of the input, laid out for its n_batch and n. */
+/* The buffer: the arrival counters of CUDA_MATMUL_GROUP_LAUNCH matrices first (at offset 0, whatever
+ * the input), then the blocks of an input of `elements` floats: codes, then per 256-block the scale,
+ * 16 bsums and 16 min operands. Block k of token b of an n_batch x n input is flat block
+ * b * (n / 256) + k, so the layout depends on the element count only. */
 typedef struct mm_prequantized_layout {
-    size_t counters, codes, scales, bsums, minops, total;
+    size_t codes, scales, bsums, minops, total;
 } mm_prequantized_layout;
 
-static mm_prequantized_layout mm_prequantized_for(int n_batch, int n) {
+static mm_prequantized_layout mm_prequantized_for(int64_t elements) {
     mm_prequantized_layout l;
-    const size_t elements = (size_t)n_batch * (size_t)n, blocks = elements / 256;
-    size_t off = 0;
-    l.counters = off, off = mm_align(off + (size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned));
-    l.codes = off, off = mm_align(off + elements);
+    const size_t blocks = (size_t)elements / 256;
+    size_t off = mm_align((size_t)CUDA_MATMUL_GROUP_LAUNCH * MM_MAX_COUNTERS * sizeof(unsigned)); /* the counters */
+    l.codes = off, off = mm_align(off + (size_t)elements);
     l.scales = off, off = mm_align(off + blocks * sizeof(float));
     l.bsums = off, off = mm_align(off + blocks * 16 * sizeof(int16_t));
     l.minops = off, off = mm_align(off + blocks * 16);
@@ -159,15 +160,15 @@ static mm_prequantized_layout mm_prequantized_for(int n_batch, int n) {
     return l;
 }
 
-extern "C" size_t cuda_matmul_prequantized_bytes(int max_batch, int max_n) {
-    if (max_batch < 1 || max_n < 256 || max_n % 256 != 0) return 0;
-    return mm_prequantized_for(max_batch, max_n).total;
+extern "C" size_t cuda_matmul_prequantized_bytes(int64_t max_elements) {
+    if (max_elements < 256) return 0;
+    return mm_prequantized_for(max_elements / 256 * 256).total;
 }
 
-extern "C" cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int n_batch, int n) {
+extern "C" cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int64_t elements) {
     cuda_matmul_q8k q = {nullptr, nullptr, nullptr, nullptr};
-    if (!buffer || n_batch < 1 || n < 256 || n % 256 != 0) return q;
-    const mm_prequantized_layout l = mm_prequantized_for(n_batch, n);
+    if (!buffer || elements < 256 || elements % 256 != 0) return q;
+    const mm_prequantized_layout l = mm_prequantized_for(elements);
     if (l.total > bytes) return q;
     uint8_t *base = (uint8_t *)buffer;
     q.codes = (int8_t *)(base + l.codes), q.scales = (float *)(base + l.scales);
@@ -651,10 +652,9 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
     if (ws.bytes < l.total) return cudaErrorInvalidValue;
     uint8_t *base = (uint8_t *)ws.data;
     /* prequantized: the Q8_K blocks come from the buffer, and so do the counters (zero at rest) */
-    const cuda_matmul_q8k pre = cuda_matmul_prequantized_blocks(pre_buffer, pre_bytes, n_batch, n);
+    const cuda_matmul_q8k pre = cuda_matmul_prequantized_blocks(pre_buffer, pre_bytes, (int64_t)n_batch * n);
     if (pre_buffer && !pre.codes) return cudaErrorInvalidValue;
-    unsigned *counters = pre.codes ? (unsigned *)((uint8_t *)pre_buffer + mm_prequantized_for(n_batch, n).counters)
-                                   : (unsigned *)(base + l.counters);
+    unsigned *counters = pre.codes ? (unsigned *)pre_buffer : (unsigned *)(base + l.counters);
 
     /* the first launch also zeroes the arrival counters: the quantize kernel, or the split kernel of
      * the F16/BF16 tensor-core path when there is nothing to quantize (then the split of the first of

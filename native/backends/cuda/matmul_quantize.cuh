@@ -88,12 +88,16 @@ __device__ __forceinline__ void mm_warp_quantize_q8_k_values(const float (&v)[8]
     if (lane == 0) *scale = zero ? (finite ? 0.0f : mm_nan()) : mm_div(1.0f, iscale);
 }
 
+/* a lane's 8 elements as two quads, lo the first 4 */
+__device__ __forceinline__ void mm_eight_of(float4 lo, float4 hi, float (&v)[8]) {
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+}
+
 /* the same, the block read from x (16-byte aligned; global or shared memory) */
 __device__ __forceinline__ void mm_warp_quantize_q8_k(const float *x, int8_t *codes, float *scale, int16_t *bsums,
                                                       uint8_t *minops, int lane) {
     float v[8];
-    const float4 v0 = *(const float4 *)(x + 8 * lane), v1 = *(const float4 *)(x + 8 * lane + 4);
-    v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+    mm_eight_of(*(const float4 *)(x + 8 * lane), *(const float4 *)(x + 8 * lane + 4), v);
     mm_warp_quantize_q8_k_values(v, codes, scale, bsums, minops, lane);
 }
 
@@ -104,6 +108,13 @@ __device__ __forceinline__ void mm_warp_quantize_q8k_block(const cuda_matmul_q8k
                                                            int lane) {
     mm_warp_quantize_q8_k_values(v, q.codes + blk * 256, q.scales + blk, q.bsums + blk * 16, q.minops + blk * 16,
                                  lane);
+}
+/* the same, the lane's elements as two quads (lo: 8 lane .. 8 lane + 3) */
+__device__ __forceinline__ void mm_warp_quantize_q8k_block(const cuda_matmul_q8k &q, float4 lo, float4 hi, int64_t blk,
+                                                           int lane) {
+    float v[8];
+    mm_eight_of(lo, hi, v);
+    mm_warp_quantize_q8k_block(q, v, blk, lane);
 }
 
 #endif
