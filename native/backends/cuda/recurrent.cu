@@ -20,10 +20,11 @@
  *
  * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
  * (blockIdx.y, plus a head offset) and GDN_ROWS_PER_BLOCK = 8 R consecutive value rows j of it
- * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 1 by default, so S = 128 gives 16 blocks
- * per head, 768 blocks for the 27B's 48 heads (at most 6 per SM of 132); a build with
- * -DGDN_ROWS_PER_THREAD=2 takes 16-row blocks, half as many, each thread doing two rows' work per
- * token. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
+ * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 2 by default, so S = 128 gives 8 blocks
+ * per head, 384 blocks for the 27B's 48 heads (3 per SM of 132), each thread doing two rows' work
+ * per token: two independent dot products and butterflies interleave in one thread, where one row
+ * left each step's latency chain alone (0.2-0.35 ms off a 23-node verify on the 27B shape, docs/perf.md,
+ * twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
  * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1).
  * Within a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th
  * (m = 0 .. KPL - 1) being i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128:
@@ -62,11 +63,11 @@
 
 #define GDN_LANES 16 /* lanes per state row (one half warp) */
 #ifndef GDN_ROWS_PER_THREAD
-#define GDN_ROWS_PER_THREAD 1 /* rows of a head each thread keeps (-DGDN_ROWS_PER_THREAD=2 for 16-row blocks) */
+#define GDN_ROWS_PER_THREAD 2 /* rows of a head each thread keeps (-DGDN_ROWS_PER_THREAD=1 for 8-row blocks) */
 #endif
 #define GDN_THREADS 128
 #define GDN_GROUPS (GDN_THREADS / GDN_LANES)                   /* 8 row groups per block */
-#define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 8 at one row per thread */
+#define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 16 at two rows per thread */
 #define GDN_MAX_KEYS_PER_LANE 8
 #define GDN_MAX_S (GDN_LANES * GDN_MAX_KEYS_PER_LANE) /* 128 */
 #define GDN_CHUNK 8 /* tokens staged in shared memory at once */
@@ -75,8 +76,8 @@ static_assert(GDN_ROWS_PER_THREAD >= 1, "a thread keeps at least one row");
  * a thread at most), 0 for no bound. At one row per thread 6, so that the 768 blocks of a 48-head
  * layer (S = 128) are all resident at once on a 132-SM H200: 80 registers; at KPL 8 the chain
  * kernel spills a few words that it reloads once per chunk of tokens, never in the per-token loop.
- * Unbounded, ptxas takes 112 and an SM holds 4 blocks (528 of the 768). At two rows per thread no
- * bound: 384 blocks need 3 per SM, and ptxas takes 96. */
+ * Unbounded, ptxas takes 112 and an SM holds 4 blocks (528 of the 768). At two rows per thread (the
+ * default) no bound: 384 blocks need 3 per SM, and ptxas takes 95-128 at sm_90 (4 blocks), no spills. */
 #ifndef GDN_MIN_BLOCKS_PER_SM
 #define GDN_MIN_BLOCKS_PER_SM (GDN_ROWS_PER_THREAD == 1 ? 6 : 0)
 #endif
