@@ -207,9 +207,27 @@ def test_fused_quantize_of_wide_residual_rows_gives_the_same_bits(tmp_path):
         model.close()
 
 
+# the launches attention_prepare stands for in an attention layer: the query/gate split (qwen35), the
+# q and k norms (qwen35, qwen3), two RoPEs and two cache scatters
+ATTENTION_PREPARE_OPS = {"qwen35": 7, "qwen3": 6, "qwen2": 4}
+
+
+def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
+    """SPECLA_CUDA_FUSED_ATTENTION_PREPARE=1 (the default: a layer's query split, q/k norms, RoPE and
+    K/V cache rows in one kernel) against 0 (the ops it stands for), row for row, bit for bit, on
+    every architecture; one kernel instead of those ops per attention layer and decode step."""
+    (arch, _), model = gpu_model
+    kernels = same_bits_across_settings(model, "SPECLA_CUDA_FUSED_ATTENTION_PREPARE", "0", "1")
+    n_attention = sum(1 for recurrent in model.hparams.layer_is_recurrent if not recurrent)
+    assert n_attention > 0
+    # three decode steps, each a launch fewer for every op but one
+    assert kernels["0"] - kernels["1"] == 3 * n_attention * (ATTENTION_PREPARE_OPS[arch] - 1), kernels
+
+
 @pytest.mark.parametrize("variable,setting",
                          [("SPECLA_CUDA_UNFINISHED_MATMUL", s) for s in ("both", "rms,", "rms,silu", "2")]
-                         + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")])
+                         + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")]
+                         + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")

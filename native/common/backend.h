@@ -169,6 +169,19 @@ typedef struct backend_ops {
     void (*split_q_gate)(const backend *be, const float *qg, int T, int nh, int D, float *q, float *gate);
     void (*rope_neox)(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim,
                       int n_rot, float freq_base);
+    /* A batch's attention inputs, the results of these ops in this order, bit for bit (a backend may
+     * run them as one kernel: a layer's seven dependent launches between its projections and its
+     * attention become one):
+     *   split_q_gate(qg, T, nh, D, q, gate)       when qg is not NULL (qwen35: per head [D query |
+     *                                             D gate]); else q holds the query projections;
+     *   rms_norm(q, q_norm, T nh, D, eps, q), then rms_norm(k, k_norm, T nkv, D, eps, k)
+     *                                             when q_norm is not NULL (k_norm then too);
+     *   rope_neox(q, positions, T, nh, D, n_rot, freq_base), then the same on k with nkv heads;
+     *   scatter_rows(k_cache, nkv D, rows, k, T, nkv D), then the same from v into v_cache. */
+    void (*attention_prepare)(const backend *be, const float *qg, float *q, float *gate, float *k, const float *v,
+                              const float *q_norm, const float *k_norm, float eps, const int32_t *positions,
+                              int n_rot, float freq_base, const int32_t *rows, int T, int nh, int nkv, int D,
+                              float *k_cache, float *v_cache);
 
     /* --- rows of caches and features --------------------------------------------------------- */
     /* dst + rows[t] * dst_stride receives src row t (width floats); rows in backend memory */

@@ -34,17 +34,11 @@ void attention_layer(specla_context *ctx, int il, const float *x, const batch_vi
         ops->add_bias_rows(be, s->k, (const float *)w->attn_k_bias.data, T, nkv * D);
         ops->add_bias_rows(be, s->v, (const float *)w->attn_v_bias.data, T, nkv * D);
     }
-    if (variant.gated) ops->split_q_gate(be, s->proj, T, nh, D, s->q, s->gate);
-    if (variant.qk_norm) {
-        ops->rms_norm(be, s->q, (const float *)w->attn_q_norm.data, T * nh, D, hp->rms_eps, s->q);
-        ops->rms_norm(be, s->k, (const float *)w->attn_k_norm.data, T * nkv, D, hp->rms_eps, s->k);
-    }
-    ops->rope_neox(be, s->q, bv->positions, T, nh, D, hp->rope_dims, hp->rope_freq_base);
-    ops->rope_neox(be, s->k, bv->positions, T, nkv, D, hp->rope_dims, hp->rope_freq_base);
-
-    const int kv_row = nkv * D;
-    ops->scatter_rows(be, k_cache, kv_row, bv->rows, s->k, T, kv_row);
-    ops->scatter_rows(be, v_cache, kv_row, bv->rows, s->v, T, kv_row);
+    /* q/gate split, q/k norms, RoPE and the batch's K/V rows into the cache, as one op */
+    ops->attention_prepare(be, variant.gated ? s->proj : NULL, s->q, variant.gated ? s->gate : NULL, s->k, s->v,
+                           variant.qk_norm ? (const float *)w->attn_q_norm.data : NULL,
+                           variant.qk_norm ? (const float *)w->attn_k_norm.data : NULL, hp->rms_eps, bv->positions,
+                           hp->rope_dims, hp->rope_freq_base, bv->rows, T, nh, nkv, D, k_cache, v_cache);
     if (bv->parents)
         /* node 0 is the root, at position n_past: positions[0] is the prefix length, read on the
          * backend; the grid is sized for the whole cache, so a recorded verify serves every n_past */

@@ -56,6 +56,7 @@
 
 #include "cuda_backend.h"
 #include "launch.h"
+#include "row_math.cuh"
 
 #define SPECLA_WARP 32
 #define ATT_THREADS 128
@@ -100,21 +101,25 @@
 
 /* ---- RoPE ---------------------------------------------------------------------------------------- */
 
+/* Pair i (< n_rot / 2) of one head's row xh at `position`: the one rotation of both RoPE kernels. */
+static __device__ __forceinline__ void rope_neox_pair(float *xh, int i, int n_rot, int position, float freq_base) {
+    const int half = n_rot / 2;
+    const double theta = (double)position * pow((double)freq_base, -2.0 * i / n_rot);
+    const float c = (float)cos(theta), s = (float)sin(theta);
+    const float a = xh[i], b = xh[i + half];
+    xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    xh[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
 /* Block (t, h): one head of one token. Every block computes its pairs' angles itself (the same
  * double-precision values for every head), so a decode step's rotation is n_heads blocks wide
  * instead of one block walking the heads after a serial trig latency per pair. */
 static __global__ void rope_neox_kernel(float *x, const int32_t *positions, int n_heads, int head_dim, int n_rot,
                                         float freq_base) {
     grid_begin();
-    const int t = blockIdx.x, h = blockIdx.y, half = n_rot / 2;
+    const int t = blockIdx.x, h = blockIdx.y;
     float *xh = x + ((int64_t)t * n_heads + h) * head_dim;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double theta = (double)positions[t] * pow((double)freq_base, -2.0 * i / n_rot);
-        const float c = (float)cos(theta), s = (float)sin(theta);
-        const float a = xh[i], b = xh[i + half];
-        xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        xh[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-    }
+    for (int i = threadIdx.x; i < n_rot / 2; i += blockDim.x) rope_neox_pair(xh, i, n_rot, positions[t], freq_base);
 }
 
 extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads,
@@ -126,12 +131,104 @@ extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *posit
     cuda_note_launch(be, "rope_neox");
 }
 
+/* ---- the attention inputs in one kernel (attention_prepare) ------------------------------------------
+ * One warp per (token t, head row): rows 0 .. nh - 1 of a token are its query heads, nh .. nh + nkv - 1
+ * its key heads, then its value heads. A query or key row is read into registers as quads (lane l
+ * owns quads l, l + 32, ...: rms_rows_kernel's 32-lane mapping), normed with that kernel's order
+ * (add_squares over the lane's quads in ascending order, group_sum, rms_scale, then x * scale and
+ * * weight, each rounded), put in shared memory, rotated pair by pair with rope_neox_pair, and
+ * stored: q in place (or from the [query | gate] projection, whose gate half the warp copies out),
+ * k in place and into its cache row. A value row is copied into its cache row. Every value is
+ * computed by the functions of split_q_gate, rms_norm, rope_neox and scatter_rows, so the bits are
+ * theirs; the seven launches of a layer become one. Rows of at most ATT_PREPARE_MAX_D floats, a
+ * multiple of 4, 16-byte aligned (cuda_attention_prepare says whether it ran). */
+#define ATT_PREPARE_MAX_D 512 /* 4 quads a lane: the 32-lane norm's whole row in registers */
+#define ATT_PREPARE_QUADS (ATT_PREPARE_MAX_D / 4 / SPECLA_WARP)
+static __global__ void __launch_bounds__(SPECLA_WARP)
+    attention_prepare_kernel(const float *qg, float *q, float *gate, float *k, const float *v, const float *q_norm,
+                             const float *k_norm, float eps, const int32_t *positions, int n_rot, float freq_base,
+                             const int32_t *rows, int nh, int nkv, int D, float *k_cache, float *v_cache) {
+    grid_begin();
+    __shared__ __align__(16) float row[ATT_PREPARE_MAX_D];
+    const int t = blockIdx.x, head = blockIdx.y, lane = threadIdx.x, n_quads = D / 4;
+    const int64_t kv_row = (int64_t)nkv * D;
+    if (head >= nh + nkv) { /* a value head: its row into the cache */
+        const int j = head - nh - nkv;
+        const float4 *src = reinterpret_cast<const float4 *>(v + (int64_t)t * kv_row + (int64_t)j * D);
+        float4 *dst = reinterpret_cast<float4 *>(v_cache + (int64_t)rows[t] * kv_row + (int64_t)j * D);
+        for (int e = lane; e < n_quads; e += SPECLA_WARP) dst[e] = src[e];
+        return;
+    }
+    const bool is_q = head < nh;
+    const int j = is_q ? head : head - nh;
+    float *out = is_q ? q + ((int64_t)t * nh + j) * D : k + (int64_t)t * kv_row + (int64_t)j * D;
+    const float *src = out, *weight = is_q ? q_norm : k_norm;
+    if (is_q && qg) {
+        src = qg + ((int64_t)t * nh + j) * 2 * D;
+        const float4 *gsrc = reinterpret_cast<const float4 *>(src + D);
+        float4 *gdst = reinterpret_cast<float4 *>(gate + ((int64_t)t * nh + j) * D);
+        for (int e = lane; e < n_quads; e += SPECLA_WARP) gdst[e] = gsrc[e];
+    }
+    float4 x[ATT_PREPARE_QUADS];
+#pragma unroll
+    for (int c = 0; c < ATT_PREPARE_QUADS; c++) {
+        const int e = lane + c * SPECLA_WARP;
+        if (e < n_quads) x[c] = reinterpret_cast<const float4 *>(src)[e];
+    }
+    if (weight) {
+        float s = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_PREPARE_QUADS; c++)
+            if (lane + c * SPECLA_WARP < n_quads) s = add_squares(s, x[c]);
+        const float scale = rms_scale(group_sum(s), D, eps);
+#pragma unroll
+        for (int c = 0; c < ATT_PREPARE_QUADS; c++) {
+            const int e = lane + c * SPECLA_WARP;
+            if (e >= n_quads) continue;
+            const float4 w = reinterpret_cast<const float4 *>(weight)[e];
+            x[c] = make_float4(__fmul_rn(__fmul_rn(x[c].x, scale), w.x), __fmul_rn(__fmul_rn(x[c].y, scale), w.y),
+                               __fmul_rn(__fmul_rn(x[c].z, scale), w.z), __fmul_rn(__fmul_rn(x[c].w, scale), w.w));
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < ATT_PREPARE_QUADS; c++) {
+        const int e = lane + c * SPECLA_WARP;
+        if (e < n_quads) reinterpret_cast<float4 *>(row)[e] = x[c];
+    }
+    __syncwarp();
+    for (int i = lane; i < n_rot / 2; i += SPECLA_WARP) rope_neox_pair(row, i, n_rot, positions[t], freq_base);
+    __syncwarp();
+    float4 *cache = is_q ? nullptr : reinterpret_cast<float4 *>(k_cache + (int64_t)rows[t] * kv_row + (int64_t)j * D);
+    for (int e = lane; e < n_quads; e += SPECLA_WARP) {
+        const float4 value = reinterpret_cast<const float4 *>(row)[e];
+        reinterpret_cast<float4 *>(out)[e] = value;
+        if (cache) cache[e] = value;
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+extern "C" int cuda_attention_prepare(const backend *be, const float *qg, float *q, float *gate, float *k,
+                                      const float *v, const float *q_norm, const float *k_norm, float eps,
+                                      const int32_t *positions, int n_rot, float freq_base, const int32_t *rows, int T,
+                                      int nh, int nkv, int D, float *k_cache, float *v_cache) {
+    if (T <= 0) return 1;
+    if (D <= 0 || D > ATT_PREPARE_MAX_D || D % 4 != 0 || n_rot > D || nh <= 0 || nkv <= 0 || (q_norm == NULL) != (k_norm == NULL))
+        return 0;
+    const void *pointers[] = {qg, q, gate, k, v, q_norm, k_norm, k_cache, v_cache};
+    for (const void *p : pointers)
+        if (!aligned16(p)) return 0;
+    if (qg && !gate) return 0;
+    cuda_launch(attention_prepare_kernel, dim3(T, nh + 2 * nkv), dim3(SPECLA_WARP), 0, cuda_stream(be), qg, q, gate, k,
+                v, q_norm, k_norm, eps, positions, n_rot < 2 ? 0 : n_rot, freq_base, rows, nh, nkv, D, k_cache,
+                v_cache);
+    cuda_note_launch(be, "attention_prepare");
+    return 1;
+}
+
 /* ---- attention ----------------------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float group_sum(float v) {
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = __fadd_rn(v, SPECLA_SHFL_XOR(v, m));
-    return v;
-}
+/* group_sum (row_math.cuh) adds a 32-lane group's values by the fixed xor butterfly; group_max the same for the max */
 static __device__ __forceinline__ float group_max(float v) {
     for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) v = fmaxf(v, SPECLA_SHFL_XOR(v, m));
     return v;

@@ -35,6 +35,7 @@ typedef struct cuda_instance {
     int unfinished_matmuls; /* readers given the partial sums (UNFINISHED_*; SPECLA_CUDA_UNFINISHED_MATMUL, default both) */
     held_matmul held;
     void *prequantized; /* device buffer (cuda_matmul_prequantized_bytes); NULL: SPECLA_CUDA_FUSED_QUANTIZE=0 */
+    int fused_attention_prepare; /* attention_prepare as one kernel (SPECLA_CUDA_FUSED_ATTENTION_PREPARE, default 1) */
     size_t prequantized_bytes;
     prequantized_input pre;
     cudaError_t first_error;
@@ -404,6 +405,28 @@ static void gated_rms_norm(const backend *be, float *x, const float *weight, con
     produce(be, x, (int64_t)n_rows * n,
             [&](cuda_matmul_q8k q) { return cuda_gated_rms_norm(be, x, weight, gate, n_rows, n, eps, q); });
 }
+/* One kernel where cuda_attention_prepare takes the shape (and SPECLA_CUDA_FUSED_ATTENTION_PREPARE is not
+ * 0), else the ops it stands for; the same bits either way (tests/test_gpu_model.py compares them). */
+static void attention_prepare(const backend *be, const float *qg, float *q, float *gate, float *k, const float *v,
+                              const float *q_norm, const float *k_norm, float eps, const int32_t *positions,
+                              int n_rot, float freq_base, const int32_t *rows, int T, int nh, int nkv, int D,
+                              float *k_cache, float *v_cache) {
+    launch_held(be);
+    forget_prequantized(be);
+    if (instance_of(be)->fused_attention_prepare &&
+        cuda_attention_prepare(be, qg, q, gate, k, v, q_norm, k_norm, eps, positions, n_rot, freq_base, rows, T, nh,
+                               nkv, D, k_cache, v_cache))
+        return;
+    if (qg) cuda_split_q_gate(be, qg, T, nh, D, q, gate);
+    if (q_norm) {
+        cuda_rms_norm(be, q, q_norm, T * nh, D, eps, q);
+        cuda_rms_norm(be, k, k_norm, T * nkv, D, eps, k);
+    }
+    cuda_rope_neox(be, q, positions, T, nh, D, n_rot, freq_base);
+    cuda_rope_neox(be, k, positions, T, nkv, D, n_rot, freq_base);
+    cuda_scatter_rows(be, k_cache, (int64_t)nkv * D, rows, k, T, nkv * D);
+    cuda_scatter_rows(be, v_cache, (int64_t)nkv * D, rows, v, T, nkv * D);
+}
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
     /* the bsums of 256-blocks go to the workspace: the single op reports codes and scales only */
@@ -450,6 +473,7 @@ static const backend_ops cuda_ops_table = {
     /* gated_rms_norm */ gated_rms_norm,
     /* split_q_gate */ after_held<cuda_split_q_gate>::call,
     /* rope_neox */ after_held<cuda_rope_neox>::call,
+    /* attention_prepare */ attention_prepare,
     /* scatter_rows */ after_held<cuda_scatter_rows>::call,
     /* move_rows */ after_held<cuda_move_rows>::call,
     /* gather_rows */ after_held<cuda_gather_rows>::call,
@@ -532,6 +556,19 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
                                "backend cuda: SPECLA_CUDA_FUSED_QUANTIZE must be 0 (off) or 1 (on), got '%s'", fused);
         }
         fused_quantize = fused[0] == '1';
+    }
+    /* SPECLA_CUDA_FUSED_ATTENTION_PREPARE=0 runs attention_prepare as the ops it stands for, 1 (the
+     * default) as one kernel where the shape allows; the bits are the same either way. */
+    ci->fused_attention_prepare = 1;
+    const char *prepare = getenv("SPECLA_CUDA_FUSED_ATTENTION_PREPARE");
+    if (prepare && *prepare) {
+        if ((prepare[0] != '0' && prepare[0] != '1') || prepare[1] != '\0') {
+            free(ci);
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                               "backend cuda: SPECLA_CUDA_FUSED_ATTENTION_PREPARE must be 0 (off) or 1 (on), got '%s'",
+                               prepare);
+        }
+        ci->fused_attention_prepare = prepare[0] == '1';
     }
     ci->pub.base.ops = &cuda_ops_table;
     ci->pub.base.state = ci;

@@ -88,6 +88,13 @@ void cuda_gather_rows(const backend *be, float *dst, int64_t dst_block, const fl
 /* attention.cu */
 void cuda_rope_neox(const backend *be, float *x, const int32_t *positions, int T, int n_heads, int head_dim, int n_rot,
                     float freq_base);
+/* backend.h's attention_prepare as one kernel; 0 (nothing launched) where the shape is not one it
+ * takes (rows of more than 512 floats or not a multiple of 4, unaligned buffers): then the caller
+ * runs the ops it stands for */
+int cuda_attention_prepare(const backend *be, const float *qg, float *q, float *gate, float *k, const float *v,
+                           const float *q_norm, const float *k_norm, float eps, const int32_t *positions, int n_rot,
+                           float freq_base, const int32_t *rows, int T, int nh, int nkv, int D, float *k_cache,
+                           float *v_cache);
 void cuda_attention(const backend *be, const float *q, const float *k_cache, const float *v_cache,
                     const int32_t *first_row, const int32_t *positions, int T, int n_kv, int nh, int nkv, int D,
                     float *out);

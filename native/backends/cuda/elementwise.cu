@@ -225,13 +225,6 @@ static __device__ __forceinline__ float4 add_quad(float4 a, float4 b) {
     return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }
 
-static __device__ __forceinline__ float add_squares(float s, float4 v) {
-    s = __fadd_rn(s, __fmul_rn(v.x, v.x));
-    s = __fadd_rn(s, __fmul_rn(v.y, v.y));
-    s = __fadd_rn(s, __fmul_rn(v.z, v.z));
-    return __fadd_rn(s, __fmul_rn(v.w, v.w));
-}
-
 static __device__ __forceinline__ float scaled(float x, float scale, const float *weight, float w, bool gated, float g) {
     float v = __fmul_rn(x, scale);
     if (weight) v = __fmul_rn(v, w);
@@ -335,7 +328,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) rms_rows_kernel(float *x, 
         s = add_squares(s, v);
     }
     const float sum = rms_group_total<GROUP>(s, partials);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
+    const float scale = rms_scale(sum, n, eps);
 
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -416,7 +409,7 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     if (threadIdx.x < RMS_THREADS)
         for (int q = threadIdx.x; q < n_quads; q += RMS_THREADS) s = add_squares(s, xs[q]);
     const float sum = rms_group_total<RMS_THREADS>(s, partials);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
+    const float scale = rms_scale(sum, n, eps);
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < RMS_SUMS_QUADS; k++) {
@@ -468,7 +461,7 @@ static __global__ void __launch_bounds__(RMS_THREADS) gated_rms_q8k_kernel(float
     }
     const float sum = __fadd_rn(even, odd);
     const float scale =
-        __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)GATED_Q8K_WIDTH), eps)));
+        rms_scale(sum, GATED_Q8K_WIDTH, eps);
     const float4 y0 = scaled_quad(x0, scale, weight, w0, true, g0), y1 = scaled_quad(x1, scale, weight, w1, true, g1);
     *(float4 *)xr = y0, *(float4 *)(xr + 4) = y1;
     mm_warp_quantize_q8k_block(q, y0, y1, blk, lane);

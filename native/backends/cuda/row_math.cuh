@@ -1,6 +1,7 @@
 /* Per-row arithmetic that more than one kernel file runs, so each result has one definition: the
  * block-wide sum of squares and L2 norm of a row (NORM_THREADS threads; elementwise.cu's l2_norm and
- * gdn_split_qkv, recurrent.cu's gdn_prepare), the activation functions, and the GDN gates. Every
+ * gdn_split_qkv, recurrent.cu's gdn_prepare), the RMS norms' squares and scale (elementwise.cu's
+ * norms, attention.cu's attention_prepare), the activation functions, and the GDN gates. Every
  * float operation is an explicit round-to-nearest intrinsic, so the bits are those of the one
  * order written here wherever it is compiled. */
 #ifndef SPECLA_CUDA_ROW_MATH_CUH
@@ -32,6 +33,18 @@ static __device__ float row_sum_squares(const float *x, int n, float *partials) 
     for (int g = 0; g < NORM_THREADS / SPECLA_WARP; g++) total = __fadd_rn(total, partials[g]);
     __syncthreads(); /* partials may be reused by the caller's next row */
     return total;
+}
+
+/* s plus the squares of a quad's 4 floats, in order: a lane's share of an RMS norm's sum */
+static __device__ __forceinline__ float add_squares(float s, float4 v) {
+    s = __fadd_rn(s, __fmul_rn(v.x, v.x));
+    s = __fadd_rn(s, __fmul_rn(v.y, v.y));
+    s = __fadd_rn(s, __fmul_rn(v.z, v.z));
+    return __fadd_rn(s, __fmul_rn(v.w, v.w));
+}
+/* the RMS norm's scale 1 / sqrt(sum / n + eps) of a row of n floats whose squares sum to `sum` */
+static __device__ __forceinline__ float rms_scale(float sum, int n, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum, (float)n), eps)));
 }
 
 static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }

@@ -1,5 +1,6 @@
 // Device check (tools/device/cuda_ops_check/build.sh): the CUDA ops of elementwise.cu, attention.cu, logits.cu and
-// recurrent.cu's gdn_prepare against the CPU backend's ops table on seeded random inputs.
+// recurrent.cu's gdn_prepare against the CPU backend's ops table on seeded random inputs; the fused ops
+// (gdn_prepare, attention_prepare, the fused quantize) also against the CUDA ops they stand for, bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -303,6 +304,77 @@ static void test_gdn_prepare(int T, int Hk, int Hv, int S, int K) {
     cmp(name, get(fv, nv), v, 1e-6);
 }
 
+// attention_prepare (attention.cu: one kernel) against the seven CUDA ops it stands for, bit for bit,
+// every output and cache poisoned first; then against the CPU oracle's. gated: qwen35's [query | gate]
+// projections; norms: q/k RMS norms (qwen35, qwen3); cache rows scattered out of order.
+static void test_attention_prepare(int T, int nh, int nkv, int D, int n_rot, bool gated, bool norms) {
+    const size_t nq = (size_t)T * nh * D, nk = (size_t)T * nkv * D, cache_rows = (size_t)T + 9, kv_row = (size_t)nkv * D;
+    auto qg = randv(gated ? 2 * nq : nq, -3, 3), k = randv(nk, -3, 3), v = randv(nk);
+    auto qn = randv(D), kn = randv(D);
+    std::vector<int32_t> pos(T), rows(T);
+    for (int t = 0; t < T; t++) pos[t] = 4000 + 37 * t, rows[t] = (int)((t * 5 + 3) % cache_rows);
+    if (T > 1) std::swap(rows[0], rows[T - 1]);
+    int32_t *dpos = updevi(pos), *drows = updevi(rows);
+    float *dqn = updev(qn), *dkn = updev(kn), *dv = updev(v);
+    struct run { float *qg, *q, *gate, *k, *kc, *vc; };
+    auto start = [&]() {
+        run r;
+        r.qg = gated ? updev(qg) : nullptr;
+        r.q = gated ? dev(nq) : updev(qg);
+        r.gate = gated ? dev(nq) : nullptr;
+        r.k = updev(k);
+        r.kc = dev(cache_rows * kv_row);
+        r.vc = dev(cache_rows * kv_row);
+        return r;
+    };
+    run ops = start(), fused = start();
+    if (gated) cuda_split_q_gate(&G.base, ops.qg, T, nh, D, ops.q, ops.gate);
+    if (norms) {
+        cuda_rms_norm(&G.base, ops.q, dqn, T * nh, D, 1e-6f, ops.q);
+        cuda_rms_norm(&G.base, ops.k, dkn, T * nkv, D, 1e-6f, ops.k);
+    }
+    cuda_rope_neox(&G.base, ops.q, dpos, T, nh, D, n_rot, 1e7f);
+    cuda_rope_neox(&G.base, ops.k, dpos, T, nkv, D, n_rot, 1e7f);
+    cuda_scatter_rows(&G.base, ops.kc, kv_row, drows, ops.k, T, kv_row);
+    cuda_scatter_rows(&G.base, ops.vc, kv_row, drows, dv, T, kv_row);
+    const int ran = cuda_attention_prepare(&G.base, fused.qg, fused.q, fused.gate, fused.k, dv, norms ? dqn : nullptr,
+                                           norms ? dkn : nullptr, 1e-6f, dpos, n_rot, 1e7f, drows, T, nh, nkv, D, fused.kc,
+                                           fused.vc);
+    char name[112];
+    snprintf(name, sizeof name, "attention_prepare T=%d D=%d%s%s", T, D, gated ? " gated" : "", norms ? " normed" : "");
+    if (!ran) { printf("%-40s did not run FAIL\n", name); failures++; return; }
+    const struct { const char *what; float *a, *b; size_t n; } outs[] = {
+        {"q", fused.q, ops.q, nq}, {"gate", fused.gate, ops.gate, gated ? nq : 0}, {"k", fused.k, ops.k, nk},
+        {"k cache", fused.kc, ops.kc, cache_rows * kv_row}, {"v cache", fused.vc, ops.vc, cache_rows * kv_row}};
+    char what[160];
+    for (const auto &o : outs) {
+        if (!o.n) continue;
+        snprintf(what, sizeof what, "%s %s = ops", name, o.what);
+        cmp(what, get(o.a, o.n), get(o.b, o.n), 0, true);
+    }
+    // the CPU oracle (its own norm order: within float rounding); untouched cache rows stay NaN on both
+    std::vector<float> hq(nq), hgate(gated ? nq : 0), hk = k, hkc(cache_rows * kv_row), hvc(cache_rows * kv_row);
+    std::fill(hkc.begin(), hkc.end(), NAN), std::fill(hvc.begin(), hvc.end(), NAN);
+    if (!gated) hq = qg;
+    CPU->ops->attention_prepare(CPU, gated ? qg.data() : nullptr, hq.data(), gated ? hgate.data() : nullptr, hk.data(),
+                                v.data(), norms ? qn.data() : nullptr, norms ? kn.data() : nullptr, 1e-6f, pos.data(),
+                                n_rot, 1e7f, rows.data(), T, nh, nkv, D, hkc.data(), hvc.data());
+    snprintf(what, sizeof what, "%s q vs cpu", name); cmp(what, get(fused.q, nq), hq, 1e-5);
+    snprintf(what, sizeof what, "%s k cache vs cpu", name); cmp(what, get(fused.kc, hkc.size()), hkc, 1e-5);
+    snprintf(what, sizeof what, "%s v cache vs cpu", name); cmp(what, get(fused.vc, hvc.size()), hvc, 0);
+}
+
+static void test_attention_prepare_refuses_wide_rows() {
+    // rows of 640 floats are wider than the one-warp norm: the kernel does not run, the backend runs the ops
+    const int T = 2, nh = 2, nkv = 1, D = 640;
+    float *q = updev(randv((size_t)T * nh * D)), *k = updev(randv((size_t)T * nkv * D)), *v = updev(randv((size_t)T * nkv * D));
+    std::vector<int32_t> pos = {5, 6}, rows = {0, 1};
+    const int ran = cuda_attention_prepare(&G.base, nullptr, q, nullptr, k, v, nullptr, nullptr, 1e-6f, updevi(pos), 64,
+                                           1e7f, updevi(rows), T, nh, nkv, D, dev((size_t)T * nkv * D), dev((size_t)T * nkv * D));
+    printf("%-40s %s\n", "attention_prepare D=640 not taken", ran ? "FAIL" : "ok");
+    failures += ran != 0;
+}
+
 // Attention in float64 (the softmax written out directly): the yardstick for both float32 backends.
 // rows_of(t) lists the cache rows query t reads, in order.
 template <class Rows>
@@ -564,6 +636,12 @@ int main() {
     for (int T : {1, 5, 8, 9}) test_gdn_prepare(T, 4, 8, 128, 4);
     test_gdn_prepare(1, 3, 6, 48, 4);
     test_gdn_prepare(3, 2, 4, 64, 7);
+    test_attention_prepare(1, 24, 4, 256, 64, true, true);   // the 27B's decode step
+    test_attention_prepare(23, 24, 4, 256, 64, true, true);  // its 23-token verify
+    test_attention_prepare(5, 16, 8, 128, 128, false, true); // qwen3: every dim rotated, no gate
+    test_attention_prepare(3, 14, 2, 64, 64, false, false);  // qwen2: no norms
+    test_attention_prepare(2, 4, 2, 512, 32, true, true);    // the widest row the kernel takes
+    test_attention_prepare_refuses_wide_rows();
     test_attention(8, 2, 128, 0, 1);
     test_attention(8, 2, 128, 37, 5);
     test_attention(24, 4, 256, 3000, 4);
