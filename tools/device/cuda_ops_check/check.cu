@@ -352,15 +352,19 @@ static void test_attention_prepare(int T, int nh, int nkv, int D, int n_rot, boo
         snprintf(what, sizeof what, "%s %s = ops", name, o.what);
         cmp(what, get(o.a, o.n), get(o.b, o.n), 0, true);
     }
-    // the CPU oracle (its own norm order: within float rounding); untouched cache rows stay NaN on both
+    // the CPU oracle: its norm sums in another order, so the scale differs by an ulp or two, and RoPE's
+    // a c - b s cancels on some outputs near zero, where the 1e-3 floor of cmp's relative error meets
+    // them: up to 5.8e-5 measured on the H200 (5d79074, where a 1e-5 bound failed on 5 of these rows);
+    // qwen2's rows (no norm) equal the CPU's bits. Untouched cache rows stay NaN on both.
+    const double cpu_tol = norms ? 1e-4 : 0;
     std::vector<float> hq(nq), hgate(gated ? nq : 0), hk = k, hkc(cache_rows * kv_row), hvc(cache_rows * kv_row);
     std::fill(hkc.begin(), hkc.end(), NAN), std::fill(hvc.begin(), hvc.end(), NAN);
     if (!gated) hq = qg;
     CPU->ops->attention_prepare(CPU, gated ? qg.data() : nullptr, hq.data(), gated ? hgate.data() : nullptr, hk.data(),
                                 v.data(), norms ? qn.data() : nullptr, norms ? kn.data() : nullptr, 1e-6f, pos.data(),
                                 n_rot, 1e7f, rows.data(), T, nh, nkv, D, hkc.data(), hvc.data());
-    snprintf(what, sizeof what, "%s q vs cpu", name); cmp(what, get(fused.q, nq), hq, 1e-5);
-    snprintf(what, sizeof what, "%s k cache vs cpu", name); cmp(what, get(fused.kc, hkc.size()), hkc, 1e-5);
+    snprintf(what, sizeof what, "%s q vs cpu", name); cmp(what, get(fused.q, nq), hq, cpu_tol);
+    snprintf(what, sizeof what, "%s k cache vs cpu", name); cmp(what, get(fused.kc, hkc.size()), hkc, cpu_tol);
     snprintf(what, sizeof what, "%s v cache vs cpu", name); cmp(what, get(fused.vc, hvc.size()), hvc, 0);
 }
 
