@@ -273,6 +273,25 @@ struct backend {
     int32_t device; /* device index (GPU), 0 on the CPU */
 };
 
+/* attention_prepare as the ops it stands for, in their order, through be's own table: the CPU
+ * backend's attention_prepare, and a GPU's for the shapes its one kernel does not take. */
+static inline void attention_prepare_by_ops(const backend *be, const float *qg, float *q, float *gate, float *k,
+                                            const float *v, const float *q_norm, const float *k_norm, float eps,
+                                            const int32_t *positions, int n_rot, float freq_base,
+                                            const int32_t *rows, int T, int nh, int nkv, int D, float *k_cache,
+                                            float *v_cache) {
+    const backend_ops *ops = be->ops;
+    if (qg) ops->split_q_gate(be, qg, T, nh, D, q, gate);
+    if (q_norm) {
+        ops->rms_norm(be, q, q_norm, T * nh, D, eps, q);
+        ops->rms_norm(be, k, k_norm, T * nkv, D, eps, k);
+    }
+    ops->rope_neox(be, q, positions, T, nh, D, n_rot, freq_base);
+    ops->rope_neox(be, k, positions, T, nkv, D, n_rot, freq_base);
+    ops->scatter_rows(be, k_cache, (int64_t)nkv * D, rows, k, T, nkv * D);
+    ops->scatter_rows(be, v_cache, (int64_t)nkv * D, rows, v, T, nkv * D);
+}
+
 /* Each backend's one entry point: an instance ready for `limits` (its workspace reserved). */
 specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_limits *limits, backend **out);
 #ifdef SPECLA_WITH_CUDA

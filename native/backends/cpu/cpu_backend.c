@@ -119,21 +119,6 @@ static void scatter_rows(const backend *be, float *dst, int64_t dst_stride, cons
                          int T, int width) {
     cpu_scatter_rows(dst, dst_stride, rows, src, T, width);
 }
-/* the oracle: the ops it stands for, in their order */
-static void attention_prepare(const backend *be, const float *qg, float *q, float *gate, float *k, const float *v,
-                              const float *q_norm, const float *k_norm, float eps, const int32_t *positions,
-                              int n_rot, float freq_base, const int32_t *rows, int T, int nh, int nkv, int D,
-                              float *k_cache, float *v_cache) {
-    if (qg) split_q_gate(be, qg, T, nh, D, q, gate);
-    if (q_norm) {
-        rms_norm(be, q, q_norm, T * nh, D, eps, q);
-        rms_norm(be, k, k_norm, T * nkv, D, eps, k);
-    }
-    rope_neox(be, q, positions, T, nh, D, n_rot, freq_base);
-    rope_neox(be, k, positions, T, nkv, D, n_rot, freq_base);
-    scatter_rows(be, k_cache, (int64_t)nkv * D, rows, k, T, nkv * D);
-    scatter_rows(be, v_cache, (int64_t)nkv * D, rows, v, T, nkv * D);
-}
 static void move_rows(const backend *be, float *buf, int64_t stride, int width, const int32_t *from,
                       const int32_t *to, int n) {
     cpu_move_rows(buf, stride, width, from, to, n);
@@ -247,7 +232,7 @@ static const backend_ops cpu_ops_table = {
     .gated_rms_norm = gated_rms_norm,
     .split_q_gate = split_q_gate,
     .rope_neox = rope_neox,
-    .attention_prepare = attention_prepare,
+    .attention_prepare = attention_prepare_by_ops, /* the oracle: the ops it stands for */
     .scatter_rows = scatter_rows,
     .move_rows = move_rows,
     .gather_rows = gather_rows,

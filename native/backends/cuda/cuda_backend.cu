@@ -417,15 +417,8 @@ static void attention_prepare(const backend *be, const float *qg, float *q, floa
         cuda_attention_prepare(be, qg, q, gate, k, v, q_norm, k_norm, eps, positions, n_rot, freq_base, rows, T, nh,
                                nkv, D, k_cache, v_cache))
         return;
-    if (qg) cuda_split_q_gate(be, qg, T, nh, D, q, gate);
-    if (q_norm) {
-        cuda_rms_norm(be, q, q_norm, T * nh, D, eps, q);
-        cuda_rms_norm(be, k, k_norm, T * nkv, D, eps, k);
-    }
-    cuda_rope_neox(be, q, positions, T, nh, D, n_rot, freq_base);
-    cuda_rope_neox(be, k, positions, T, nkv, D, n_rot, freq_base);
-    cuda_scatter_rows(be, k_cache, (int64_t)nkv * D, rows, k, T, nkv * D);
-    cuda_scatter_rows(be, v_cache, (int64_t)nkv * D, rows, v, T, nkv * D);
+    attention_prepare_by_ops(be, qg, q, gate, k, v, q_norm, k_norm, eps, positions, n_rot, freq_base, rows, T, nh, nkv,
+                             D, k_cache, v_cache);
 }
 static void quantize_activations(const backend *be, int32_t weight_type, const float *x, int n_rows, int n,
                                  int8_t *codes, float *scales) {
