@@ -213,7 +213,8 @@ extern "C" int cuda_attention_prepare(const backend *be, const float *qg, float 
                                       const int32_t *positions, int n_rot, float freq_base, const int32_t *rows, int T,
                                       int nh, int nkv, int D, float *k_cache, float *v_cache) {
     if (T <= 0) return 1;
-    if (D <= 0 || D > ATT_PREPARE_MAX_D || D % 4 != 0 || n_rot > D || nh <= 0 || nkv <= 0 || (q_norm == NULL) != (k_norm == NULL))
+    if (D <= 0 || D > ATT_PREPARE_MAX_D || D % 4 != 0 || n_rot > D || nh <= 0 || nkv <= 0 ||
+        (q_norm == NULL) != (k_norm == NULL))
         return 0;
     const void *pointers[] = {qg, q, gate, k, v, q_norm, k_norm, k_cache, v_cache};
     for (const void *p : pointers)
