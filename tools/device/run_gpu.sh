@@ -111,6 +111,12 @@ else
 fi
 export PYTHONPATH=/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+# Every step after the build imports gguf (the model writer, the GPU tests, the benchmarks): without
+# it a call would spend its build and then fail each step at the import, so stop before the build.
+if ! python3 -c "import gguf, numpy" >> "$RUN_LOG" 2>&1; then
+  log "STOP: python3 cannot import gguf (or numpy): carry the wheels, e.g. 'pip download gguf==0.19.0 --no-deps -d .whl' here and carry=[\".whl\"]"
+  exit 2
+fi
 
 # (b) llama-bench in the background at the lowest priority (our benchmarks may run meanwhile; their
 # host thread must not wait for a core); it may take until 150 s before the end (then llama-bench runs)
