@@ -119,10 +119,11 @@ def test_every_tree_node_equals_decoding_its_root_path(gpu_model, methods):
     assert np.array_equal(nxt.view(np.uint32), plain.eval([7], logits_all=True).view(np.uint32))
 
 
-def same_bits_across_settings(model, variable, baseline, setting, recorded_steps=True):
+def same_bits_across_settings(model, variable, baseline, setting):
     """A 23-token prefill, a 5-token batch, decode steps and a verified tree with the backend switch
     `variable` (read when a context opens its backend) at `setting` against `baseline`, row for row,
-    bit for bit. Returns the kernels of the three decode steps per value."""
+    bit for bit. Every call asks for logits, so each runs op by op (a recorded step is only an
+    argmax-only one, replaying the same ops). Returns the kernels of the three decode steps per value."""
     V = model.hparams.n_vocab
     history = prompt(V, 23, seed=6)
     parents = [-1, 0, 1, 1, 0, 4, 5, 2]
@@ -131,8 +132,7 @@ def same_bits_across_settings(model, variable, baseline, setting, recorded_steps
     with pytest.MonkeyPatch.context() as mp:
         for value in (baseline, setting):
             mp.setenv(variable, value)
-            ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents),
-                                    recorded_steps=recorded_steps)
+            ctx = model.new_context(n_ctx=64, max_batch=32, max_tree_nodes=len(parents))
             rows = [ctx.eval(history, logits_all=True), ctx.eval(prompt(V, 5, seed=8), logits_all=True)]
             ctx.step_counters()
             rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
@@ -172,7 +172,7 @@ def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, qu
 def same_bits_with_fused_quantize(model):
     """SPECLA_CUDA_FUSED_QUANTIZE=1 (the ops before the layer matmuls also write the Q8_K blocks of
     their output, and the matmul after them skips its quantize kernel) against 0, op by op."""
-    return same_bits_across_settings(model, "SPECLA_CUDA_FUSED_QUANTIZE", "0", "1", recorded_steps=False)
+    return same_bits_across_settings(model, "SPECLA_CUDA_FUSED_QUANTIZE", "0", "1")
 
 
 def test_fused_quantize_gives_the_same_bits(gpu_model):

@@ -135,8 +135,8 @@ extern "C" void cuda_rope_neox(const backend *be, float *x, const int32_t *posit
  * One warp per (token t, head row): rows 0 .. nh - 1 of a token are its query heads, nh .. nh + nkv - 1
  * its key heads, then its value heads. A query or key row is read into registers as quads (lane l
  * owns quads l, l + 32, ...: rms_rows_kernel's 32-lane mapping), normed with that kernel's order
- * (add_squares over the lane's quads in ascending order, group_sum, rms_scale, then x * scale and
- * * weight, each rounded), put in shared memory, rotated pair by pair with rope_neox_pair, and
+ * (add_squares over the lane's quads in ascending order, group_sum, rms_scale, scaled_quad), put
+ * in shared memory, rotated pair by pair with rope_neox_pair, and
  * stored: q in place (or from the [query | gate] projection, whose gate half the warp copies out),
  * k in place and into its cache row. A value row is copied into its cache row. Every value is
  * computed by the functions of split_q_gate, rms_norm, rope_neox and scatter_rows, so the bits are
@@ -186,8 +186,7 @@ static __global__ void __launch_bounds__(SPECLA_WARP)
             const int e = lane + c * SPECLA_WARP;
             if (e >= n_quads) continue;
             const float4 w = reinterpret_cast<const float4 *>(weight)[e];
-            x[c] = make_float4(__fmul_rn(__fmul_rn(x[c].x, scale), w.x), __fmul_rn(__fmul_rn(x[c].y, scale), w.y),
-                               __fmul_rn(__fmul_rn(x[c].z, scale), w.z), __fmul_rn(__fmul_rn(x[c].w, scale), w.w));
+            x[c] = scaled_quad(x[c], scale, weight, w, false, w); /* ungated: the last operand is unread */
         }
     }
 #pragma unroll
@@ -206,8 +205,6 @@ static __global__ void __launch_bounds__(SPECLA_WARP)
     }
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 extern "C" int cuda_attention_prepare(const backend *be, const float *qg, float *q, float *gate, float *k,
                                       const float *v, const float *q_norm, const float *k_norm, float eps,
                                       const int32_t *positions, int n_rot, float freq_base, const int32_t *rows, int T,
@@ -218,7 +215,7 @@ extern "C" int cuda_attention_prepare(const backend *be, const float *qg, float 
         return 0;
     const void *pointers[] = {qg, q, gate, k, v, q_norm, k_norm, k_cache, v_cache};
     for (const void *p : pointers)
-        if (!aligned16(p)) return 0;
+        if (!cuda_aligned16(p)) return 0;
     if (qg && !gate) return 0;
     cuda_launch(attention_prepare_kernel, dim3(T, nh + 2 * nkv), dim3(SPECLA_WARP), 0, cuda_stream(be), qg, q, gate, k,
                 v, q_norm, k_norm, eps, positions, n_rot < 2 ? 0 : n_rot, freq_base, rows, nh, nkv, D, k_cache,

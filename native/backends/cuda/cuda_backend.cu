@@ -411,8 +411,6 @@ static void attention_prepare(const backend *be, const float *qg, float *q, floa
                               const float *q_norm, const float *k_norm, float eps, const int32_t *positions,
                               int n_rot, float freq_base, const int32_t *rows, int T, int nh, int nkv, int D,
                               float *k_cache, float *v_cache) {
-    launch_held(be);
-    forget_prequantized(be);
     if (instance_of(be)->fused_attention_prepare &&
         cuda_attention_prepare(be, qg, q, gate, k, v, q_norm, k_norm, eps, positions, n_rot, freq_base, rows, T, nh,
                                nkv, D, k_cache, v_cache))
@@ -466,7 +464,7 @@ static const backend_ops cuda_ops_table = {
     /* gated_rms_norm */ gated_rms_norm,
     /* split_q_gate */ after_held<cuda_split_q_gate>::call,
     /* rope_neox */ after_held<cuda_rope_neox>::call,
-    /* attention_prepare */ attention_prepare,
+    /* attention_prepare */ after_held<attention_prepare>::call,
     /* scatter_rows */ after_held<cuda_scatter_rows>::call,
     /* move_rows */ after_held<cuda_move_rows>::call,
     /* gather_rows */ after_held<cuda_gather_rows>::call,
@@ -484,6 +482,18 @@ static const backend_ops cuda_ops_table = {
     /* argmax_rows */ after_held<cuda_argmax_rows>::call,
     /* topk_log_softmax */ after_held<cuda_topk_log_softmax>::call,
 };
+
+/* An on/off backend switch from the environment into *value (left as it is when unset or empty);
+ * any value but 0 or 1 fails, naming the switch. */
+static specla_status read_switch(const char *name, int *value) {
+    const char *s = getenv(name);
+    if (!s || !*s) return SPECLA_OK;
+    if ((s[0] != '0' && s[0] != '1') || s[1] != '\0')
+        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: %s must be 0 (off) or 1 (on), got '%s'", name,
+                           s);
+    *value = s[0] == '1';
+    return SPECLA_OK;
+}
 
 extern "C" specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out) {
     *out = NULL;
@@ -538,30 +548,15 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         }
         ci->unfinished_matmuls = readers;
     }
-    /* SPECLA_CUDA_FUSED_QUANTIZE=0 turns the fused quantize ("the fused quantize" above) off, 1 (the
-     * default) on; the bits are the same either way. */
+    /* SPECLA_CUDA_FUSED_QUANTIZE=0 turns the fused quantize ("the fused quantize" above) off;
+     * SPECLA_CUDA_FUSED_ATTENTION_PREPARE=0 runs attention_prepare as the ops it stands for instead of
+     * one kernel. 1 (the default) turns either on; the bits are the same either way. */
     int fused_quantize = 1;
-    const char *fused = getenv("SPECLA_CUDA_FUSED_QUANTIZE");
-    if (fused && *fused) {
-        if ((fused[0] != '0' && fused[0] != '1') || fused[1] != '\0') {
-            free(ci);
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_FUSED_QUANTIZE must be 0 (off) or 1 (on), got '%s'", fused);
-        }
-        fused_quantize = fused[0] == '1';
-    }
-    /* SPECLA_CUDA_FUSED_ATTENTION_PREPARE=0 runs attention_prepare as the ops it stands for, 1 (the
-     * default) as one kernel where the shape allows; the bits are the same either way. */
     ci->fused_attention_prepare = 1;
-    const char *prepare = getenv("SPECLA_CUDA_FUSED_ATTENTION_PREPARE");
-    if (prepare && *prepare) {
-        if ((prepare[0] != '0' && prepare[0] != '1') || prepare[1] != '\0') {
-            free(ci);
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_FUSED_ATTENTION_PREPARE must be 0 (off) or 1 (on), got '%s'",
-                               prepare);
-        }
-        ci->fused_attention_prepare = prepare[0] == '1';
+    if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||
+        read_switch("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", &ci->fused_attention_prepare) != SPECLA_OK) {
+        free(ci);
+        return SPECLA_ERR_INVALID_ARGUMENT;
     }
     ci->pub.base.ops = &cuda_ops_table;
     ci->pub.base.state = ci;

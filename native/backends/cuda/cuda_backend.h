@@ -32,6 +32,8 @@ typedef struct cuda_backend {
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }
 static inline cudaStream_t cuda_stream(const backend *be) { return cuda_of(be)->stream; }
+/* whether p may be read and written as float4 (the vector paths of the row kernels) */
+static inline bool cuda_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* Launch-error check after each kernel: records the first error of the instance's stream in the
  * sticky error that sync reports (ops themselves return nothing). */

@@ -225,19 +225,6 @@ static __device__ __forceinline__ float4 add_quad(float4 a, float4 b) {
     return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }
 
-static __device__ __forceinline__ float scaled(float x, float scale, const float *weight, float w, bool gated, float g) {
-    float v = __fmul_rn(x, scale);
-    if (weight) v = __fmul_rn(v, w);
-    if (gated) v = __fmul_rn(v, silu_dev(g));
-    return v;
-}
-
-static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, const float *weight, float4 w, bool gated,
-                                                     float4 g) {
-    return make_float4(scaled(x.x, scale, weight, w.x, gated, g.x), scaled(x.y, scale, weight, w.y, gated, g.y),
-                       scaled(x.z, scale, weight, w.z, gated, g.z), scaled(x.w, scale, weight, w.w, gated, g.w));
-}
-
 /* The group's total of the partials s (the order in the section header); every thread gets it. A
  * block-wide group is threads 0 .. RMS_THREADS - 1; a larger block (add_rms_sums_kernel) calls this
  * with every thread (those beyond the group with s = 0) and room in partials for every warp. */
@@ -425,11 +412,10 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     __syncthreads();
     const int lane = threadIdx.x % SPECLA_WARP;
     for (int k = threadIdx.x / SPECLA_WARP; k < n / 256; k += RMS_SUMS_THREADS / SPECLA_WARP) {
-        mm_warp_quantize_q8k_block(q, xs[64 * k + 2 * lane], xs[64 * k + 2 * lane + 1], (int64_t)row * (n / 256) + k, lane);
+        mm_warp_quantize_q8k_block(q, xs[64 * k + 2 * lane], xs[64 * k + 2 * lane + 1], (int64_t)row * (n / 256) + k,
+                                   lane);
     }
 }
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* gated_rms_norm on rows of GATED_Q8K_WIDTH floats (a GDN head's S = 128) whose output ssm_out reads
  * next, with its Q8_K blocks (the fused quantize, matmul_quantize.cuh): a warp per two rows, one
@@ -460,15 +446,14 @@ static __global__ void __launch_bounds__(RMS_THREADS) gated_rms_q8k_kernel(float
         odd = __fadd_rn(odd, SPECLA_SHFL_XOR(odd, m));
     }
     const float sum = __fadd_rn(even, odd);
-    const float scale =
-        rms_scale(sum, GATED_Q8K_WIDTH, eps);
+    const float scale = rms_scale(sum, GATED_Q8K_WIDTH, eps);
     const float4 y0 = scaled_quad(x0, scale, weight, w0, true, g0), y1 = scaled_quad(x1, scale, weight, w1, true, g1);
     *(float4 *)xr = y0, *(float4 *)(xr + 4) = y1;
     mm_warp_quantize_q8k_block(q, y0, y1, blk, lane);
 }
 static bool gated_rms_in_blocks(const float *x, const float *weight, const float *gate, int n_rows, int n) {
-    return n == GATED_Q8K_WIDTH && n_rows > 0 && ((int64_t)n_rows * n) % 256 == 0 && aligned16(x) &&
-           aligned16(weight) && aligned16(gate);
+    return n == GATED_Q8K_WIDTH && n_rows > 0 && ((int64_t)n_rows * n) % 256 == 0 && cuda_aligned16(x) &&
+           cuda_aligned16(weight) && cuda_aligned16(gate);
 }
 
 /* How add_rms_norm reads delta as partial sums, the one decision behind both
@@ -479,8 +464,8 @@ enum rms_sums_path { RMS_SUMS_NONE, RMS_SUMS_WARP, RMS_SUMS_WIDE };
 static rms_sums_path rms_sums_path_for(const float *x, const float *delta, const float *weight, const float *y, int n) {
     if (n <= 0) return RMS_SUMS_NONE;
     if (n <= RMS_WARP_MAX_WIDTH) return RMS_SUMS_WARP;
-    const bool wide = n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) &&
-                      aligned16(y);
+    const bool wide = n <= RMS_SUMS_MAX_WIDTH && n % 4 == 0 && cuda_aligned16(x) && cuda_aligned16(delta) &&
+                      cuda_aligned16(weight) && cuda_aligned16(y);
     return wide ? RMS_SUMS_WIDE : RMS_SUMS_NONE;
 }
 static __global__ void nan_fill_kernel(float *y, int64_t n) {
@@ -494,8 +479,8 @@ static void launch_rms_rows(const backend *be, const char *op, float *x, const f
                             const float *gate, int n_rows, int n, float eps, float *y,
                             cuda_matmul_sums dsums = cuda_matmul_sums{}) {
     if (n_rows <= 0 || n <= 0) return;
-    const bool vec = n % 4 == 0 && aligned16(x) && aligned16(delta) && aligned16(weight) && aligned16(gate) &&
-                     aligned16(y);
+    const bool vec = n % 4 == 0 && cuda_aligned16(x) && cuda_aligned16(delta) && cuda_aligned16(weight) &&
+                     cuda_aligned16(gate) && cuda_aligned16(y);
     if (n <= RMS_WARP_MAX_WIDTH) {
         const int rows_per_block = RMS_THREADS / SPECLA_WARP;
         cuda_launch(rms_rows_kernel<SPECLA_WARP, ADD, GATED, SUMS>, dim3((n_rows + rows_per_block - 1) / rows_per_block),
@@ -668,7 +653,8 @@ static __global__ void __launch_bounds__(EW_THREADS) silu_mul_blocks_kernel(floa
     if (q.codes) mm_warp_quantize_q8k_block(q, v, blk, lane);
 }
 static bool silu_mul_in_blocks(const float *a, const float *b, int64_t n, int width) {
-    return width > 0 && width % 256 == 0 && n % width == 0 && n / width <= INT32_MAX && aligned16(a) && aligned16(b);
+    return width > 0 && width % 256 == 0 && n % width == 0 && n / width <= INT32_MAX && cuda_aligned16(a) &&
+           cuda_aligned16(b);
 }
 static __global__ void sigmoid_mul_kernel(float *x, const float *gate, int64_t n) {
     grid_begin();
@@ -697,7 +683,7 @@ static __global__ void __launch_bounds__(EW_THREADS) sigmoid_mul_q8k_kernel(floa
     mm_warp_quantize_q8k_block(q, v, blk, lane);
 }
 static bool sigmoid_mul_in_blocks(const float *x, const float *gate, int64_t n) {
-    return n > 0 && n % 256 == 0 && aligned16(x) && aligned16(gate);
+    return n > 0 && n % 256 == 0 && cuda_aligned16(x) && cuda_aligned16(gate);
 }
 static __global__ void gdn_gates_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, int64_t total,
                                         int Hv) {

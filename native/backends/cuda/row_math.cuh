@@ -1,7 +1,7 @@
 /* Per-row arithmetic that more than one kernel file runs, so each result has one definition: the
  * block-wide sum of squares and L2 norm of a row (NORM_THREADS threads; elementwise.cu's l2_norm and
- * gdn_split_qkv, recurrent.cu's gdn_prepare), the RMS norms' squares and scale (elementwise.cu's
- * norms, attention.cu's attention_prepare), the activation functions, and the GDN gates. Every
+ * gdn_split_qkv, recurrent.cu's gdn_prepare), the RMS norms' squares, scale and outputs
+ * (elementwise.cu's norms, attention.cu's attention_prepare), the activation functions, and the GDN gates. Every
  * float operation is an explicit round-to-nearest intrinsic, so the bits are those of the one
  * order written here wherever it is compiled. */
 #ifndef SPECLA_CUDA_ROW_MATH_CUH
@@ -50,6 +50,21 @@ static __device__ __forceinline__ float rms_scale(float sum, int n, float eps) {
 static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 static __device__ __forceinline__ float sigmoid_dev(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 static __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* an RMS norm's output element: x * scale, then * w (where there is a weight), then * silu(g) (a
+ * gated norm), each product rounded (the CPU's order) */
+static __device__ __forceinline__ float scaled(float x, float scale, const float *weight, float w, bool gated, float g) {
+    float v = __fmul_rn(x, scale);
+    if (weight) v = __fmul_rn(v, w);
+    if (gated) v = __fmul_rn(v, silu_dev(g));
+    return v;
+}
+
+static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, const float *weight, float4 w, bool gated,
+                                                     float4 g) {
+    return make_float4(scaled(x.x, scale, weight, w.x, gated, g.x), scaled(x.y, scale, weight, w.y, gated, g.y),
+                       scaled(x.z, scale, weight, w.z, gated, g.z), scaled(x.w, scale, weight, w.w, gated, g.w));
+}
 
 static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
     const float sum = row_sum_squares(x, n, partials);
