@@ -23,7 +23,7 @@
  * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 2 by default, so S = 128 gives 8 blocks
  * per head, 384 blocks for the 27B's 48 heads (3 per SM of 132), each thread doing two rows' work
  * per token: two independent dot products and butterflies interleave in one thread, where one row
- * left each step's latency chain alone (0.2-0.35 ms off a 23-node verify on the 27B shape, docs/perf.md,
+ * left each step's latency chain alone (0.18-0.35 ms off a 23-node verify on the 27B shape, docs/perf.md,
  * twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
  * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1).
  * Within a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th
