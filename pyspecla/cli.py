@@ -45,12 +45,7 @@ def _positive_int(flag):
 def _float_in_range(flag, low: float, high: float | None = None):
     """A finite number in [low, high] (high None: no upper bound); NaN and infinities are refused."""
     def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, got {text}")
+        value = _finite_float(flag)(text)
         if high is None and not value >= low:
             raise argparse.ArgumentTypeError(f"{flag} must be >= {low:g}, got {text}")
         if high is not None and not low <= value <= high:

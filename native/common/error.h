@@ -16,6 +16,14 @@ specla_status specla_fail(specla_status status, const char *fmt, ...)
     ;
 void specla_clear_error(void);
 
+/* Returns the status of expr from the enclosing function unless it is SPECLA_OK (its message is
+ * already recorded). */
+#define SPECLA_TRY(expr)                                                                                               \
+    do {                                                                                                               \
+        const specla_status try_status_ = (expr);                                                                      \
+        if (try_status_ != SPECLA_OK) return try_status_;                                                              \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif

@@ -281,20 +281,9 @@ SPECLA_API specla_status specla_context_create(const specla_model *model, const 
 
 SPECLA_API specla_status specla_context_set_logit_head(specla_context *ctx, const specla_tensor *head) {
     if (!ctx) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_context_set_logit_head: NULL context");
-    if (!head) {
-        ctx->logit_head = ctx->weights.output;
-        return SPECLA_OK;
-    }
     const specla_hparams *hp = &ctx->model->hp;
-    specla_status st = logit_head_check(head, hp->n_embd, hp->n_vocab, "specla_context_set_logit_head");
-    if (st != SPECLA_OK) return st;
-    if (!ctx->be->ops->host_memory)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "specla_context_set_logit_head: host rows cannot feed a %s context; name the rows by id "
-                           "(specla_context_set_logit_rows)",
-                           ctx->be->ops->name);
-    ctx->logit_head = *head;
-    return SPECLA_OK;
+    return logit_head_set(ctx->be, head, &ctx->weights.output, hp->n_embd, hp->n_vocab, &ctx->logit_head,
+                          "specla_context_set_logit_head", "specla_context_set_logit_rows");
 }
 
 SPECLA_API specla_status specla_context_set_logit_rows(specla_context *ctx, const int32_t *ids, int32_t n) {

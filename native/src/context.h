@@ -64,6 +64,10 @@ static inline const int32_t *logit_rows_count(const logit_row_set *set) { return
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
                                 const int32_t *ids, int32_t n, specla_tensor *out_head, const char *op);
 void logit_rows_release(logit_row_set *set, const backend *be);
+/* *out_head = head, a host view of the full head's shape (NULL: `full` itself), for a context on
+ * be; a GPU context refuses host rows and points the caller to `rows_op`, which names rows by id. */
+specla_status logit_head_set(const backend *be, const specla_tensor *head, const specla_tensor *full, int32_t n_embd,
+                             int32_t n_vocab, specla_tensor *out_head, const char *op, const char *rows_op);
 /* The head an LM-head matmul multiplies for `head` (a context's logit_head), and where the count of
  * its rows that rank is (*n_valid; NULL: all of them). A chosen head in set's memory is multiplied
  * over every row the memory holds, and the ops after it (argmax, top-k) rank the first n, read from

@@ -189,20 +189,9 @@ SPECLA_API specla_status specla_draft_context_launch_counters(specla_draft_conte
 SPECLA_API specla_status specla_draft_context_set_logit_head(specla_draft_context *dc, const specla_tensor *head) {
     if (!dc) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_context_set_logit_head: NULL context");
     const specla_model *target = dc->model->target;
-    if (!head) {
-        dc->logit_head = dc->target_weights.output;
-        return SPECLA_OK;
-    }
-    specla_status st =
-        logit_head_check(head, target->hp.n_embd, target->hp.n_vocab, "specla_draft_context_set_logit_head");
-    if (st != SPECLA_OK) return st;
-    if (!dc->be->ops->host_memory)
-        return specla_fail(SPECLA_ERR_UNSUPPORTED,
-                           "specla_draft_context_set_logit_head: host rows cannot feed a %s draft context; name the "
-                           "rows by id (specla_draft_context_set_logit_rows)",
-                           dc->be->ops->name);
-    dc->logit_head = *head;
-    return SPECLA_OK;
+    return logit_head_set(dc->be, head, &dc->target_weights.output, target->hp.n_embd, target->hp.n_vocab,
+                          &dc->logit_head, "specla_draft_context_set_logit_head",
+                          "specla_draft_context_set_logit_rows");
 }
 
 SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_context *dc, const int32_t *ids, int32_t n) {

@@ -38,6 +38,20 @@ specla_tensor logit_rows_scored_head(const logit_row_set *set, const specla_tens
     return scored;
 }
 
+specla_status logit_head_set(const backend *be, const specla_tensor *head, const specla_tensor *full, int32_t n_embd,
+                             int32_t n_vocab, specla_tensor *out_head, const char *op, const char *rows_op) {
+    if (!head) {
+        *out_head = *full;
+        return SPECLA_OK;
+    }
+    SPECLA_TRY(logit_head_check(head, n_embd, n_vocab, op));
+    if (!be->ops->host_memory)
+        return specla_fail(SPECLA_ERR_UNSUPPORTED, "%s: host rows cannot feed a %s context; name the rows by id (%s)",
+                           op, be->ops->name, rows_op);
+    *out_head = *head;
+    return SPECLA_OK;
+}
+
 specla_status logit_rows_select(logit_row_set *set, const backend *be, const specla_tensor *head, int32_t n_vocab,
                                 const int32_t *ids, int32_t n, specla_tensor *out_head, const char *op) {
     if (n < 0 || n > n_vocab)

@@ -17,11 +17,6 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     return tensor_check(t, "tensor", what, layer, ne0, ne1, must_be_f32);
 }
 
-#define CHECK(expr)                                                                                                    \
-    do {                                                                                                               \
-        specla_status s_ = (expr);                                                                                     \
-        if (s_ != SPECLA_OK) return s_;                                                                                \
-    } while (0)
 
 static specla_status validate_hparams(const specla_hparams *hp) {
     if (hp->arch != SPECLA_ARCH_QWEN35 && hp->arch != SPECLA_ARCH_QWEN2 && hp->arch != SPECLA_ARCH_QWEN3)
@@ -58,38 +53,38 @@ static specla_status validate_hparams(const specla_hparams *hp) {
 static specla_status validate_layer(const specla_hparams *hp, const specla_layer_weights *lw, int il, int C) {
     const int E = hp->n_embd, F = hp->n_ff, S = hp->ssm_state_size, Hv = hp->ssm_time_step_rank;
     const int D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    CHECK(check_tensor(&lw->attn_norm, "attn_norm.weight", il, E, 1, 1));
-    CHECK(check_tensor(&lw->post_attention_norm, "post_attention_norm.weight", il, E, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->attn_norm, "attn_norm.weight", il, E, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->post_attention_norm, "post_attention_norm.weight", il, E, 1, 1));
     if (hp->layer_is_recurrent[il]) {
-        CHECK(check_tensor(&lw->attn_qkv, "attn_qkv.weight", il, E, C, 0));
-        CHECK(check_tensor(&lw->attn_gate, "attn_gate.weight", il, E, Hv * S, 0));
-        CHECK(check_tensor(&lw->ssm_conv1d, "ssm_conv1d.weight", il, hp->ssm_conv_kernel, C, 1));
-        CHECK(check_tensor(&lw->ssm_dt_bias, "ssm_dt.bias", il, Hv, 1, 1));
-        CHECK(check_tensor(&lw->ssm_a, "ssm_a", il, Hv, 1, 1));
-        CHECK(check_tensor(&lw->ssm_beta, "ssm_beta.weight", il, E, Hv, 0));
-        CHECK(check_tensor(&lw->ssm_alpha, "ssm_alpha.weight", il, E, Hv, 0));
-        CHECK(check_tensor(&lw->ssm_norm, "ssm_norm.weight", il, S, 1, 1));
-        CHECK(check_tensor(&lw->ssm_out, "ssm_out.weight", il, Hv * S, E, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_qkv, "attn_qkv.weight", il, E, C, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_gate, "attn_gate.weight", il, E, Hv * S, 0));
+        SPECLA_TRY(check_tensor(&lw->ssm_conv1d, "ssm_conv1d.weight", il, hp->ssm_conv_kernel, C, 1));
+        SPECLA_TRY(check_tensor(&lw->ssm_dt_bias, "ssm_dt.bias", il, Hv, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->ssm_a, "ssm_a", il, Hv, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->ssm_beta, "ssm_beta.weight", il, E, Hv, 0));
+        SPECLA_TRY(check_tensor(&lw->ssm_alpha, "ssm_alpha.weight", il, E, Hv, 0));
+        SPECLA_TRY(check_tensor(&lw->ssm_norm, "ssm_norm.weight", il, S, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->ssm_out, "ssm_out.weight", il, Hv * S, E, 0));
     } else if (hp->arch == SPECLA_ARCH_QWEN2) { /* biases, no q/k norms, no output gate */
-        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, nh * D, 0));
-        CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
-        CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
-        CHECK(check_tensor(&lw->attn_q_bias, "attn_q.bias", il, nh * D, 1, 1));
-        CHECK(check_tensor(&lw->attn_k_bias, "attn_k.bias", il, nkv * D, 1, 1));
-        CHECK(check_tensor(&lw->attn_v_bias, "attn_v.bias", il, nkv * D, 1, 1));
-        CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_q, "attn_q.weight", il, E, nh * D, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_q_bias, "attn_q.bias", il, nh * D, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->attn_k_bias, "attn_k.bias", il, nkv * D, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->attn_v_bias, "attn_v.bias", il, nkv * D, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
     } else { /* q/k norms: qwen35 gated attention (query | gate per head), qwen3 plain */
         const int q_width = hp->arch == SPECLA_ARCH_QWEN35 ? 2 * nh * D : nh * D;
-        CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, q_width, 0));
-        CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
-        CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
-        CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
-        CHECK(check_tensor(&lw->attn_q_norm, "attn_q_norm.weight", il, D, 1, 1));
-        CHECK(check_tensor(&lw->attn_k_norm, "attn_k_norm.weight", il, D, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->attn_q, "attn_q.weight", il, E, q_width, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_k, "attn_k.weight", il, E, nkv * D, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_v, "attn_v.weight", il, E, nkv * D, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_output, "attn_output.weight", il, nh * D, E, 0));
+        SPECLA_TRY(check_tensor(&lw->attn_q_norm, "attn_q_norm.weight", il, D, 1, 1));
+        SPECLA_TRY(check_tensor(&lw->attn_k_norm, "attn_k_norm.weight", il, D, 1, 1));
     }
-    CHECK(check_tensor(&lw->ffn_gate, "ffn_gate.weight", il, E, F, 0));
-    CHECK(check_tensor(&lw->ffn_up, "ffn_up.weight", il, E, F, 0));
-    CHECK(check_tensor(&lw->ffn_down, "ffn_down.weight", il, F, E, 0));
+    SPECLA_TRY(check_tensor(&lw->ffn_gate, "ffn_gate.weight", il, E, F, 0));
+    SPECLA_TRY(check_tensor(&lw->ffn_up, "ffn_up.weight", il, E, F, 0));
+    SPECLA_TRY(check_tensor(&lw->ffn_down, "ffn_down.weight", il, F, E, 0));
     return SPECLA_OK;
 }
 
@@ -98,18 +93,18 @@ SPECLA_API specla_status specla_model_create(const specla_hparams *hparams, cons
     if (!hparams || !weights || !out_model || !weights->layers)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_model_create: NULL argument");
     *out_model = NULL;
-    CHECK(validate_hparams(hparams));
+    SPECLA_TRY(validate_hparams(hparams));
     /* conv channels of the recurrent layers (0 for an attention-only architecture) */
     const int C = hparams->arch != SPECLA_ARCH_QWEN35 ? 0
                                                       : 2 * hparams->ssm_group_count * hparams->ssm_state_size +
                                                             hparams->ssm_time_step_rank * hparams->ssm_state_size;
-    CHECK(check_tensor(&weights->token_embd, "token_embd.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
-    CHECK(check_tensor(&weights->output_norm, "output_norm.weight", -1, hparams->n_embd, 1, 1));
+    SPECLA_TRY(check_tensor(&weights->token_embd, "token_embd.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
+    SPECLA_TRY(check_tensor(&weights->output_norm, "output_norm.weight", -1, hparams->n_embd, 1, 1));
     if (weights->output.data)
-        CHECK(check_tensor(&weights->output, "output.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
+        SPECLA_TRY(check_tensor(&weights->output, "output.weight", -1, hparams->n_embd, hparams->n_vocab, 0));
     int n_attention = 0;
     for (int il = 0; il < hparams->n_layer; il++) {
-        CHECK(validate_layer(hparams, &weights->layers[il], il, C));
+        SPECLA_TRY(validate_layer(hparams, &weights->layers[il], il, C));
         n_attention += !hparams->layer_is_recurrent[il];
     }
 

@@ -9,8 +9,6 @@
 #include "error.h"
 #include "tensor_types.h"
 
-/* Shape, type and byte-count check of one weight view; messages name the tensor as the GGUF does.
- * (Same rules as model_qwen35.c's check_tensor.) */
 /* One weight view against its expected shape (tensor_check in tensor_types.c); messages name the
  * tensor as the GGUF does. */
 static specla_status check_tensor(const specla_tensor *t, const char *what, int layer, int64_t ne0, int64_t ne1,
@@ -18,11 +16,6 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     return tensor_check(t, "draft tensor", what, layer, ne0, ne1, must_be_f32);
 }
 
-#define CHECK(expr)                                                                                                    \
-    do {                                                                                                               \
-        specla_status s_ = (expr);                                                                                     \
-        if (s_ != SPECLA_OK) return s_;                                                                                \
-    } while (0)
 
 static specla_status validate_hparams(const specla_draft_hparams *hp, const specla_model *target) {
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
@@ -65,17 +58,17 @@ static specla_status validate_hparams(const specla_draft_hparams *hp, const spec
 
 static specla_status validate_layer(const specla_draft_hparams *hp, const specla_draft_layer_weights *lw, int il) {
     const int E = hp->n_embd, F = hp->n_ff, D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    CHECK(check_tensor(&lw->attn_norm, "attn_norm.weight", il, E, 1, 1));
-    CHECK(check_tensor(&lw->ffn_norm, "ffn_norm.weight", il, E, 1, 1));
-    CHECK(check_tensor(&lw->attn_q, "attn_q.weight", il, E, (int64_t)nh * D, 0));
-    CHECK(check_tensor(&lw->attn_k, "attn_k.weight", il, E, (int64_t)nkv * D, 0));
-    CHECK(check_tensor(&lw->attn_v, "attn_v.weight", il, E, (int64_t)nkv * D, 0));
-    CHECK(check_tensor(&lw->attn_output, "attn_output.weight", il, (int64_t)nh * D, E, 0));
-    CHECK(check_tensor(&lw->attn_q_norm, "attn_q_norm.weight", il, D, 1, 1));
-    CHECK(check_tensor(&lw->attn_k_norm, "attn_k_norm.weight", il, D, 1, 1));
-    CHECK(check_tensor(&lw->ffn_gate, "ffn_gate.weight", il, E, F, 0));
-    CHECK(check_tensor(&lw->ffn_up, "ffn_up.weight", il, E, F, 0));
-    CHECK(check_tensor(&lw->ffn_down, "ffn_down.weight", il, F, E, 0));
+    SPECLA_TRY(check_tensor(&lw->attn_norm, "attn_norm.weight", il, E, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->ffn_norm, "ffn_norm.weight", il, E, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->attn_q, "attn_q.weight", il, E, (int64_t)nh * D, 0));
+    SPECLA_TRY(check_tensor(&lw->attn_k, "attn_k.weight", il, E, (int64_t)nkv * D, 0));
+    SPECLA_TRY(check_tensor(&lw->attn_v, "attn_v.weight", il, E, (int64_t)nkv * D, 0));
+    SPECLA_TRY(check_tensor(&lw->attn_output, "attn_output.weight", il, (int64_t)nh * D, E, 0));
+    SPECLA_TRY(check_tensor(&lw->attn_q_norm, "attn_q_norm.weight", il, D, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->attn_k_norm, "attn_k_norm.weight", il, D, 1, 1));
+    SPECLA_TRY(check_tensor(&lw->ffn_gate, "ffn_gate.weight", il, E, F, 0));
+    SPECLA_TRY(check_tensor(&lw->ffn_up, "ffn_up.weight", il, E, F, 0));
+    SPECLA_TRY(check_tensor(&lw->ffn_down, "ffn_down.weight", il, F, E, 0));
     return SPECLA_OK;
 }
 
@@ -85,11 +78,11 @@ SPECLA_API specla_status specla_draft_model_create(const specla_draft_hparams *h
     if (!hparams || !weights || !target || !out_model || !weights->layers)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_draft_model_create: NULL argument");
     *out_model = NULL;
-    CHECK(validate_hparams(hparams, target));
+    SPECLA_TRY(validate_hparams(hparams, target));
     const int E = hparams->n_embd, Et = target->hp.n_embd, N = hparams->n_target_layers;
-    CHECK(check_tensor(&weights->fc, "dflash.fc.weight", -1, (int64_t)N * Et, E, 0));
-    CHECK(check_tensor(&weights->hidden_norm, "dflash.hidden_norm.weight", -1, E, 1, 1));
-    CHECK(check_tensor(&weights->output_norm, "output_norm.weight", -1, E, 1, 1));
+    SPECLA_TRY(check_tensor(&weights->fc, "dflash.fc.weight", -1, (int64_t)N * Et, E, 0));
+    SPECLA_TRY(check_tensor(&weights->hidden_norm, "dflash.hidden_norm.weight", -1, E, 1, 1));
+    SPECLA_TRY(check_tensor(&weights->output_norm, "output_norm.weight", -1, E, 1, 1));
     if (hparams->context_kv_layer_norm) {
         if (!weights->aux_hidden_norm)
             return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
@@ -97,10 +90,10 @@ SPECLA_API specla_status specla_draft_model_create(const specla_draft_hparams *h
         for (int i = 0; i < N; i++) {
             char name[64];
             snprintf(name, sizeof name, "dflash.aux_hidden_norm.%d.weight", i);
-            CHECK(check_tensor(&weights->aux_hidden_norm[i], name, -1, Et, 1, 1));
+            SPECLA_TRY(check_tensor(&weights->aux_hidden_norm[i], name, -1, Et, 1, 1));
         }
     }
-    for (int il = 0; il < hparams->n_layer; il++) CHECK(validate_layer(hparams, &weights->layers[il], il));
+    for (int il = 0; il < hparams->n_layer; il++) SPECLA_TRY(validate_layer(hparams, &weights->layers[il], il));
 
     specla_draft_model *m = (specla_draft_model *)calloc(1, sizeof *m);
     if (!m) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "specla_draft_model_create: out of memory");

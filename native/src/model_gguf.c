@@ -205,24 +205,19 @@ static specla_status check_vocab(const keys *k, int n_vocab) {
     return SPECLA_OK;
 }
 
-#define CHECK(expr)                                                                                                    \
-    do {                                                                                                               \
-        specla_status s_ = (expr);                                                                                     \
-        if (s_ != SPECLA_OK) return s_;                                                                                \
-    } while (0)
 
 /* qwen35: pyspecla.arch.qwen35.read_hparams. recurrent[] has room for block_count entries. */
 static specla_status read_qwen35(const keys *k, int n_vocab, specla_hparams *hp, uint8_t **recurrent,
                                  int *n_layer_file) {
     int32_t blocks, nextn;
-    CHECK(key_int(k, "block_count", 0, 0, 1, &blocks));
-    CHECK(key_int(k, "nextn_predict_layers", 1, 0, 0, &nextn));
+    SPECLA_TRY(key_int(k, "block_count", 0, 0, 1, &blocks));
+    SPECLA_TRY(key_int(k, "nextn_predict_layers", 1, 0, 0, &nextn));
     if (nextn >= blocks)
         return key_fail(k, "nextn_predict_layers", "= %d leaves no trunk layer (block_count = %d)", nextn, blocks);
     *n_layer_file = blocks;
     hp->n_layer = blocks - nextn;
-    CHECK(key_int(k, "context_length", 0, 0, 1, &hp->n_ctx_train));
-    CHECK(key_int(k, "embedding_length", 0, 0, 1, &hp->n_embd));
+    SPECLA_TRY(key_int(k, "context_length", 0, 0, 1, &hp->n_ctx_train));
+    SPECLA_TRY(key_int(k, "embedding_length", 0, 0, 1, &hp->n_embd));
     uint8_t *flags = (uint8_t *)calloc((size_t)blocks, 1);
     uint8_t *used = (uint8_t *)calloc((size_t)blocks, 1);
     if (!flags || !used) {
@@ -251,32 +246,32 @@ static specla_status read_qwen35(const keys *k, int n_vocab, specla_hparams *hp,
                         hp->n_head_kv, hp->n_head);
     int32_t key_length, value_length;
     const int divides = hp->n_embd % hp->n_head == 0;
-    CHECK(key_int(k, "attention.key_length", divides, divides ? hp->n_embd / hp->n_head : 0, 1, &key_length));
-    CHECK(key_int(k, "attention.value_length", 1, key_length, 1, &value_length));
+    SPECLA_TRY(key_int(k, "attention.key_length", divides, divides ? hp->n_embd / hp->n_head : 0, 1, &key_length));
+    SPECLA_TRY(key_int(k, "attention.value_length", 1, key_length, 1, &value_length));
     if (key_length != value_length)
         return key_fail(k, "attention.value_length", "= %d differs from attention.key_length = %d", value_length,
                         key_length);
     hp->head_dim = key_length;
-    CHECK(key_int(k, "rope.dimension_count", 1, hp->head_dim, 1, &hp->rope_dims));
+    SPECLA_TRY(key_int(k, "rope.dimension_count", 1, hp->head_dim, 1, &hp->rope_dims));
     if (hp->rope_dims % 2 != 0 || hp->rope_dims > hp->head_dim)
         return key_fail(k, "rope.dimension_count", "= %d must be even and at most the head dim %d", hp->rope_dims,
                         hp->head_dim);
-    CHECK(key_float(k, "rope.freq_base", 1, 10000.0f, &hp->rope_freq_base));
-    CHECK(rope_sections(k, hp->rope_dims, hp->head_dim));
-    CHECK(key_float(k, "attention.layer_norm_rms_epsilon", 0, 0.0f, &hp->rms_eps));
+    SPECLA_TRY(key_float(k, "rope.freq_base", 1, 10000.0f, &hp->rope_freq_base));
+    SPECLA_TRY(rope_sections(k, hp->rope_dims, hp->head_dim));
+    SPECLA_TRY(key_float(k, "attention.layer_norm_rms_epsilon", 0, 0.0f, &hp->rms_eps));
     int32_t inner_size;
-    CHECK(key_int(k, "ssm.conv_kernel", 0, 0, 1, &hp->ssm_conv_kernel));
-    CHECK(key_int(k, "ssm.state_size", 0, 0, 1, &hp->ssm_state_size));
-    CHECK(key_int(k, "ssm.group_count", 0, 0, 1, &hp->ssm_group_count));
-    CHECK(key_int(k, "ssm.time_step_rank", 0, 0, 1, &hp->ssm_time_step_rank));
-    CHECK(key_int(k, "ssm.inner_size", 0, 0, 1, &inner_size));
+    SPECLA_TRY(key_int(k, "ssm.conv_kernel", 0, 0, 1, &hp->ssm_conv_kernel));
+    SPECLA_TRY(key_int(k, "ssm.state_size", 0, 0, 1, &hp->ssm_state_size));
+    SPECLA_TRY(key_int(k, "ssm.group_count", 0, 0, 1, &hp->ssm_group_count));
+    SPECLA_TRY(key_int(k, "ssm.time_step_rank", 0, 0, 1, &hp->ssm_time_step_rank));
+    SPECLA_TRY(key_int(k, "ssm.inner_size", 0, 0, 1, &inner_size));
     if (hp->ssm_time_step_rank % hp->ssm_group_count != 0)
         return key_fail(k, "ssm.group_count", "= %d does not divide ssm.time_step_rank = %d", hp->ssm_group_count,
                         hp->ssm_time_step_rank);
     if ((int64_t)inner_size != (int64_t)hp->ssm_time_step_rank * hp->ssm_state_size)
         return key_fail(k, "ssm.inner_size", "= %d, expected ssm.time_step_rank * ssm.state_size = %lld", inner_size,
                         (long long)hp->ssm_time_step_rank * hp->ssm_state_size);
-    CHECK(check_vocab(k, n_vocab));
+    SPECLA_TRY(check_vocab(k, n_vocab));
     const int64_t channels = 2LL * hp->ssm_group_count * hp->ssm_state_size +
                              (int64_t)hp->ssm_time_step_rank * hp->ssm_state_size;
     if (channels > INT32_LIMIT)
@@ -292,10 +287,10 @@ static specla_status read_qwen35(const keys *k, int n_vocab, specla_hparams *hp,
 /* qwen2 / qwen3: pyspecla.arch.qwen2.read_hparams (attention only, RoPE over the whole head). */
 static specla_status read_attention_only(const keys *k, int arch, int n_vocab, specla_hparams *hp,
                                          uint8_t **recurrent, int *n_layer_file) {
-    CHECK(key_int(k, "block_count", 0, 0, 1, &hp->n_layer));
+    SPECLA_TRY(key_int(k, "block_count", 0, 0, 1, &hp->n_layer));
     *n_layer_file = hp->n_layer;
-    CHECK(key_int(k, "context_length", 0, 0, 1, &hp->n_ctx_train));
-    CHECK(key_int(k, "embedding_length", 0, 0, 1, &hp->n_embd));
+    SPECLA_TRY(key_int(k, "context_length", 0, 0, 1, &hp->n_ctx_train));
+    SPECLA_TRY(key_int(k, "embedding_length", 0, 0, 1, &hp->n_embd));
     uint8_t *used = (uint8_t *)malloc((size_t)hp->n_layer);
     *recurrent = (uint8_t *)calloc((size_t)hp->n_layer, 1);
     if (!used || !*recurrent) {
@@ -313,21 +308,21 @@ static specla_status read_attention_only(const keys *k, int arch, int n_vocab, s
                         hp->n_head_kv, hp->n_head);
     const int divides = hp->n_embd % hp->n_head == 0;
     int32_t key_length, value_length;
-    CHECK(key_int(k, "attention.key_length", divides, divides ? hp->n_embd / hp->n_head : 0, 1, &key_length));
-    CHECK(key_int(k, "attention.value_length", 1, key_length, 1, &value_length));
+    SPECLA_TRY(key_int(k, "attention.key_length", divides, divides ? hp->n_embd / hp->n_head : 0, 1, &key_length));
+    SPECLA_TRY(key_int(k, "attention.value_length", 1, key_length, 1, &value_length));
     if (key_length != value_length)
         return key_fail(k, "attention.value_length", "= %d differs from attention.key_length = %d", value_length,
                         key_length);
     if (key_length % 2 != 0)
         return key_fail(k, "attention.key_length", "= %d: the head dim must be even (RoPE rotates pairs)", key_length);
-    CHECK(key_int(k, "rope.dimension_count", 1, key_length, 1, &hp->rope_dims));
+    SPECLA_TRY(key_int(k, "rope.dimension_count", 1, key_length, 1, &hp->rope_dims));
     if (hp->rope_dims != key_length)
         return key_fail(k, "rope.dimension_count", "= %d differs from the head dim %d: %s rotates the whole head",
                         hp->rope_dims, key_length, k->arch);
     hp->head_dim = key_length;
-    CHECK(key_float(k, "rope.freq_base", 1, 10000.0f, &hp->rope_freq_base));
-    CHECK(key_float(k, "attention.layer_norm_rms_epsilon", 0, 0.0f, &hp->rms_eps));
-    CHECK(check_vocab(k, n_vocab));
+    SPECLA_TRY(key_float(k, "rope.freq_base", 1, 10000.0f, &hp->rope_freq_base));
+    SPECLA_TRY(key_float(k, "attention.layer_norm_rms_epsilon", 0, 0.0f, &hp->rms_eps));
+    SPECLA_TRY(check_vocab(k, n_vocab));
     if (2LL * hp->n_head * hp->head_dim > INT32_LIMIT)
         return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: attention width %lld does not fit in int32",
                            k->file->path, 2LL * hp->n_head * hp->head_dim);
@@ -529,9 +524,9 @@ static specla_status read_weights(const gguf_file *f, const specla_hparams *hp, 
     }
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     memset(w, 0, sizeof *w);
-    CHECK(expected_tensor(f, "token_embd.weight", "", E, V, 0, 1, &w->token_embd));
-    CHECK(expected_tensor(f, "output_norm.weight", "", E, 1, 1, 1, &w->output_norm));
-    CHECK(expected_tensor(f, "output.weight", "", E, V, 0, 0, &w->output)); /* absent: tied to token_embd */
+    SPECLA_TRY(expected_tensor(f, "token_embd.weight", "", E, V, 0, 1, &w->token_embd));
+    SPECLA_TRY(expected_tensor(f, "output_norm.weight", "", E, 1, 1, 1, &w->output_norm));
+    SPECLA_TRY(expected_tensor(f, "output.weight", "", E, V, 0, 0, &w->output)); /* absent: tied to token_embd */
     for (int il = 0; il < hp->n_layer; il++) {
         char label[64];
         layer_label(hp, il, label, sizeof label);
@@ -541,7 +536,7 @@ static specla_status read_weights(const gguf_file *f, const specla_hparams *hp, 
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s", il, lt->suffix[hp->arch]);
             specla_tensor *field = (specla_tensor *)((char *)&layers[il] + lt->offset);
-            CHECK(expected_tensor(f, name, label, dim_value(lt->ne0, hp), dim_value(lt->ne1, hp), lt->f32, 1, field));
+            SPECLA_TRY(expected_tensor(f, name, label, dim_value(lt->ne0, hp), dim_value(lt->ne1, hp), lt->f32, 1, field));
         }
     }
     w->layers = layers;
@@ -583,7 +578,7 @@ static specla_status read_architecture(const gguf_file *f, int *arch, const char
 static specla_status load(gguf_file *f, uint8_t **recurrent, specla_layer_weights **layers, specla_model **out) {
     int arch = SPECLA_ARCH_QWEN35;
     const char *arch_name = ARCH_NAMES[arch];
-    CHECK(read_architecture(f, &arch, &arch_name));
+    SPECLA_TRY(read_architecture(f, &arch, &arch_name));
     const gguf_tensor_info *embd = gguf_find_tensor(f, "token_embd.weight");
     if (!embd) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "%s: missing tensor 'token_embd.weight'", f->path);
     if (embd->n_dims != 2)
@@ -599,15 +594,15 @@ static specla_status load(gguf_file *f, uint8_t **recurrent, specla_layer_weight
     hp.n_vocab = (int32_t)embd->ne[1];
     int n_layer_file = 0;
     if (arch == SPECLA_ARCH_QWEN35)
-        CHECK(read_qwen35(&k, hp.n_vocab, &hp, recurrent, &n_layer_file));
+        SPECLA_TRY(read_qwen35(&k, hp.n_vocab, &hp, recurrent, &n_layer_file));
     else
-        CHECK(read_attention_only(&k, arch, hp.n_vocab, &hp, recurrent, &n_layer_file));
+        SPECLA_TRY(read_attention_only(&k, arch, hp.n_vocab, &hp, recurrent, &n_layer_file));
     hp.layer_is_recurrent = *recurrent;
     *layers = (specla_layer_weights *)calloc((size_t)hp.n_layer, sizeof **layers);
     if (!*layers) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "%s: out of memory", f->path);
     specla_weights w;
-    CHECK(read_weights(f, &hp, *layers, &w));
-    CHECK(check_no_unexpected(f, &hp, n_layer_file));
+    SPECLA_TRY(read_weights(f, &hp, *layers, &w));
+    SPECLA_TRY(check_no_unexpected(f, &hp, n_layer_file));
     specla_status s = specla_model_create(&hp, &w, out);
     if (s != SPECLA_OK) {
         char message[512];
@@ -622,7 +617,7 @@ SPECLA_API specla_status specla_model_load_gguf(const char *path, specla_model *
     if (!path || !out_model) return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "specla_model_load_gguf: NULL argument");
     *out_model = NULL;
     gguf_file *f = NULL;
-    CHECK(gguf_file_open(path, &f));
+    SPECLA_TRY(gguf_file_open(path, &f));
     uint8_t *recurrent = NULL;
     specla_layer_weights *layers = NULL;
     const specla_status s = load(f, &recurrent, &layers, out_model);
