@@ -424,6 +424,19 @@ __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) out[r] = __fmul_rn(part[r], scale);
 }
 
+/* gdn_step on token c of a walked chunk: its outputs (and with KEEP_DELTA its deltas) staged for the
+ * chunk's store; what every kernel that walks tokens through the state runs per token */
+template <int KPL, bool KEEP_DELTA>
+__device__ __forceinline__ void gdn_step_staged(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> &s, int c,
+                                                const gdn_lane &L, float scale) {
+    gdn_token<KPL> in;
+    gdn_token_of<KPL>(in, s, c, L);
+    float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
+    gdn_step<KPL>(M, in, scale, o, d);
+    gdn_stage_rows(s.out, c, L, o);
+    if (KEEP_DELTA) gdn_stage_rows(s.delta, c, L, d);
+}
+
 /* One accepted token's factors into the state: gdn_step's update without the reads. */
 template <int KPL>
 __device__ __forceinline__ void gdn_fold(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_factor<KPL> &in) {
@@ -526,11 +539,7 @@ __global__ void GDN_LAUNCH_BOUNDS
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
     gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, out, NULL, [&](int, gdn_chunk<KPL> &s, int c) {
-        gdn_token<KPL> in;
-        gdn_token_of<KPL>(in, s, c, L);
-        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-        gdn_step<KPL>(M, in, scale, o, d);
-        gdn_stage_rows(s.out, c, L, o);
+        gdn_step_staged<KPL, false>(M, s, c, L, scale);
     });
     gdn_store_state<KPL>(M, head, L);
 }
@@ -632,12 +641,7 @@ __global__ void GDN_LAUNCH_BOUNDS
             gdn_load_state<KPL>(M, head_slots + load * head_size, L);
         else if (load == WALK_DURABLE && p > 0)
             gdn_load_state<KPL>(M, durable, L);
-        gdn_token<KPL> in;
-        gdn_token_of<KPL>(in, s, c, L);
-        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-        gdn_step<KPL>(M, in, scale, o, d);
-        gdn_stage_rows(s.out, c, L, o);
-        gdn_stage_rows(s.delta, c, L, d);
+        gdn_step_staged<KPL, true>(M, s, c, L, scale);
         const int store = walk_store[p];
         if (store >= 0 && store < smem_slots)
             gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
@@ -676,12 +680,7 @@ __global__ void GDN_LAUNCH_BOUNDS
         float M[GDN_ROWS_PER_THREAD][KPL];
         gdn_load_state<KPL>(M, durable, L);
         gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, out, delta_out, [&](int, gdn_chunk<KPL> &s, int cc) {
-            gdn_token<KPL> in;
-            gdn_token_of<KPL>(in, s, cc, L);
-            float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-            gdn_step<KPL>(M, in, scale, o, d);
-            gdn_stage_rows(s.out, cc, L, o);
-            gdn_stage_rows(s.delta, cc, L, d);
+            gdn_step_staged<KPL, true>(M, s, cc, L, scale);
         });
     }
 }
@@ -705,12 +704,7 @@ __global__ void GDN_LAUNCH_BOUNDS
     gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, out, delta_out, [&](int t, gdn_chunk<KPL> &s, int c) {
         const int parent = parents[t];
         if (t > 0 && parent != t - 1) gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
-        gdn_token<KPL> in;
-        gdn_token_of<KPL>(in, s, c, L);
-        float o[GDN_ROWS_PER_THREAD], d[GDN_ROWS_PER_THREAD];
-        gdn_step<KPL>(M, in, scale, o, d);
-        gdn_stage_rows(s.out, c, L, o);
-        gdn_stage_rows(s.delta, c, L, d);
+        gdn_step_staged<KPL, true>(M, s, c, L, scale);
         gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
     });
 }
