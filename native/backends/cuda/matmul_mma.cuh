@@ -160,6 +160,26 @@ MM_HD uint32_t mm_q6_levels(const mm_mma_frag<TYPE> &f, int hr, int h6, int m, i
 /* C element i of tile mt lies in row quarter 2 mt + (i >> 1) (rows g, g + 8 of the tile) */
 #define MM_HR(mt, i) (2 * (mt) + ((i) >> 1))
 
+/* The K-quants' float step of 256-block k: acc[mt][nt][i] = fma(factor(da, MM_HR(mt, i)), sums[mt][nt][i],
+ * acc[mt][nt][i]) for the thread's C elements of tokens inside the batch, da the token's activation
+ * scale of the block and factor the row quarter's multiplier (d_a times a weight scale, negated
+ * for Q4_K's min term). */
+template <int NTILES, class Factor>
+MM_HD void mm_k_float_step(float acc[2][NTILES][4], const int32_t (&sums)[2][NTILES][4], const mm_acts &act, int64_t n,
+                           int n_batch, int k, int p0, int t, Factor factor) {
+#pragma unroll
+    for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+            if (tok >= n_batch) continue;
+            const float da = act.scales[(int64_t)tok * (n / 256) + k];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                acc[mt][nt][i] = mm_fma(factor(da, MM_HR(mt, i)), mm_i2f(sums[mt][nt][i]), acc[mt][nt][i]);
+        }
+}
+
 /* The block's step for both 16-row tiles and NTILES tiles of 8 tokens (tokens p0 + 8 nt + ...):
  * acc[mt][nt][i] for the thread's C element i of row tile mt and token tile nt. The weight side
  * (levels, scales) is unpacked once per block, and every activation word feeds both row tiles. */
@@ -200,19 +220,8 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                 }
             }
         }
-#pragma unroll
-        for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-                if (tok >= n_batch) continue;
-                const float da = act.scales[(int64_t)tok * (n / 256) + k];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const float d = mm_half((uint16_t)(f.h[MM_HR(mt, i)].x & 0xffffu));
-                    acc[mt][nt][i] = mm_fma(mm_mul(da, d), mm_i2f(s[mt][nt][i]), acc[mt][nt][i]);
-                }
-            }
+        mm_k_float_step<NTILES>(acc, s, act, n, n_batch, k, p0, t,
+                                [&](float da, int hr) { return mm_mul(da, mm_half((uint16_t)(f.h[hr].x & 0xffffu))); });
         int32_t tt[2][NTILES][4] = {};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -237,19 +246,8 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                     for (int i = 0; i < 4; i++) tt[mt][nt][i] += mn[MM_HR(mt, i)] * ((i & 1) ? pair1 : pair0);
             }
         }
-#pragma unroll
-        for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-                if (tok >= n_batch) continue;
-                const float da = act.scales[(int64_t)tok * (n / 256) + k];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const float dmin = mm_half((uint16_t)(f.h[MM_HR(mt, i)].x >> 16));
-                    acc[mt][nt][i] = mm_fma(-mm_mul(da, dmin), mm_i2f(tt[mt][nt][i]), acc[mt][nt][i]);
-                }
-            }
+        mm_k_float_step<NTILES>(acc, tt, act, n, n_batch, k, p0, t,
+                                [&](float da, int hr) { return -mm_mul(da, mm_half((uint16_t)(f.h[hr].x >> 16))); });
         return;
     }
     if (TYPE == SPECLA_TYPE_Q6_K) {
@@ -284,17 +282,8 @@ MM_HD void mm_mma_block(const mm_mma_frag<TYPE> &f, const mm_acts &act, int64_t 
                         }
                     }
                 }
-#pragma unroll
-        for (int nt = 0; nt < NTILES; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-                if (tok >= n_batch) continue;
-                const float da = act.scales[(int64_t)tok * (n / 256) + k];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-                    acc[mt][nt][i] = mm_fma(mm_mul(da, mm_half(f.side[MM_HR(mt, i)].d)), mm_i2f(s[mt][nt][i]), acc[mt][nt][i]);
-            }
+        mm_k_float_step<NTILES>(acc, s, act, n, n_batch, k, p0, t,
+                                [&](float da, int hr) { return mm_mul(da, mm_half(f.side[hr].d)); });
         return;
     }
     /* Q8_0 / Q4_0 / Q5_0: one block of 32 = k-words t and 4 + t */
