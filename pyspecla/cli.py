@@ -351,6 +351,7 @@ def cmd_run(args) -> int:
         for flag, used in (("--specla", args.specla), ("--no-ddtree", args.no_ddtree),
                            ("--no-chain-seed", args.no_chain_seed), ("--ddtree-tau", args.ddtree_tau is not None),
                            ("--specla-top-k", args.specla_top_k is not None),
+                           ("--ddtree-budget", args.ddtree_budget is not None),
                            ("--draft-max", args.draft_max is not None),
                            ("--draft-p-min", args.draft_p_min is not None),
                            ("--draft-vocab", args.draft_vocab is not None)):

@@ -241,6 +241,7 @@ def test_run_with_the_oracle_drafter(draft_pair):
     [
         (["--specla"], "--specla needs --draft"),
         (["--no-ddtree"], "--no-ddtree needs --draft"),
+        (["--ddtree-budget", "8"], "--ddtree-budget needs --draft"),
         (["--draft", "{draft}", "--ddtree-budget", "0"], "--ddtree-budget must be positive"),
         (["--draft", "{draft}", "--specla-top-k", "-2"], "--specla-top-k must be positive"),
         (["--draft", "oracle:p=1.5"], "oracle"),
