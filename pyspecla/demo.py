@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from .errors import UsageError
+
 
 def demo_cache_dir(cache_dir: str | None) -> Path:
     return Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspecla"
@@ -20,7 +22,13 @@ def demo_models(cache_dir: str | None) -> tuple[Path, Path]:
 
     base = demo_cache_dir(cache_dir)
     target, draft = base / "demo-tiny8-q8_0-seed1.gguf", base / "demo-dflash-draft-seed1.gguf"
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"demo cache directory {base}: cannot create it ({exc.strerror or exc}); "
+                         "give another with --cache-dir") from None
+    if not os.access(base, os.W_OK | os.X_OK) and not (target.exists() and draft.exists()):
+        raise UsageError(f"demo cache directory {base}: not writable; give another with --cache-dir")
     if not target.exists():
         print(f"building the demo target (synthetic weights, once): {target}", file=sys.stderr)
         tmp = target.with_suffix(".tmp")

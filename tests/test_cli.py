@@ -184,6 +184,16 @@ def draft_pair(tiny_model_path, tmp_path_factory):
     return target, draft
 
 
+@pytest.mark.parametrize("cache_dir", ["{file}", "{file}/below"])
+def test_demo_cache_dir_that_cannot_be_a_directory_is_named(tmp_path, cache_dir):
+    (tmp_path / "notes.txt").write_text("a file, not a directory\n")
+    cache_dir = cache_dir.format(file=tmp_path / "notes.txt")
+    result = run_cli("demo", "--cache-dir", cache_dir, "-n", "2")
+    assert result.returncode == 2, result.stderr
+    assert f"demo cache directory {cache_dir}: cannot create it" in result.stderr and "--cache-dir" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("extra", [[], ["--specla"], ["--no-ddtree", "--specla"], ["--specla", "--ddtree-budget", "5",
                                                                                    "--ddtree-tau", "0"],
                                    ["--specla", "--draft-vocab", "64"]])  # a DFlash draft over part of the head
