@@ -66,7 +66,9 @@ def test_bad_requests_are_400_naming_the_field(server, path, payload, param, nee
 
 
 @pytest.mark.parametrize("body,needle", [(b"{not json", "malformed JSON"), (b"", "empty"), (b"[1, 2]", "JSON object"),
-                                         (b"\xff\xfe", "not UTF-8")])
+                                         (b"\xff\xfe", "not UTF-8"),
+                                         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply")],
+                         ids=["not-json", "empty", "array", "not-utf8", "nested-100000-deep"])
 def test_malformed_bodies_are_400(server, body, needle):
     response = post(server, "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert_openai_error(response, 400, None, needle)

@@ -49,6 +49,8 @@ def parse_json_body(body: bytes):
     except json.JSONDecodeError as exc:
         raise bad_request(f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}",
                           code="invalid_json") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise bad_request("malformed JSON body: nested too deeply", code="invalid_json") from None
 
 
 _TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none", "literal", "function-", "constrained-")
