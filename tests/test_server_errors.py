@@ -57,6 +57,11 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tempe
     ("/v1/completions", {"prompt": "", "max_tokens": 2}, "prompt", "empty"),
     ("/v1/completions", {"prompt": "x", "stop": 3}, "stop", ""),
     ("/completion", {"prompt": "x", "n_predict": -2}, "n_predict", "greater than or equal to -1"),
+    ("/completion", {"prompt": "x", "grammar": 'root ::= "a"'}, "grammar", "not supported"),
+    ("/completion", {"prompt": "x", "json_schema": {"type": "object"}}, "json_schema", "not supported"),
+    ("/completion", {"prompt": "x", "logit_bias": [[5, -100]]}, "logit_bias", "not supported"),
+    ("/completion", {"prompt": "x", "logit_bias": {"5": False}}, "logit_bias", "not supported"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 2, "best_of": 3}, "best_of", "only best_of=1"),
     ("/detokenize", {"tokens": [1, 10**9]}, "tokens", "outside the vocabulary"),
     ("/tokenize", {"content": 3}, "content", "valid string"),
 ])

@@ -68,6 +68,12 @@ async def completion(request: Request):
     state = request.app.state.server
     model = state.model
     body = validated(LlamaCompletionRequest, parse_json_body(await request.body()))
+    for name in ("grammar", "json_schema"):
+        if getattr(body, name):
+            raise bad_request(f"{name} is not supported (it needs constrained decoding)", param=name,
+                              code="unsupported_value")
+    if body.logit_bias:
+        raise bad_request("logit_bias is not supported", param="logit_bias", code="unsupported_value")
     ids = tokenize_prompt(model, body.prompt)
     n_predict = new_token_budget(len(ids), None if body.n_predict < 0 else body.n_predict, state.n_ctx, "prompt")
     sampling = sampling_params(body, penalty_last_n=body.repeat_last_n)

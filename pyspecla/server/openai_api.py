@@ -195,6 +195,9 @@ async def completions(request: Request):
     _check_common(body)
     if body.suffix:
         raise bad_request("suffix is not supported", param="suffix", code="unsupported_value")
+    if body.best_of is not None and body.best_of != 1:
+        raise bad_request(f"best_of: only best_of=1 is supported, got {body.best_of}", param="best_of",
+                          code="unsupported_value")
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         if len(prompt) != 1:

@@ -92,6 +92,7 @@ class CompletionRequest(SamplingFields):
     echo: StrictBool = False
     suffix: str | None = None
     logit_bias: dict[str, float] | None = None
+    best_of: StrictInt | None = None
 
 
 class LlamaCompletionRequest(SamplingFields):
@@ -105,6 +106,11 @@ class LlamaCompletionRequest(SamplingFields):
     repeat_last_n: conint(ge=-1, strict=True) | None = None
     ignore_eos: StrictBool = False
     return_tokens: StrictBool = False
+    # options this server cannot honour, declared so that a request using them is refused, not served
+    # as if they were absent (llama-server takes logit_bias as a list of pairs or an object)
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    logit_bias: Union[list[Any], dict[str, Any], None] = None
 
 
 class TokenizeRequest(_Body):
