@@ -49,6 +49,8 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tempe
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}}, "response_format",
      "not supported"),
     ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, "tool_choice", "only 'auto' and 'none'"),
+    ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": {"enable_thinking": "false"}},
+     "chat_template_kwargs.enable_thinking", 'must be true or false, got "false"'),
     ("/v1/chat/completions", {"max_tokens": 4}, "messages", "Field required"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "word " * 400}]}, "messages",
      "context holds 256"),

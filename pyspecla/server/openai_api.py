@@ -79,6 +79,11 @@ async def chat_completions(request: Request):
     if body.tools and body.tool_choice != "none":
         tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
     template_kwargs = dict(body.chat_template_kwargs or {})
+    if not isinstance(template_kwargs.get("enable_thinking", True), bool):
+        # a template tests it for truth: "false" or 0 would not mean what the client meant
+        raise bad_request(f"chat_template_kwargs.enable_thinking must be true or false, got "
+                          f"{json.dumps(template_kwargs['enable_thinking'], default=str)[:80]}",
+                          param="chat_template_kwargs.enable_thinking", code="invalid_value")
     thinking = template_kwargs.get("enable_thinking", True) is not False
     prompt = render_chat(model, messages, tools, template_kwargs)
     ids = tokenize_prompt(model, prompt, "messages")
