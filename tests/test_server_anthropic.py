@@ -110,6 +110,11 @@ def test_thinking_and_tool_use_blocks(model):
     ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
     ({"max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
     ({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "image"),
+    ({"max_tokens": 4, "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": "[1, 2]"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}]},
+     "messages.1.content[0].input: a tool_use block's input must be an object"),
 ])
 def test_errors_in_anthropics_shape(server, payload, needle):
     response = post(server, payload)

@@ -57,7 +57,11 @@ def template_messages(body: MessagesRequest) -> list[dict]:
             elif kind == "thinking" and message.role == "assistant":
                 reasoning.append(str(block.get("thinking", "")))
             elif kind == "tool_use" and message.role == "assistant":
-                arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+                arguments = block.get("input", {})
+                if not isinstance(arguments, dict):
+                    raise bad_request(f"{where}.content[{j}].input: a tool_use block's input must be an object, got "
+                                      f"{json.dumps(arguments, default=str)[:80]}", param=f"{where}.content",
+                                      code="invalid_value")
                 calls.append({"type": "function", "id": block.get("id"),
                               "function": {"name": block.get("name"), "arguments": arguments},
                               "name": block.get("name"), "arguments": arguments})
