@@ -40,6 +40,8 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tempe
     ("/v1/chat/completions", {**CHAT, "temperature": "hot"}, "temperature", "valid number"),
     ("/v1/chat/completions", {**CHAT, "temperature": -0.5}, "temperature", "greater than or equal to 0"),
     ("/v1/chat/completions", {**CHAT, "top_p": 1.5}, "top_p", "less than or equal to 1"),
+    ("/v1/chat/completions", {**CHAT, "top_p": 0}, "top_p", "greater than 0"),
+    ("/v1/chat/completions", {**CHAT, "seed": 2**64}, "seed", "less than 18446744073709551616"),
     ("/v1/chat/completions", {**CHAT, "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
     ("/v1/chat/completions", {**CHAT, "top_logprobs": 50}, "top_logprobs", "less than or equal to 20"),
     ("/v1/chat/completions", {**CHAT, "messages": []}, "messages", "at least 1"),

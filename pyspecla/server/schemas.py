@@ -12,6 +12,8 @@ FiniteFloat = confloat(allow_inf_nan=False)
 NonNegative = confloat(ge=0.0, allow_inf_nan=False)
 Probability = confloat(ge=0.0, le=1.0, allow_inf_nan=False)
 Penalty = confloat(ge=-2.0, le=2.0, allow_inf_nan=False)
+TopP = confloat(gt=0.0, le=1.0, allow_inf_nan=False)  # (0 would keep no token: the library refuses it)
+Seed = conint(lt=2**64, strict=True)  # the library's seed is 64-bit; a negative one asks for a random seed
 Positive = conint(ge=1, strict=True)
 Stop = Union[str, list[str], None]
 
@@ -25,13 +27,13 @@ class SamplingFields(_Body):
     top_k, min_p, repeat_penalty; OpenAI's defaults)."""
 
     temperature: NonNegative | None = None
-    top_p: Probability | None = None
+    top_p: TopP | None = None
     top_k: conint(ge=0, strict=True) | None = None
     min_p: Probability | None = None
     repeat_penalty: confloat(gt=0.0, allow_inf_nan=False) | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    seed: StrictInt | None = None
+    seed: Seed | None = None
 
 
 class StreamOptions(_Body):
@@ -147,7 +149,7 @@ class MessagesRequest(_Body):
     stop_sequences: list[str] | None = None
     stream: StrictBool = False
     temperature: NonNegative | None = None
-    top_p: Probability | None = None
+    top_p: TopP | None = None
     top_k: conint(ge=0, strict=True) | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: dict[str, Any] | None = None
