@@ -15,6 +15,7 @@ GOOD = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   LDG.E.128.CONSTANT R4, desc[UR6][R2.64] ;
         /*0020*/               @P0 LDGSTS.E.BYPASS.128 [R108], desc[UR6][R8.64] ;
+        /*0028*/                   UBLKCP.S.G [UR36], [UR16], UR18 ;
         /*0030*/                   ACQBULK ;
         /*0040*/                   LDG.E.128 R8, desc[UR6][R12.64] ;
         /*0050*/                   EXIT ;
@@ -33,8 +34,8 @@ def test_weight_loads_and_copies_before_the_wait_pass():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     # the kernel without a wait is not reported; the plain load after the wait is not counted
-    assert lines[0] == ("_Z9mm_kernelILi12ELi1EEv14mm_launch_args: 2 loads before the wait "
-                        "(async copy 1, weight (non-coherent) 1)")
+    assert lines[0] == ("_Z9mm_kernelILi12ELi1EEv14mm_launch_args: 3 loads before the wait "
+                        "(async copy 1, bulk copy 1, weight (non-coherent) 1)")
     assert lines[1].strip() == "LDG.E.128.CONSTANT R4, desc[UR6][R2.64]"
 
 

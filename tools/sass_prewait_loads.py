@@ -3,8 +3,9 @@ output. Under programmatic dependent launch (native/backends/cuda/launch.h) grid
 (SASS ACQBULK) is where the previous kernel's writes become visible: a matmul may issue its weight
 loads before it, nothing else. The weights are the only data read with non-coherent loads
 (LDG...CONSTANT; tools/check_load_rules.py keeps the sources so) and asynchronous copies (LDGSTS)
-before the wait carry weights too, so a plain LDG before ACQBULK reads something a previous kernel
-may still be writing, and is reported.
+and bulk copies (UBLKCP, the staged tensor-core kernel's cp.async.bulk) before the wait carry
+weights too, so a plain LDG before ACQBULK reads something a previous kernel may still be writing,
+and is reported.
 
     nvcc -O3 -std=c++20 -arch=sm_90 -cubin -Inative/backends/cuda -Inative/common -Inative/include \\
         native/backends/cuda/matmul.cu -o matmul.cubin
@@ -24,7 +25,7 @@ import sys
 from collections import Counter
 
 FUNCTION = re.compile(r"Function : (\S+)")
-LOAD = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:LDGSTS|LDG)[A-Z0-9_.]*)\s*([^;]*);")
+LOAD = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:LDGSTS|LDG|UBLKCP)[A-Z0-9_.]*)\s*([^;]*);")
 
 
 def prewait_loads(sass: str) -> dict[str, list[tuple[str, str]]]:
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
     plain = 0
     for name, loads in kernels.items():
         kinds = Counter("weight (non-coherent)" if "CONSTANT" in op else "async copy" if op.startswith("LDGSTS")
-                        else "PLAIN" for op, _ in loads)
+                        else "bulk copy" if op.startswith("UBLKCP") else "PLAIN" for op, _ in loads)
         bad = kinds.get("PLAIN", 0)
         plain += bad
         summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
