@@ -494,18 +494,26 @@ def main(argv=None) -> int:
         if args.command == "demo":
             from .demo import cmd_demo  # writes synthetic models: pyspecla.testing, only here
 
-            return cmd_demo(args)
-        if args.command == "serve":
+            status = cmd_demo(args)
+        elif args.command == "serve":
             from .server.run import cmd_serve  # (its dependencies are the optional extra `server`)
 
-            return cmd_serve(args)
-        return {"run": cmd_run, "inspect": cmd_inspect}[args.command](args)
+            status = cmd_serve(args)
+        else:
+            status = {"run": cmd_run, "inspect": cmd_inspect}[args.command](args)
+        sys.stdout.flush()  # a reader that has gone shows here (below), not in the interpreter's exit
+        return status
     except SpeclaError as exc:
         print(f"pyspecla: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\npyspecla: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # whoever read stdout has gone (`pyspecla inspect model.gguf | head`): stop as a process that
+        # SIGPIPE ends would, and keep the interpreter's final flush from failing on the same pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

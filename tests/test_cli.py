@@ -66,6 +66,21 @@ def test_inspect_lists_metadata_pattern_and_tensors(tiny_model_path):
     assert "blk.0.attn_qkv.weight" in out and "Q6_K" in out and "Q4_K" in out
 
 
+def test_a_reader_that_stops_early_ends_inspect_without_a_traceback(tiny_model_path, monkeypatch, capsys):
+    """`pyspecla inspect model.gguf | head -1`: stdout's reader has gone, so the command ends with
+    status 141 (as SIGPIPE ends cat) and nothing on stderr. The pipe's read end is closed before the
+    first write, so the write fails every time, not only when the reader loses a race."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert main(["inspect", tiny_model_path("q4_k_m")]) == 141
+    finally:
+        stdout.close()  # (its descriptor now points at /dev/null)
+    assert capsys.readouterr().err == ""
+
+
 def test_help_documents_every_flag():
     parser = build_parser()
     for name, sub in parser._subparsers._group_actions[0].choices.items():
