@@ -392,6 +392,9 @@ def _generate_speculative(model, prompt_ids, args, sampling, out=None):
 
     out = out or sys.stdout
     plan = plan_run_context(model, len(prompt_ids), args)
+    if args.ddtree_budget is not None and args.ddtree_budget > plan.n_ctx:
+        raise UsageError(f"--ddtree-budget {args.ddtree_budget}: a tree cannot be larger than the context "
+                         f"({plan.n_ctx} tokens)")
     n_ctx = plan.n_ctx + (args.ddtree_budget or DDTREE_BUDGET) + 64
     drafter = make_drafter(model, args.draft, prompt_ids, plan.n_predict, n_ctx, draft_max=args.draft_max,
                            draft_p_min=args.draft_p_min, draft_vocab=args.draft_vocab,

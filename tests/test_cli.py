@@ -268,6 +268,7 @@ def test_run_with_the_oracle_drafter(draft_pair):
         (["--no-ddtree"], "--no-ddtree needs --draft"),
         (["--ddtree-budget", "8"], "--ddtree-budget needs --draft"),
         (["--draft", "{draft}", "--ddtree-budget", "0"], "--ddtree-budget must be positive"),
+        (["--draft", "{draft}", "--ddtree-budget", "100000000"], "--ddtree-budget 100000000: a tree cannot be"),
         (["--draft", "{draft}", "--specla-top-k", "-2"], "--specla-top-k must be positive"),
         (["--draft", "oracle:p=1.5"], "oracle"),
         (["--draft", "oracle:q"], "oracle:p=P"),
