@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import _native
-from .errors import UsageError
+from .errors import GGUFError, UsageError
 from .generation import SPECULATIVE_OPTIONS, Generation, start_generation
 from .loader.target import ModelFile
 from .logit_rows import apply_logit_rows
@@ -209,7 +209,9 @@ class Context:
         before every chunk: when it answers True, returns None, the chunks before it evaluated.
         on_progress(done, total) is called after each chunk."""
         tokens = token_id_array(token_ids, "prefill: token ids")
-        logits = np.empty((1, self.n_logits), dtype=np.float32) if want_logits else None
+        # the last row's logits come back even for a greedy next token: one look at them per
+        # generation tells a file whose weights hold NaN or Inf from a model that chose token 0
+        logits = np.empty((1, self.n_logits), dtype=np.float32)
         for start in range(0, len(tokens), self.max_batch):
             if should_stop is not None and should_stop():
                 return None
@@ -218,6 +220,9 @@ class Context:
             self._forward(chunk, False, logits if last_chunk else None, last_chunk and not want_logits)
             if on_progress is not None:
                 on_progress(start + len(chunk), len(tokens))
+        if not np.isfinite(logits).all():
+            raise GGUFError(f"{self.model.file.path}: the logits after the prompt are not finite (NaN or "
+                            f"infinite): the file's weights may hold NaN or Inf values")
         return logits[0] if want_logits else self.token_of(self._argmax[0])
 
     def eval_argmax(self, token_ids: Sequence[int], on_progress: Callable[[int, int], None] | None = None) -> int:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from pyspecla.cli import build_parser, main
@@ -79,6 +80,27 @@ def test_a_reader_that_stops_early_ends_inspect_without_a_traceback(tiny_model_p
     finally:
         stdout.close()  # (its descriptor now points at /dev/null)
     assert capsys.readouterr().err == ""
+
+
+def test_a_model_whose_weights_hold_nan_is_named_not_run(tiny_model_path, tmp_path):
+    """NaN in a weight makes every logit NaN, and the argmax of a NaN row is token 0: without a
+    look at the logits a run printed token 0 over and over and exited 0. The prompt's last logits
+    row is checked once per generation: the file is named, exit 2, plain and speculative alike."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    path = str(tmp_path / "nan.gguf")
+    shutil.copy(tiny_model_path("f32"), path)
+    tensor = next(t for t in GGUFReader(path).tensors if t.name == "output_norm.weight")
+    with open(path, "r+b") as f:
+        f.seek(int(tensor.data_offset) + 4 * 5)  # one element of the final norm's weight
+        f.write(np.float32(np.nan).tobytes())
+    for extra in ([], ["--draft", "oracle:p=0.9"]):
+        result = run_cli("run", path, "-p", "x = ", "-n", "4", *extra)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"{path}: the logits after the prompt are not finite" in result.stderr
+        assert "Traceback" not in result.stderr
 
 
 def test_help_documents_every_flag():
