@@ -298,3 +298,18 @@ def write_minimal_qwen35(
     writer.write_tensors_to_file()
     writer.close()
     return fixture
+
+
+def copy_with_a_nan_weight(src: str, dst: str, tensor: str = "output_norm.weight", index: int = 5) -> str:
+    """dst = the GGUF src with element `index` of an F32 tensor set to NaN (a file corrupted the way
+    that makes every logit NaN: the final norm's weight). Returns dst."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    shutil.copy(src, dst)
+    info = next(t for t in GGUFReader(dst).tensors if t.name == tensor)
+    with open(dst, "r+b") as f:
+        f.seek(int(info.data_offset) + 4 * index)
+        f.write(np.float32(np.nan).tobytes())
+    return dst

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from pyspecla.cli import build_parser, main
@@ -86,16 +85,9 @@ def test_a_model_whose_weights_hold_nan_is_named_not_run(tiny_model_path, tmp_pa
     """NaN in a weight makes every logit NaN, and the argmax of a NaN row is token 0: without a
     look at the logits a run printed token 0 over and over and exited 0. The prompt's last logits
     row is checked once per generation: the file is named, exit 2, plain and speculative alike."""
-    import shutil
+    from gguf_fixtures import copy_with_a_nan_weight
 
-    from gguf import GGUFReader
-
-    path = str(tmp_path / "nan.gguf")
-    shutil.copy(tiny_model_path("f32"), path)
-    tensor = next(t for t in GGUFReader(path).tensors if t.name == "output_norm.weight")
-    with open(path, "r+b") as f:
-        f.seek(int(tensor.data_offset) + 4 * 5)  # one element of the final norm's weight
-        f.write(np.float32(np.nan).tobytes())
+    path = copy_with_a_nan_weight(tiny_model_path("f32"), str(tmp_path / "nan.gguf"))
     for extra in ([], ["--draft", "oracle:p=0.9"]):
         result = run_cli("run", path, "-p", "x = ", "-n", "4", *extra)
         assert result.returncode == 2, result.stdout + result.stderr

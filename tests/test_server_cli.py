@@ -86,6 +86,21 @@ def test_bad_drafts_are_one_line_and_status_2(tiny_model_path, capsys, argv, nee
     assert needle in err and err.count("\n") == 1, err
 
 
+def test_a_model_whose_weights_hold_nan_fails_at_startup(tiny_model_path, tmp_path, capsys, monkeypatch):
+    """serve runs one token through the model before it listens: a file whose weights hold NaN is
+    one line naming it and status 2, not a server whose every request fails."""
+    pytest.importorskip("uvicorn")
+    import uvicorn
+    from gguf_fixtures import copy_with_a_nan_weight
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: served.append(a))  # a missed check must not block
+    path = copy_with_a_nan_weight(tiny_model_path("f32"), str(tmp_path / "nan.gguf"))
+    assert cli.main(["serve", path, "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: the logits after the prompt are not finite" in err and not served, err
+
+
 def test_without_the_server_dependencies_it_says_how_to_install_them(tiny_model_path, capsys, monkeypatch):
     import pyspecla.server.run as run
 

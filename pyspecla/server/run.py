@@ -70,6 +70,13 @@ def cmd_serve(args) -> int:
     draft = check_draft(args.draft)
     options = speculative_options(args)
     model = Model.load(args.model, n_threads=args.threads, cpu_kernels=args.cpu_kernels, device=args.device)
+    # one token through the model before serving (llama-server warms up too): a file whose weights
+    # hold NaN or Inf fails here, named (Context.prefill checks the logits), not in every request
+    ctx = model.new_context(n_ctx=16, max_batch=1)
+    try:
+        ctx.prefill([0])
+    finally:
+        ctx.close()
     n_ctx = server_context_size(model, args.ctx_size)
     app = create_app(model, n_ctx=n_ctx, model_path=args.model, model_id=args.alias, parallel=args.parallel,
                      queue_size=args.queue, draft=draft, speculative_options=options, api_key=args.api_key)
