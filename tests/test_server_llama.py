@@ -44,6 +44,18 @@ def test_completion_answers_in_llama_servers_shape(server, model):
     assert timings["predicted_n"] == len(expected) - 1 and timings["predicted_ms"] > 0 and timings["prompt_ms"] > 0
 
 
+def test_samplers_sent_at_their_off_values_are_served(server, model):
+    """llama-server clients send every sampler with its default: mirostat 0, typical_p 1, DRY, XTC and
+    dynamic temperature at 0 are off, so the request is served as without them (other values: 400,
+    test_server_errors)."""
+    prompt = "def add(a, b):"
+    expected = model.generate(model.tokenize(prompt), N, stop_at_eos=True)
+    body = post(server, "/completion", {"prompt": prompt, "n_predict": N, "temperature": 0, "return_tokens": True,
+                                        "mirostat": 0, "typical_p": 1.0, "dry_multiplier": 0.0,
+                                        "xtc_probability": 0.0, "dynatemp_range": 0.0}).json()
+    assert body["tokens"] == expected
+
+
 def test_streamed_completion_gives_the_same_tokens_then_a_final_item(server, model):
     prompt = "class Cache:\n\tdef get(self, key"
     whole = post(server, "/completion", {"prompt": prompt, "n_predict": N, "temperature": 0,

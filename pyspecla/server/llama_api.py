@@ -74,6 +74,13 @@ async def completion(request: Request):
                               code="unsupported_value")
     if body.logit_bias:
         raise bad_request("logit_bias is not supported", param="logit_bias", code="unsupported_value")
+    for name, on in (("mirostat", body.mirostat != 0), ("typical_p", body.typical_p < 1.0),
+                     ("dry_multiplier", body.dry_multiplier != 0.0), ("xtc_probability", body.xtc_probability > 0.0),
+                     ("dynatemp_range", body.dynatemp_range != 0.0)):
+        if on:  # served without it, the tokens would not come from the distribution the client asked for
+            raise bad_request(f"{name}={getattr(body, name)} is not supported (the samplers here: temperature, "
+                              f"top_k, top_p, min_p and the repetition penalties)", param=name,
+                              code="unsupported_value")
     ids = tokenize_prompt(model, body.prompt)
     n_predict = new_token_budget(len(ids), None if body.n_predict < 0 else body.n_predict, state.n_ctx, "prompt")
     sampling = sampling_params(body, penalty_last_n=body.repeat_last_n)

@@ -113,6 +113,13 @@ class LlamaCompletionRequest(SamplingFields):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     logit_bias: Union[list[Any], dict[str, Any], None] = None
+    # llama-server's other samplers, each at its "off" value (a client may send that explicitly);
+    # any other value is refused (llama_api.py)
+    mirostat: conint(ge=0, le=2, strict=True) = 0
+    typical_p: FiniteFloat = 1.0
+    dry_multiplier: FiniteFloat = 0.0
+    xtc_probability: FiniteFloat = 0.0
+    dynatemp_range: FiniteFloat = 0.0
 
 
 class TokenizeRequest(_Body):
