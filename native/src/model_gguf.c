@@ -536,7 +536,8 @@ static specla_status read_weights(const gguf_file *f, const specla_hparams *hp, 
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s", il, lt->suffix[hp->arch]);
             specla_tensor *field = (specla_tensor *)((char *)&layers[il] + lt->offset);
-            SPECLA_TRY(expected_tensor(f, name, label, dim_value(lt->ne0, hp), dim_value(lt->ne1, hp), lt->f32, 1, field));
+            SPECLA_TRY(
+                expected_tensor(f, name, label, dim_value(lt->ne0, hp), dim_value(lt->ne1, hp), lt->f32, 1, field));
         }
     }
     w->layers = layers;
