@@ -17,7 +17,6 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     return tensor_check(t, "tensor", what, layer, ne0, ne1, must_be_f32);
 }
 
-
 static specla_status validate_hparams(const specla_hparams *hp) {
     if (hp->arch != SPECLA_ARCH_QWEN35 && hp->arch != SPECLA_ARCH_QWEN2 && hp->arch != SPECLA_ARCH_QWEN3)
         return specla_fail(SPECLA_ERR_UNSUPPORTED, "hparams: unknown architecture id %d", hp->arch);

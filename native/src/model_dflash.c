@@ -16,7 +16,6 @@ static specla_status check_tensor(const specla_tensor *t, const char *what, int 
     return tensor_check(t, "draft tensor", what, layer, ne0, ne1, must_be_f32);
 }
 
-
 static specla_status validate_hparams(const specla_draft_hparams *hp, const specla_model *target) {
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->head_dim <= 0 || hp->n_target_layers <= 0)

@@ -205,7 +205,6 @@ static specla_status check_vocab(const keys *k, int n_vocab) {
     return SPECLA_OK;
 }
 
-
 /* qwen35: pyspecla.arch.qwen35.read_hparams. recurrent[] has room for block_count entries. */
 static specla_status read_qwen35(const keys *k, int n_vocab, specla_hparams *hp, uint8_t **recurrent,
                                  int *n_layer_file) {

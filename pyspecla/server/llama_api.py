@@ -62,25 +62,32 @@ def _settings(state, sampling, n_predict: int) -> dict:
             "n_ctx": state.n_ctx, "model": state.model_id, "speculative": state.draft is not None}
 
 
+def _refuse_what_cannot_be_honoured(body: LlamaCompletionRequest) -> None:
+    """A 400 for a /completion option this server cannot honour: served without it, the output would
+    not be what the client asked for. Each sampler counts only when on: llama-server clients send
+    every one at its off value."""
+    constrained = "it needs constrained decoding"
+    samplers = "the samplers here: temperature, top_k, top_p, min_p and the repetition penalties"
+    for name, on, why in (("grammar", bool(body.grammar), constrained),
+                          ("json_schema", bool(body.json_schema), constrained),
+                          ("logit_bias", bool(body.logit_bias), "no logit biases here"),
+                          ("mirostat", body.mirostat != 0, samplers),
+                          ("typical_p", body.typical_p < 1.0, samplers),
+                          ("dry_multiplier", body.dry_multiplier != 0.0, samplers),
+                          ("xtc_probability", body.xtc_probability > 0.0, samplers),
+                          ("dynatemp_range", body.dynatemp_range != 0.0, samplers)):
+        if on:
+            value = json.dumps(getattr(body, name), default=str)[:80]
+            raise bad_request(f"{name} is not supported ({why}), got {value}", param=name, code="unsupported_value")
+
+
 @router.post("/completion")
 @router.post("/completions")
 async def completion(request: Request):
     state = request.app.state.server
     model = state.model
     body = validated(LlamaCompletionRequest, parse_json_body(await request.body()))
-    for name in ("grammar", "json_schema"):
-        if getattr(body, name):
-            raise bad_request(f"{name} is not supported (it needs constrained decoding)", param=name,
-                              code="unsupported_value")
-    if body.logit_bias:
-        raise bad_request("logit_bias is not supported", param="logit_bias", code="unsupported_value")
-    for name, on in (("mirostat", body.mirostat != 0), ("typical_p", body.typical_p < 1.0),
-                     ("dry_multiplier", body.dry_multiplier != 0.0), ("xtc_probability", body.xtc_probability > 0.0),
-                     ("dynatemp_range", body.dynatemp_range != 0.0)):
-        if on:  # served without it, the tokens would not come from the distribution the client asked for
-            raise bad_request(f"{name}={getattr(body, name)} is not supported (the samplers here: temperature, "
-                              f"top_k, top_p, min_p and the repetition penalties)", param=name,
-                              code="unsupported_value")
+    _refuse_what_cannot_be_honoured(body)
     ids = tokenize_prompt(model, body.prompt)
     n_predict = new_token_budget(len(ids), None if body.n_predict < 0 else body.n_predict, state.n_ctx, "prompt")
     sampling = sampling_params(body, penalty_last_n=body.repeat_last_n)

@@ -84,7 +84,7 @@ async def chat_completions(request: Request):
         raise bad_request(f"chat_template_kwargs.enable_thinking must be true or false, got "
                           f"{json.dumps(template_kwargs['enable_thinking'], default=str)[:80]}",
                           param="chat_template_kwargs.enable_thinking", code="invalid_value")
-    thinking = template_kwargs.get("enable_thinking", True) is not False
+    thinking = template_kwargs.get("enable_thinking", True)
     prompt = render_chat(model, messages, tools, template_kwargs)
     ids = tokenize_prompt(model, prompt, "messages")
     max_tokens = new_token_budget(len(ids), body.max_completion_tokens or body.max_tokens, state.n_ctx, "messages")
