@@ -510,7 +510,39 @@ static int mm_ftc_chunk_major(void) {
     static const int enabled = mm_env_flag("SPECLA_CUDA_FTC_CHUNK_MAJOR", 1);
     return enabled;
 }
+/* Whether F16/BF16 calls take mm_ftc_staged_kernel (matmul_float_tc.cuh: a chunk's activation terms
+ * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES: SPECLA_CUDA_FTC_STAGE unset or
+ * 1, the staged kernel with MM_FTC_STAGED_GROUP blocks a weight load group; 2 or 4, with that many
+ * (an A/B of the group; 4 only up to 2 token tiles); 0, mm_ftc_kernel. It relies on chunk-major order. The bits are the same. */
+static int mm_ftc_stage(void) {
+    static const int mode = [] {
+        const char *v = getenv("SPECLA_CUDA_FTC_STAGE");
+        return !v ? 1 : !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : !strcmp(v, "4") ? 4 : 1;
+    }();
+    return mm_ftc_chunk_major() ? mode : 0;
+}
+#if !defined(SPECLA_USE_HIP)
+template <int TYPE, int NT, int G>
+static cudaError_t mm_start_ftc_staged(unsigned grid, cudaStream_t stream, const mm_launch_args &args, int64_t smem) {
+    static const cudaError_t attr_err = cudaFuncSetAttribute(mm_ftc_staged_kernel<TYPE, NT, G>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, MM_FTC_STAGE_MAX_BYTES);
+    if (attr_err != cudaSuccess) return attr_err;
+    return mm_start_smem(mm_ftc_staged_kernel<TYPE, NT, G>, grid, MM_THREADS, (size_t)smem, stream, args);
+}
+#endif
 template <int TYPE, int NT> static cudaError_t mm_start_ftc(unsigned grid, cudaStream_t stream, const mm_launch_args &args) {
+#if !defined(SPECLA_USE_HIP)
+    if (const int mode = mm_ftc_stage()) {
+        const int64_t smem = mm_ftc_stage_bytes<TYPE, NT>(args);
+        if (smem <= MM_FTC_STAGE_MAX_BYTES) {
+            constexpr int G = MM_FTC_STAGED_GROUP(NT);
+            if (mode == 2 && G != 2) return mm_start_ftc_staged<TYPE, NT, 2>(grid, stream, args, smem);
+            if constexpr (NT <= 2) /* 4 at more tiles spills */
+                if (mode == 4 && G != 4) return mm_start_ftc_staged<TYPE, NT, 4>(grid, stream, args, smem);
+            return mm_start_ftc_staged<TYPE, NT, G>(grid, stream, args, smem);
+        }
+    }
+#endif
     if (mm_ftc_chunk_major()) return mm_start(mm_ftc_kernel<TYPE, NT, true>, grid, stream, args);
     return mm_start(mm_ftc_kernel<TYPE, NT, false>, grid, stream, args);
 }

@@ -192,104 +192,129 @@ MM_HD uint4 mm_ftc_act16(const mm_acts &sa, int64_t n, int n_batch, int j, int b
 
 MM_HD uint32_t mm_u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-/* Unit u of a launch, lane `lane`: the partial sums of its 32 rows for every token (mm_store). */
-template <int TYPE, int NTILES>
-MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
+/* Where a pass's activation terms come from, for the unit below. `tile(f, nt, k)` gives lane (g, t)'s
+ * 16 bytes of every term for token p0 + 8 nt + g, elements 32 k + 8 t .. + 7 (zeros for a padding
+ * token); `prepare(p0)` runs once per pass after the unit's first weight group is in flight, and AHEAD
+ * says whether a block's terms are worth loading one block before its MMAs (the workspace's L2 round
+ * trip) or right before them (shared memory). Both sources give the same 16 bytes, so the bits never
+ * depend on the source. */
+struct mm_ftc_workspace_acts { /* the split's workspace, each lane its own 16-byte loads */
+    const mm_acts &sa;
+    int64_t n;
+    int n_batch, p0;
+    MM_HD void prepare(int pass_p0) {
+        p0 = pass_p0;
+        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
+    }
+    MM_HD uint4 piece(int j, int nt, int g, int t, int k) const {
+        return mm_ftc_act16(sa, n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
+    }
+};
+
+/* Unit (P, lane), the tokens p0 .. p0 + 8 NTILES - 1: the partial sums of its 32 rows (mm_store);
+ * weights in load groups of G blocks, the next group in flight while the current one is computed. */
+template <int TYPE, int NTILES, int G, bool AHEAD, class Acts>
+MM_HD void mm_ftc_pass(const mm_launch_args &args, const mm_unit_place &P, int p0, int lane, Acts &acts) {
     const mm_acts &sa = args.act;
     typedef mm_ftc_traits<TYPE> tr;
-    constexpr int G = tr::load_group, TERMS = tr::terms;
+    constexpr int TERMS = tr::terms;
     static_assert(G % 2 == 0, "a load group's blocks alternate the two activation buffers");
     const int g = lane >> 2, t = lane & 3;
-    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
     const mm_mat_args &M = P.M;
     const int rg = P.rg, c = P.c, k_begin = P.k_begin, k_end = P.k_end;
     const uint8_t *group_base = P.group_base;
     constexpr int64_t slot_bytes = (int64_t)MM_GROUP_ROWS * 64; /* F16/BF16: 64 bytes per block */
     const int n_batch = args.n_batch;
 
-    for (int p0 = 0; p0 < n_batch; p0 += 8 * NTILES) {
-        float acc[2][NTILES][4] = {};
-        uint4 cur[G][4], nxt[G][4];
-        /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t); the block index clamped into the
-         * chunk as well as guarded (matmul_mma.cuh's mm_ld_stream_u32 says why) */
-        auto load = [&](uint4 (&f)[G][4], int k) {
+    float acc[2][NTILES][4] = {};
+    uint4 cur[G][4], nxt[G][4];
+    /* the weights of blocks k..k+G-1 (rows 8 hr + g, piece t); the block index clamped into the
+     * chunk as well as guarded (matmul_mma.cuh's mm_ld_stream_u32 says why) */
+    auto load = [&](uint4 (&f)[G][4], int k) {
 #pragma unroll
-            for (int gg = 0; gg < G; gg++)
-                if (k + gg < k_end) {
-                    const int kk = min(k + gg, k_end - 1);
-                    const uint8_t *slot = group_base + (int64_t)kk * slot_bytes + (int64_t)t * 16 * MM_GROUP_ROWS;
+        for (int gg = 0; gg < G; gg++)
+            if (k + gg < k_end) {
+                const int kk = min(k + gg, k_end - 1);
+                const uint8_t *slot = group_base + (int64_t)kk * slot_bytes + (int64_t)t * 16 * MM_GROUP_ROWS;
 #pragma unroll
-                    for (int hr = 0; hr < 4; hr++) f[gg][hr] = mm_ld_stream_16(slot + 16 * (8 * hr + g));
-                }
-        };
-        /* The activation terms of block k for every tile. Up to 4 tile-terms (F16 at <= 2 tiles, BF16
-         * at 1: the draft's 16-row blocks and decode) they are loaded one block ahead of the MMAs that
-         * take them, act[gg % 2] consumed while act[(gg + 1) % 2] is in flight (G even); with more
-         * tiles the registers are not there (ptxas spilled at 4 F16 tiles, 3 BF16 ones), so each
-         * block's are loaded right before its MMAs. */
-        constexpr bool ahead = NTILES * TERMS <= 4;
-        uint4 act[2][NTILES][TERMS];
-        /* tile nt's terms of block k */
-        auto load_tile = [&](uint4 (&f)[TERMS], int nt, int k) {
-#pragma unroll
-            for (int j = 0; j < TERMS; j++)
-                f[j] = mm_ftc_act16(sa, args.n, n_batch, j, p0 + 8 * nt + g, (int64_t)k * 32 + 8 * t);
-        };
-        auto load_acts = [&](uint4 (&f)[NTILES][TERMS], int k) {
-#pragma unroll
-            for (int nt = 0; nt < NTILES; nt++)
-                if (p0 + 8 * nt < n_batch) load_tile(f[nt], nt, k); /* warp-uniform */
-        };
-        load(cur, k_begin);
-        mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
-        if (p0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
-        if (ahead) load_acts(act[0], k_begin);
-        for (int k0 = k_begin; k0 < k_end; k0 += G) {
-            if (k0 + G < k_end) load(nxt, k0 + G);
-#pragma unroll
-            for (int gg = 0; gg < G; gg++) {
-                const int k = k0 + gg;
-                if (k >= k_end) break;
-                if (ahead && k + 1 < k_end) load_acts(act[(gg + 1) % 2], k + 1);
-#pragma unroll
-                for (int nt = 0; nt < NTILES; nt++) {
-                    if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
-                    uint4 now[TERMS];
-                    if (!ahead) load_tile(now, nt, k);
-                    const uint4(&bt)[TERMS] = ahead ? act[gg % 2][nt] : now;
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-#pragma unroll
-                        for (int jj = TERMS - 1; jj >= 0; jj--) { /* lo, (mid,) hi */
-                            const uint32_t b[2] = {mm_u4(bt[jj], 2 * h), mm_u4(bt[jj], 2 * h + 1)};
-#pragma unroll
-                            for (int mt = 0; mt < 2; mt++) {
-                                const uint32_t a[4] = {mm_u4(cur[gg][2 * mt], 2 * h), mm_u4(cur[gg][2 * mt + 1], 2 * h),
-                                                       mm_u4(cur[gg][2 * mt], 2 * h + 1), mm_u4(cur[gg][2 * mt + 1], 2 * h + 1)};
-                                mm_ftc_mma<TYPE>(acc[mt][nt], a, b, lane);
-                            }
-                        }
-                }
+                for (int hr = 0; hr < 4; hr++) f[gg][hr] = mm_ld_stream_16(slot + 16 * (8 * hr + g));
             }
+    };
+    /* The activation terms of block k for every tile. From the workspace, up to 4 tile-terms (F16 at
+     * <= 2 tiles, BF16 at 1: the draft's 16-row blocks and decode) are loaded one block ahead of the
+     * MMAs that take them, act[gg % 2] consumed while act[(gg + 1) % 2] is in flight (G even); with
+     * more tiles the registers are not there (ptxas spilled at 4 F16 tiles, 3 BF16 ones), and from
+     * shared memory there is nothing to hide, so each block's are loaded right before its MMAs. */
+    constexpr bool ahead = AHEAD && NTILES * TERMS <= 4;
+    uint4 act[2][NTILES][TERMS];
+    auto load_tile = [&](uint4 (&f)[TERMS], int nt, int k) {
 #pragma unroll
-            for (int gg = 0; gg < G; gg++)
-#pragma unroll
-                for (int hr = 0; hr < 4; hr++) cur[gg][hr] = nxt[gg][hr];
-        }
+        for (int j = 0; j < TERMS; j++) f[j] = acts.piece(j, nt, g, t, k);
+    };
+    auto load_acts = [&](uint4 (&f)[NTILES][TERMS], int k) {
 #pragma unroll
         for (int nt = 0; nt < NTILES; nt++)
+            if (p0 + 8 * nt < n_batch) load_tile(f[nt], nt, k); /* warp-uniform */
+    };
+    load(cur, k_begin);
+    acts.prepare(p0);
+    if (p0 == 0 && lane == 0) mm_trace(P.M.unit_begin + rg * M.n_chunks + c, MM_TRACE_WAITED);
+    if (ahead) load_acts(act[0], k_begin);
+    for (int k0 = k_begin; k0 < k_end; k0 += G) {
+        if (k0 + G < k_end) load(nxt, k0 + G);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int tok = p0 + 8 * nt + 2 * t + (i & 1);
-                if (tok >= n_batch) continue;
-                const float inv = TYPE == SPECLA_TYPE_F16 ? sa.inv_scale[tok] : 1.0f;
+        for (int gg = 0; gg < G; gg++) {
+            const int k = k0 + gg;
+            if (k >= k_end) break;
+            if (ahead && k + 1 < k_end) load_acts(act[(gg + 1) % 2], k + 1);
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const int row = rg * MM_GROUP_ROWS + 16 * mt + 8 * (i >> 1) + g;
-                    mm_store(M, c, row, tok, TYPE == SPECLA_TYPE_F16 ? mm_mul(acc[mt][nt][i], inv) : acc[mt][nt][i]);
-                }
+            for (int nt = 0; nt < NTILES; nt++) {
+                if (p0 + 8 * nt >= n_batch) continue; /* warp-uniform */
+                uint4 now[TERMS];
+                if (!ahead) load_tile(now, nt, k);
+                const uint4(&bt)[TERMS] = ahead ? act[gg % 2][nt] : now;
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int jj = TERMS - 1; jj >= 0; jj--) { /* lo, (mid,) hi */
+                        const uint32_t b[2] = {mm_u4(bt[jj], 2 * h), mm_u4(bt[jj], 2 * h + 1)};
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            const uint32_t a[4] = {mm_u4(cur[gg][2 * mt], 2 * h), mm_u4(cur[gg][2 * mt + 1], 2 * h),
+                                                   mm_u4(cur[gg][2 * mt], 2 * h + 1), mm_u4(cur[gg][2 * mt + 1], 2 * h + 1)};
+                            mm_ftc_mma<TYPE>(acc[mt][nt], a, b, lane);
+                        }
+                    }
             }
+        }
+#pragma unroll
+        for (int gg = 0; gg < G; gg++)
+#pragma unroll
+            for (int hr = 0; hr < 4; hr++) cur[gg][hr] = nxt[gg][hr];
     }
+#pragma unroll
+    for (int nt = 0; nt < NTILES; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int tok = p0 + 8 * nt + 2 * t + (i & 1);
+            if (tok >= n_batch) continue;
+            const float inv = TYPE == SPECLA_TYPE_F16 ? sa.inv_scale[tok] : 1.0f;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int row = rg * MM_GROUP_ROWS + 16 * mt + 8 * (i >> 1) + g;
+                mm_store(M, c, row, tok, TYPE == SPECLA_TYPE_F16 ? mm_mul(acc[mt][nt][i], inv) : acc[mt][nt][i]);
+            }
+        }
+}
+
+/* Unit u of a launch, lane `lane`: the partial sums of its 32 rows for every token (mm_store), the
+ * activation terms read from the workspace. */
+template <int TYPE, int NTILES>
+MM_HD void mm_ftc_unit(const mm_launch_args &args, int u, int lane) {
+    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
+    mm_ftc_workspace_acts acts{args.act, args.n, args.n_batch, 0};
+    for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES)
+        mm_ftc_pass<TYPE, NTILES, mm_ftc_traits<TYPE>::load_group, true>(args, P, p0, lane, acts);
 }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernels */
@@ -338,6 +363,94 @@ __global__ void __launch_bounds__(MM_SPLIT_THREADS) mm_split_kernel(const float 
 template <int TYPE, int NTILES, bool CHUNK_MAJOR>
 __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_args args) {
     mm_run_warp_unit<CHUNK_MAJOR>(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
+}
+
+/* The staged form (mm_ftc_staged_kernel, the default on sm_80+; SPECLA_CUDA_FTC_STAGE=0 keeps
+ * mm_ftc_kernel for an A/B). Measured on the mm_ftc_kernel form (the fourteenth session's launch
+ * traces and Nsight): a warp's unit took about 1 us a block at 16 tokens and 0.75 at one, each block
+ * waiting on its activation terms, loaded from L2 one block before their MMAs, and on its weights,
+ * one group of 2 blocks ahead; 1.9 warps active per scheduler, long scoreboard the stall. Here the
+ * four warps of a CTA, which chunk-major order puts on four row groups of ONE chunk, share the
+ * chunk's terms: the CTA copies them into shared memory once per pass (tokens p0 .. p0 + 8 NTILES -
+ * 1, cp.async, one latency for the whole chunk) and each block's fragments come from there; the
+ * registers that held the terms ahead go to a weight group of G blocks. A CTA whose warps are not on
+ * one chunk (a matrix's last CTA, a group launch's matrix boundary) runs mm_ftc_unit as
+ * mm_ftc_kernel does. The same operations in the same order either way. */
+#define MM_FTC_STAGE_MAX_BYTES (96 * 1024) /* dynamic shared memory a staged launch may take */
+/* blocks per weight load group of the staged kernel at NT token tiles */
+#ifndef MM_FTC_STAGED_GROUP
+#define MM_FTC_STAGED_GROUP(NT) ((NT) <= 2 ? 4 : 2)
+#endif
+
+/* 16-byte pieces per staged row (one token's term over the chunk, 64 bytes a block) for chunks of
+ * up to `chunk_blocks` blocks: 64 bytes over a multiple of 128, so that the two tokens a quarter
+ * warp reads (lanes g, g + 1, pieces t = 0..3) fall in different banks */
+MM_HD int mm_ftc_row_pieces(int chunk_blocks) { return ((chunk_blocks * 64 + 127) / 128 * 128 + 64) / 16; }
+/* the largest chunk of a launch's matrices */
+MM_HD int mm_ftc_max_chunk_blocks(const mm_launch_args &args) {
+    int cb = args.mat[0].chunk_blocks;
+    for (int i = 1; i < args.n_mats && i < CUDA_MATMUL_GROUP_LAUNCH; i++) cb = max(cb, args.mat[i].chunk_blocks);
+    return cb;
+}
+/* dynamic shared memory of a staged launch with NTILES token tiles a pass */
+template <int TYPE, int NTILES> MM_HD int64_t mm_ftc_stage_bytes(const mm_launch_args &args) {
+    const int ntok = min(8 * NTILES, args.n_batch);
+    return (int64_t)mm_ftc_traits<TYPE>::terms * ntok * mm_ftc_row_pieces(mm_ftc_max_chunk_blocks(args)) * 16;
+}
+
+/* a pass's terms in the CTA's shared memory, rows [term][token of the pass] of row_pieces pieces */
+template <int TYPE, int NTILES> struct mm_ftc_staged_acts {
+    uint4 *rows;
+    const mm_acts &sa;
+    int64_t n;
+    int n_batch, k_begin, k_end, row_pieces, ntok;
+    /* every thread of the CTA, in step: the previous pass's readers are done, then the copies */
+    __device__ void prepare(int p0) {
+        constexpr int TERMS = mm_ftc_traits<TYPE>::terms;
+        if (p0 > 0) __syncthreads();
+        else mm_wait_prior_grid(); /* the terms are the previous kernel's (the split) */
+        ntok = min(8 * NTILES, n_batch - p0);
+        const int pieces = (k_end - k_begin) * 4, total = TERMS * ntok * pieces;
+        for (int i = (int)threadIdx.x; i < total; i += MM_THREADS) {
+            const int piece = i % pieces, r = i / pieces, j = r / ntok, b = r % ntok;
+            const uint16_t *src = sa.split + ((int64_t)j * n_batch + p0 + b) * n + (int64_t)k_begin * 32 + 8 * piece;
+            mm_copy16_async(rows + (int64_t)r * row_pieces + piece, src, true);
+        }
+        mm_tile_copies_wait();
+        __syncthreads();
+    }
+    __device__ uint4 piece(int j, int nt, int g, int t, int k) const {
+        const int b = 8 * nt + g;
+        if (b >= ntok) return make_uint4(0u, 0u, 0u, 0u);
+        return rows[(j * ntok + b) * row_pieces + (k - k_begin) * 4 + t];
+    }
+};
+
+template <int TYPE, int NTILES, int G>
+__global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_staged_kernel(const mm_launch_args args) {
+    extern __shared__ uint4 mm_ftc_terms[];
+    __shared__ int cta_chunk[2];
+    const int lane = threadIdx.x & 31;
+    const int w = blockIdx.x * MM_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    mm_allow_dependents();
+    const bool valid = w < args.n_units;
+    const int u = valid ? mm_unit_chunk_major(args, w) : 0;
+    const mm_unit_place P = mm_unit_of<TYPE>(args, u);
+    if (threadIdx.x == 0) cta_chunk[0] = P.M.unit_begin, cta_chunk[1] = P.c;
+    __syncthreads();
+    const bool one_chunk = __syncthreads_and(valid && cta_chunk[0] == P.M.unit_begin && cta_chunk[1] == P.c);
+    if (!valid) return; /* whole warps, after the CTA's last barrier on the unstaged path */
+    if (lane == 0) mm_trace(u, MM_TRACE_START);
+    if (one_chunk) {
+        mm_ftc_staged_acts<TYPE, NTILES> acts{mm_ftc_terms, args.act, args.n, args.n_batch, P.k_begin, P.k_end,
+                                      mm_ftc_row_pieces(mm_ftc_max_chunk_blocks(args)), 0};
+        for (int p0 = 0; p0 < args.n_batch; p0 += 8 * NTILES) mm_ftc_pass<TYPE, NTILES, G, false>(args, P, p0, lane, acts);
+    } else {
+        mm_ftc_unit<TYPE, NTILES>(args, u, lane);
+    }
+    if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
+    mm_finish_unit(P.M, P.rg, lane, args.n_batch);
+    if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 #endif
 
