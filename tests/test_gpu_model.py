@@ -207,6 +207,56 @@ def test_fused_quantize_of_wide_residual_rows_gives_the_same_bits(tmp_path):
         model.close()
 
 
+# One process's rows of an F16 model for test_staged_f16_matmul_gives_the_same_bits: the matmul's
+# switches are read once per process, so each setting runs in its own.
+F16_ROWS_SCRIPT = """
+import sys
+import numpy as np
+from pyspecla import Model
+path, out = sys.argv[1], sys.argv[2]
+model = Model.load(path, device="cuda")
+V = model.hparams.n_vocab
+rng = np.random.default_rng(6)
+ctx = model.new_context(n_ctx=96, max_batch=32, max_tree_nodes=8)
+rows = [ctx.eval(rng.integers(0, V, 23).tolist(), logits_all=True),
+        ctx.eval(rng.integers(0, V, 5).tolist(), logits_all=True)]
+rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+rows.append(ctx.verify_tree(rng.integers(0, V, 8).tolist(), [-1, 0, 1, 1, 0, 4, 5, 2], want_logits=True)[1])
+np.savez(out, *rows)
+"""
+
+
+def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
+    """SPECLA_CUDA_FTC_STAGE unset (the F16/BF16 tensor-core matmul with a chunk's activation terms
+    staged in shared memory, weight groups of 4 blocks at up to 2 token tiles), 2 (groups of 2) and 4
+    against 0 (the unstaged kernel), row for row, bit for bit: a 23-token prefill (3 token tiles), a
+    5-token batch, decode steps and a verified tree of an F16 qwen35 model whose 3328-row matrices
+    take 18 chunks of 6 blocks (104 row groups: every CTA on one chunk, staged) and whose ssm_alpha /
+    ssm_beta are one row group (a CTA's warps on four chunks: the unstaged path of the staged
+    kernel)."""
+    import os
+    import subprocess
+    import sys
+
+    path = write_test_model(tmp_path / "wide-f16.gguf", "tiny8", "f16", seed=4, n_layer=4, n_embd=3328, n_ff=2048)
+    runs = {}
+    for setting in ("0", None, "2", "4"):
+        env = dict(os.environ)
+        env.pop("SPECLA_CUDA_FTC_STAGE", None)
+        if setting is not None:
+            env["SPECLA_CUDA_FTC_STAGE"] = setting
+        out = tmp_path / f"rows-{setting}.npz"
+        done = subprocess.run([sys.executable, "-c", F16_ROWS_SCRIPT, str(path), str(out)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with np.load(out) as rows:
+            runs[setting] = [rows[f"arr_{i}"] for i in range(len(rows.files))]
+    for setting in (None, "2", "4"):
+        for i, (want, got) in enumerate(zip(runs["0"], runs[setting])):
+            assert np.isfinite(got).all(), f"{setting} call {i}"
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
+
+
 # the launches attention_prepare stands for in an attention layer: the query/gate split (qwen35), the
 # q and k norms (qwen35, qwen3), two RoPEs and two cache scatters
 ATTENTION_PREPARE_OPS = {"qwen35": 7, "qwen3": 6, "qwen2": 4}
