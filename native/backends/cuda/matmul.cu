@@ -511,13 +511,14 @@ static int mm_ftc_chunk_major(void) {
     return enabled;
 }
 /* Whether F16/BF16 calls take mm_ftc_staged_kernel (matmul_float_tc.cuh: a chunk's activation terms
- * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES: SPECLA_CUDA_FTC_STAGE unset or
- * 1, the staged kernel with MM_FTC_STAGED_GROUP blocks a weight load group; 2 or 4, with that many
- * (an A/B of the group; 4 only up to 2 token tiles); 0, mm_ftc_kernel. It relies on chunk-major order. The bits are the same. */
+ * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES. SPECLA_CUDA_FTC_STAGE=1: the
+ * staged kernel with MM_FTC_STAGED_GROUP blocks a weight load group; 2 or 4: with that many (an A/B
+ * of the group; 4 only up to 2 token tiles); unset or 0: mm_ftc_kernel. Opt-in until it has been
+ * timed on a GPU (docs/cuda-matmul.md). It relies on chunk-major order. The bits are the same. */
 static int mm_ftc_stage(void) {
     static const int mode = [] {
         const char *v = getenv("SPECLA_CUDA_FTC_STAGE");
-        return !v ? 1 : !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : !strcmp(v, "4") ? 4 : 1;
+        return !v || !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : !strcmp(v, "4") ? 4 : 1;
     }();
     return mm_ftc_chunk_major() ? mode : 0;
 }

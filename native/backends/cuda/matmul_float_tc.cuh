@@ -365,8 +365,8 @@ __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_a
     mm_run_warp_unit<CHUNK_MAJOR>(args, [&args](int u, int lane) { mm_ftc_unit<TYPE, NTILES>(args, u, lane); });
 }
 
-/* The staged form (mm_ftc_staged_kernel, the default on sm_80+; SPECLA_CUDA_FTC_STAGE=0 keeps
- * mm_ftc_kernel for an A/B). Measured on the mm_ftc_kernel form (the fourteenth session's launch
+/* The staged form (mm_ftc_staged_kernel on sm_80+ with SPECLA_CUDA_FTC_STAGE=1, 2 or 4; opt-in until
+ * timed on a GPU, mm_ftc_kernel otherwise). Measured on the mm_ftc_kernel form (the fourteenth session's launch
  * traces and Nsight): a warp's unit took about 1 us a block at 16 tokens and 0.75 at one, each block
  * waiting on its activation terms, loaded from L2 one block before their MMAs, and on its weights,
  * one group of 2 blocks ahead; 1.9 warps active per scheduler, long scoreboard the stall. Here the
