@@ -511,9 +511,9 @@ static int mm_ftc_chunk_major(void) {
     return enabled;
 }
 /* Whether F16/BF16 calls take mm_ftc_staged_kernel (matmul_float_tc.cuh: a chunk's activation terms
- * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES. SPECLA_CUDA_FTC_STAGE=1: the
- * staged kernel with MM_FTC_STAGED_GROUP blocks a weight load group; 2 or 4: with that many (an A/B
- * of the group; 4 only up to 2 token tiles); unset or 0: mm_ftc_kernel. Opt-in until it has been
+ * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES. SPECLA_CUDA_FTC_STAGE=1 (or 4):
+ * the staged kernel with weight load groups of 4 blocks up to 2 token tiles and of 2 beyond (4 spill
+ * there); 2: groups of 2 at every tile count (an A/B of the group); unset or 0: mm_ftc_kernel. Opt-in until it has been
  * timed on a GPU (docs/cuda-matmul.md). It relies on chunk-major order. The bits are the same. */
 static int mm_ftc_stage(void) {
     static const int mode = [] {
@@ -536,11 +536,9 @@ template <int TYPE, int NT> static cudaError_t mm_start_ftc(unsigned grid, cudaS
     if (const int mode = mm_ftc_stage()) {
         const int64_t smem = mm_ftc_stage_bytes<TYPE, NT>(args);
         if (smem <= MM_FTC_STAGE_MAX_BYTES) {
-            constexpr int G = MM_FTC_STAGED_GROUP(NT);
-            if (mode == 2 && G != 2) return mm_start_ftc_staged<TYPE, NT, 2>(grid, stream, args, smem);
-            if constexpr (NT <= 2) /* 4 at more tiles spills */
-                if (mode == 4 && G != 4) return mm_start_ftc_staged<TYPE, NT, 4>(grid, stream, args, smem);
-            return mm_start_ftc_staged<TYPE, NT, G>(grid, stream, args, smem);
+            if constexpr (NT <= 2)
+                if (mode != 2) return mm_start_ftc_staged<TYPE, NT, 4>(grid, stream, args, smem);
+            return mm_start_ftc_staged<TYPE, NT, 2>(grid, stream, args, smem);
         }
     }
 #endif

@@ -192,11 +192,11 @@ MM_HD uint4 mm_ftc_act16(const mm_acts &sa, int64_t n, int n_batch, int j, int b
 
 MM_HD uint32_t mm_u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-/* Where a pass's activation terms come from, for the unit below. `tile(f, nt, k)` gives lane (g, t)'s
- * 16 bytes of every term for token p0 + 8 nt + g, elements 32 k + 8 t .. + 7 (zeros for a padding
- * token); `prepare(p0)` runs once per pass after the unit's first weight group is in flight, and AHEAD
- * says whether a block's terms are worth loading one block before its MMAs (the workspace's L2 round
- * trip) or right before them (shared memory). Both sources give the same 16 bytes, so the bits never
+/* Where a pass's activation terms come from, for the unit below. `piece(j, nt, g, t, k)` gives lane
+ * (g, t)'s 16 bytes of term j for token p0 + 8 nt + g, elements 32 k + 8 t .. + 7 (zeros for a padding
+ * token); `prepare(p0)` runs once per pass after the unit's first weight group is in flight. The
+ * pass's AHEAD says whether a block's terms are worth loading one block before its MMAs (the
+ * workspace's L2 round trip) or right before them (shared memory). Both sources give the same 16 bytes, so the bits never
  * depend on the source. */
 struct mm_ftc_workspace_acts { /* the split's workspace, each lane its own 16-byte loads */
     const mm_acts &sa;
@@ -366,21 +366,18 @@ __global__ void __launch_bounds__(MM_THREADS, 2) mm_ftc_kernel(const mm_launch_a
 }
 
 /* The staged form (mm_ftc_staged_kernel on sm_80+ with SPECLA_CUDA_FTC_STAGE=1, 2 or 4; opt-in until
- * timed on a GPU, mm_ftc_kernel otherwise). Measured on the mm_ftc_kernel form (the fourteenth session's launch
- * traces and Nsight): a warp's unit took about 1 us a block at 16 tokens and 0.75 at one, each block
- * waiting on its activation terms, loaded from L2 one block before their MMAs, and on its weights,
- * one group of 2 blocks ahead; 1.9 warps active per scheduler, long scoreboard the stall. Here the
- * four warps of a CTA, which chunk-major order puts on four row groups of ONE chunk, share the
- * chunk's terms: the CTA copies them into shared memory once per pass (tokens p0 .. p0 + 8 NTILES -
- * 1, cp.async, one latency for the whole chunk) and each block's fragments come from there; the
- * registers that held the terms ahead go to a weight group of G blocks. A CTA whose warps are not on
- * one chunk (a matrix's last CTA, a group launch's matrix boundary) runs mm_ftc_unit as
- * mm_ftc_kernel does. The same operations in the same order either way. */
+ * timed on a GPU, mm_ftc_kernel otherwise). Measured on the mm_ftc_kernel form (the fourteenth
+ * session's launch traces of draft_up: a warp's unit took about 1 us a block at 16 tokens and 0.75 at
+ * one; Nsight on draft_kv at one token: 1.9 warps active per scheduler, long scoreboard the stall):
+ * each block waits on its activation terms, loaded from L2 one block before their MMAs, and on its
+ * weights, one group of 2 blocks ahead. Here the four warps of a CTA, which chunk-major order puts on
+ * four row groups of ONE chunk, share the chunk's terms: the CTA copies them into shared memory once
+ * per pass (tokens p0 .. p0 + 8 NTILES - 1, cp.async, one latency for the whole chunk) and each
+ * block's fragments come from there; the registers that held the terms ahead go to a weight group of
+ * G blocks. A CTA whose warps are not on one chunk (a one-row-group matrix, a matrix's last CTA, a
+ * group launch's matrix boundary) runs mm_ftc_unit as mm_ftc_kernel does. The same operations in the
+ * same order either way. */
 #define MM_FTC_STAGE_MAX_BYTES (96 * 1024) /* dynamic shared memory a staged launch may take */
-/* blocks per weight load group of the staged kernel at NT token tiles */
-#ifndef MM_FTC_STAGED_GROUP
-#define MM_FTC_STAGED_GROUP(NT) ((NT) <= 2 ? 4 : 2)
-#endif
 
 /* 16-byte pieces per staged row (one token's term over the chunk, 64 bytes a block) for chunks of
  * up to `chunk_blocks` blocks: 64 bytes over a multiple of 128, so that the two tokens a quarter
