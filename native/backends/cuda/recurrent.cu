@@ -5,7 +5,8 @@
  *
  * Exactness. Every kernel that moves a Gated DeltaNet state goes through the one step function
  * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
- * reduction tree whatever the kernel, T or tree shape. A node verified in a tree therefore gets
+ * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (SPECLA_CUDA_GDN_DEFER=1)
+ * is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A node verified in a tree therefore gets
  * the bits of decoding its root path with cuda_gated_delta_rule, and folding an accepted path's
  * factors gives the bits of the sequentially decoded state. Every float operation of the state
  * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
@@ -55,6 +56,8 @@
  * one head's slots. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 #include "launch.h"
@@ -122,6 +125,19 @@ __device__ __forceinline__ void gdn_row_sums(float (&part)[GDN_ROWS_PER_THREAD])
     for (int offset = GDN_LANES / 2; offset > 0; offset /= 2) {
 #pragma unroll
         for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) part[r] = __fadd_rn(part[r], SPECLA_SHFL_XOR(part[r], offset));
+    }
+}
+
+/* gdn_row_sums on two sets of partials at once: per value the same adds in the same order (so the
+ * same bits), the two sets' shuffles of a stage independent of each other */
+__device__ __forceinline__ void gdn_row_sums2(float (&a)[GDN_ROWS_PER_THREAD], float (&b)[GDN_ROWS_PER_THREAD]) {
+#pragma unroll
+    for (int offset = GDN_LANES / 2; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+            a[r] = __fadd_rn(a[r], SPECLA_SHFL_XOR(a[r], offset));
+            b[r] = __fadd_rn(b[r], SPECLA_SHFL_XOR(b[r], offset));
+        }
     }
 }
 
@@ -362,14 +378,16 @@ __device__ __forceinline__ void gdn_write_chunk(const gdn_chunk<KPL> &s, const i
 }
 
 /* Calls body(index, chunk, c) for the n tokens in order (index = position 0 .. n - 1, token c of the
- * chunk in shared memory), fetching the next chunk while the body walks the current one; what the
- * body staged (gdn_stage_rows) goes to out and delta_out (either may be NULL) at the tokens' ids
+ * chunk in shared memory), fetching the next chunk while the body walks the current one, then
+ * chunk_end(chunk) once the body has walked a chunk (a deferred step stages its last result there);
+ * what was staged (gdn_stage_rows) goes to out and delta_out (either may be NULL) at the tokens' ids
  * after the chunk. Every thread of the block must call it with the same n (it synchronises the
  * block, also on return, so a caller may then rewrite ids or reuse the chunks). */
-template <int KPL, class Body>
+template <int KPL, class Body, class ChunkEnd>
 __device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const int32_t *ids, int n, const gdn_lane &L,
                                                 const float *k, const float *q, const float *rows, const float *g,
-                                                const float *beta, float *out, float *delta_out, Body body) {
+                                                const float *beta, float *out, float *delta_out, Body body,
+                                                ChunkEnd chunk_end) {
     if (n <= 0) return;
     const bool vectors = gdn_keys_by_vectors<KPL>(L, k, q ? q : k);
     const bool writes = out != NULL || delta_out != NULL;
@@ -382,12 +400,19 @@ __device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const 
         if (more) gdn_chunk_fetch<KPL>(sh, vectors, ids, base + GDN_CHUNK, n, L, k, q, rows, g, beta);
         const int count = min(GDN_CHUNK, n - base);
         for (int c = 0; c < count; c++) body(base + c, buf[b], c);
+        chunk_end(buf[b]);
         if (more) gdn_chunk_put<KPL>(buf[b ^ 1], sh, vectors);
         __syncthreads();
         /* buf[b]'s results are complete; its next writer is the body two chunks on, after a barrier */
         if (writes) gdn_write_chunk<KPL>(buf[b], ids, base, count, L, out, delta_out);
     }
     __syncthreads();
+}
+template <int KPL, class Body>
+__device__ __forceinline__ void gdn_walk_tokens(gdn_chunk<KPL> (&buf)[2], const int32_t *ids, int n, const gdn_lane &L,
+                                                const float *k, const float *q, const float *rows, const float *g,
+                                                const float *beta, float *out, float *delta_out, Body body) {
+    gdn_walk_tokens<KPL>(buf, ids, n, L, k, q, rows, g, beta, out, delta_out, body, [](gdn_chunk<KPL> &) {});
 }
 
 /* One token of the gated delta rule on the thread's rows (see the mapping at the top). */
@@ -435,6 +460,89 @@ __device__ __forceinline__ void gdn_step_staged(float (&M)[GDN_ROWS_PER_THREAD][
     gdn_step<KPL>(M, in, scale, o, d);
     gdn_stage_rows(s.out, c, L, o);
     if (KEEP_DELTA) gdn_stage_rows(s.delta, c, L, d);
+}
+
+/* gdn_step with its second reduction deferred to the next token (SPECLA_CUDA_GDN_DEFER=1). In
+ * gdn_step the M^T q dot product and its butterfly sit between one token's update and the next
+ * token's decay, on the serial chain that walks the state; yet nothing of the next token needs them.
+ * Here token c's step first takes the M^T q partials of the token before it (the state as that
+ * token left it, before this token's decay touches it), interleaved element by element with this
+ * token's decay and M^T k partials, then runs both butterflies together (gdn_row_sums2) and stages the
+ * earlier token's output; token c's own M^T q waits for the next step, or for gdn_finish_deferred
+ * where the walk ends a chunk or the state changes hands. Every value is computed by gdn_step's
+ * operations in gdn_step's order (the dots with __fmaf_rn from 0 in increasing m, the decay and the
+ * rank-1 update by gdn_decay / gdn_rank1, the same butterfly), so the bits are gdn_step's: only the
+ * order in which a warp issues independent work changes. */
+template <int KPL> struct gdn_deferred {
+    float q[KPL]; /* the deferred token's q keys; zeros when there is none */
+    int c;        /* its slot in the chunk being walked, -1 when there is none */
+};
+
+template <int KPL> __device__ __forceinline__ void gdn_defer_none(gdn_deferred<KPL> &d) {
+#pragma unroll
+    for (int m = 0; m < KPL; m++) d.q[m] = 0.0f;
+    d.c = -1;
+}
+
+template <int KPL, bool KEEP_DELTA>
+__device__ __forceinline__ void gdn_step_deferred(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_deferred<KPL> &d,
+                                                  gdn_chunk<KPL> &s, int c, const gdn_lane &L, float scale) {
+    gdn_token<KPL> in;
+    gdn_token_of<KPL>(in, s, c, L);
+    const float decay = in.decay;
+    float kv[GDN_ROWS_PER_THREAD], earlier[GDN_ROWS_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+        float qa = 0.0f, ka = 0.0f;
+#pragma unroll
+        for (int m = 0; m < KPL; m++) {
+            qa = __fmaf_rn(M[r][m], d.q[m], qa); /* the earlier token's M^T q, on its state */
+            M[r][m] = gdn_decay(M[r][m], decay);
+            ka = __fmaf_rn(M[r][m], in.k[m], ka);
+        }
+        earlier[r] = qa;
+        kv[r] = ka;
+    }
+    gdn_row_sums2(kv, earlier);
+    if (d.c >= 0) {
+        float o[GDN_ROWS_PER_THREAD];
+#pragma unroll
+        for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) o[r] = __fmul_rn(earlier[r], scale);
+        gdn_stage_rows(s.out, d.c, L, o);
+    }
+    float delta[GDN_ROWS_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) delta[r] = __fmul_rn(in.beta, __fsub_rn(in.v[r], kv[r]));
+    if (KEEP_DELTA) gdn_stage_rows(s.delta, c, L, delta);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+#pragma unroll
+        for (int m = 0; m < KPL; m++) M[r][m] = gdn_rank1(M[r][m], in.k[m], delta[r]);
+    }
+#pragma unroll
+    for (int m = 0; m < KPL; m++) d.q[m] = in.q[m];
+    d.c = c;
+}
+
+/* The deferred token's output, staged now: at the end of a chunk (before the block writes it) and
+ * before the state in registers is replaced. The same for every thread of the block (d.c is). */
+template <int KPL>
+__device__ __forceinline__ void gdn_finish_deferred(const float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_deferred<KPL> &d,
+                                                    gdn_chunk<KPL> &s, const gdn_lane &L, float scale) {
+    if (d.c < 0) return;
+    float o[GDN_ROWS_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < KPL; m++) acc = __fmaf_rn(M[r][m], d.q[m], acc);
+        o[r] = acc;
+    }
+    gdn_row_sums(o);
+#pragma unroll
+    for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) o[r] = __fmul_rn(o[r], scale);
+    gdn_stage_rows(s.out, d.c, L, o);
+    gdn_defer_none<KPL>(d);
 }
 
 /* One accepted token's factors into the state: gdn_step's update without the reads. */
@@ -528,7 +636,9 @@ template <int KPL> __device__ __forceinline__ void gdn_unpark(float (&M)[GDN_ROW
  * GDN kernels; grid (ceil(S / GDN_ROWS_PER_BLOCK), heads), GDN_THREADS threads, head = head0 + blockIdx.y.
  * ---------------------------------------------------------------------------------------- */
 
-template <int KPL>
+/* The state kernels that walk tokens through gdn_step take DEFER: gdn_step_deferred instead, the
+ * same bits (SPECLA_CUDA_GDN_DEFER, gdn_defer_steps). */
+template <int KPL, bool DEFER>
 __global__ void GDN_LAUNCH_BOUNDS
     gdn_sequential_kernel(const float *q, const float *k, const float *v, const float *g, const float *beta, int T,
                           int Hk, int Hv, int S, float scale, float *state, float *out) {
@@ -538,9 +648,19 @@ __global__ void GDN_LAUNCH_BOUNDS
     float *head = state + (int64_t)L.h * S * S;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
-    gdn_walk_tokens<KPL>(chunks, NULL, T, L, k, q, v, g, beta, out, NULL, [&](int, gdn_chunk<KPL> &s, int c) {
-        gdn_step_staged<KPL, false>(M, s, c, L, scale);
-    });
+    gdn_deferred<KPL> d;
+    gdn_defer_none<KPL>(d);
+    gdn_walk_tokens<KPL>(
+        chunks, NULL, T, L, k, q, v, g, beta, out, NULL,
+        [&](int, gdn_chunk<KPL> &s, int c) {
+            if constexpr (DEFER)
+                gdn_step_deferred<KPL, false>(M, d, s, c, L, scale);
+            else
+                gdn_step_staged<KPL, false>(M, s, c, L, scale);
+        },
+        [&](gdn_chunk<KPL> &s) {
+            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+        });
     gdn_store_state<KPL>(M, head, L);
 }
 
@@ -578,7 +698,7 @@ __global__ void GDN_LAUNCH_BOUNDS
  * block's rows only, [slot][r][m][thread]); the others in the workspace, [head in launch][slot][S][S].
  * Each thread reloads exactly the slot elements it stored, so no synchronisation is needed between
  * a boundary store and the chains that start from it. */
-template <int KPL>
+template <int KPL, bool DEFER>
 __global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_chains_kernel(const int32_t *schedule, const float *q, const float *k, const float *v, const float *g,
                            const float *beta, int Hk, int Hv, int S, float scale, float *state, const float *pending_k,
@@ -633,28 +753,41 @@ __global__ void GDN_LAUNCH_BOUNDS
         gdn_store_state<KPL>(M, durable, L);
     }
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
-    gdn_walk_tokens<KPL>(chunks, walk_node, N, L, k, q, v, g, beta, out, delta_out, [&](int p, gdn_chunk<KPL> &s, int c) {
-        const int load = walk_load[p];
-        if (load >= 0 && load < smem_slots)
-            gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
-        else if (load >= 0)
-            gdn_load_state<KPL>(M, head_slots + load * head_size, L);
-        else if (load == WALK_DURABLE && p > 0)
-            gdn_load_state<KPL>(M, durable, L);
-        gdn_step_staged<KPL, true>(M, s, c, L, scale);
-        const int store = walk_store[p];
-        if (store >= 0 && store < smem_slots)
-            gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
-        else if (store >= 0)
-            gdn_store_state<KPL>(M, head_slots + store * head_size, L);
-    });
+    gdn_deferred<KPL> d;
+    gdn_defer_none<KPL>(d);
+    gdn_walk_tokens<KPL>(
+        chunks, walk_node, N, L, k, q, v, g, beta, out, delta_out,
+        [&](int p, gdn_chunk<KPL> &s, int c) {
+            const int load = walk_load[p];
+            /* a deferred output reads the state its token left: finish it before another replaces it */
+            if constexpr (DEFER)
+                if (load >= 0 || (load == WALK_DURABLE && p > 0)) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+            if (load >= 0 && load < smem_slots)
+                gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
+            else if (load >= 0)
+                gdn_load_state<KPL>(M, head_slots + load * head_size, L);
+            else if (load == WALK_DURABLE && p > 0)
+                gdn_load_state<KPL>(M, durable, L);
+            if constexpr (DEFER)
+                gdn_step_deferred<KPL, true>(M, d, s, c, L, scale);
+            else
+                gdn_step_staged<KPL, true>(M, s, c, L, scale);
+            const int store = walk_store[p];
+            if (store >= 0 && store < smem_slots)
+                gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
+            else if (store >= 0)
+                gdn_store_state<KPL>(M, head_slots + store * head_size, L);
+        },
+        [&](gdn_chunk<KPL> &s) {
+            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+        });
 }
 
 /* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
  * the last nodes of the chains; thread 0 writes each path root first into shared memory (the walk
  * ends with a block barrier, so the next leaf's path waits for every reader). Nodes on several
  * paths are written once per path, with the same bits. */
-template <int KPL>
+template <int KPL, bool DEFER>
 __global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_root_to_leaf_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                  const float *g, const float *beta, int Hk, int Hv, int S, float scale,
@@ -679,15 +812,25 @@ __global__ void GDN_LAUNCH_BOUNDS
         __syncthreads();
         float M[GDN_ROWS_PER_THREAD][KPL];
         gdn_load_state<KPL>(M, durable, L);
-        gdn_walk_tokens<KPL>(chunks, path, len, L, k, q, v, g, beta, out, delta_out, [&](int, gdn_chunk<KPL> &s, int cc) {
-            gdn_step_staged<KPL, true>(M, s, cc, L, scale);
-        });
+        gdn_deferred<KPL> d;
+        gdn_defer_none<KPL>(d);
+        gdn_walk_tokens<KPL>(
+            chunks, path, len, L, k, q, v, g, beta, out, delta_out,
+            [&](int, gdn_chunk<KPL> &s, int cc) {
+                if constexpr (DEFER)
+                    gdn_step_deferred<KPL, true>(M, d, s, cc, L, scale);
+                else
+                    gdn_step_staged<KPL, true>(M, s, cc, L, scale);
+            },
+            [&](gdn_chunk<KPL> &s) {
+                if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+            });
     }
 }
 
 /* Baseline: the full state after every node, checkpoints [N][Hv][S][S], nodes in topological
  * order from their parent's checkpoint (kept in registers when the parent is the previous node). */
-template <int KPL>
+template <int KPL, bool DEFER>
 __global__ void GDN_LAUNCH_BOUNDS
     gdn_tree_checkpoints_kernel(const int32_t *schedule, const float *q, const float *k, const float *v,
                                 const float *g, const float *beta, int Hk, int Hv, int S, float scale,
@@ -701,12 +844,25 @@ __global__ void GDN_LAUNCH_BOUNDS
     const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, state + (int64_t)L.h * head_size, L);
-    gdn_walk_tokens<KPL>(chunks, NULL, N, L, k, q, v, g, beta, out, delta_out, [&](int t, gdn_chunk<KPL> &s, int c) {
-        const int parent = parents[t];
-        if (t > 0 && parent != t - 1) gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
-        gdn_step_staged<KPL, true>(M, s, c, L, scale);
-        gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
-    });
+    gdn_deferred<KPL> d;
+    gdn_defer_none<KPL>(d);
+    gdn_walk_tokens<KPL>(
+        chunks, NULL, N, L, k, q, v, g, beta, out, delta_out,
+        [&](int t, gdn_chunk<KPL> &s, int c) {
+            const int parent = parents[t];
+            if (t > 0 && parent != t - 1) {
+                if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+                gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
+            }
+            if constexpr (DEFER)
+                gdn_step_deferred<KPL, true>(M, d, s, c, L, scale);
+            else
+                gdn_step_staged<KPL, true>(M, s, c, L, scale);
+            gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
+        },
+        [&](gdn_chunk<KPL> &s) {
+            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+        });
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -923,6 +1079,16 @@ static void refuse(const backend *be, const char *why) {
     default: LAUNCH(8); break;                                                                                         \
     }
 
+/* Whether the token-walking state kernels take gdn_step_deferred (the same bits, the M^T q reduction
+ * off the serial chain): SPECLA_CUDA_GDN_DEFER=1. Opt-in until it has been timed on a GPU
+ * (docs/perf.md); read once. */
+static bool gdn_defer_steps(void) {
+    static const bool on = [] {
+        const char *v = getenv("SPECLA_CUDA_GDN_DEFER");
+        return v != NULL && strcmp(v, "") != 0 && strcmp(v, "0") != 0;
+    }();
+    return on;
+}
 static dim3 gdn_grid(int S, int heads) { return dim3((unsigned)((S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK), (unsigned)heads); }
 
 extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const float *k, const float *v,
@@ -932,7 +1098,7 @@ extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const f
     if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_sequential_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
+    cuda_launch(gdn_defer_steps() ? gdn_sequential_kernel<KPL, true> : gdn_sequential_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
                 beta, T, Hk, Hv, S, scale, state, out)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -995,7 +1161,7 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        cuda_launch(gdn_tree_chains_kernel<KPL>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
+        cuda_launch(gdn_defer_steps() ? gdn_tree_chains_kernel<KPL, true> : gdn_tree_chains_kernel<KPL, false>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
                     schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
                     slots_per_head, smem_slots, head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
@@ -1033,7 +1199,7 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_root_to_leaf_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
+    cuda_launch(gdn_defer_steps() ? gdn_tree_root_to_leaf_kernel<KPL, true> : gdn_tree_root_to_leaf_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -1049,7 +1215,7 @@ extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *sche
     if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_tree_checkpoints_kernel<KPL>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
+    cuda_launch(gdn_defer_steps() ? gdn_tree_checkpoints_kernel<KPL, true> : gdn_tree_checkpoints_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
