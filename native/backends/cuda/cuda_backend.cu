@@ -553,8 +553,14 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * one kernel. 1 (the default) turns either on; the bits are the same either way. */
     int fused_quantize = 1;
     ci->fused_attention_prepare = 1;
+    /* SPECLA_CUDA_ATTENTION_TC=1: the attention's scores and weighted V sums in 3xTF32 on the tensor
+     * cores (another arithmetic: other bits than the fp32 path, the same identities between calls);
+     * SPECLA_CUDA_GDN_DEFER=1: the GDN walk's deferred step (the same bits). Both off by default
+     * until they have run on a GPU (docs/perf.md). */
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", &ci->fused_attention_prepare) != SPECLA_OK) {
+        read_switch("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", &ci->fused_attention_prepare) != SPECLA_OK ||
+        read_switch("SPECLA_CUDA_ATTENTION_TC", &ci->pub.attention_tensor_cores) != SPECLA_OK ||
+        read_switch("SPECLA_CUDA_GDN_DEFER", &ci->pub.gdn_deferred_steps) != SPECLA_OK) {
         free(ci);
         return SPECLA_ERR_INVALID_ARGUMENT;
     }

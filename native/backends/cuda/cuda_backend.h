@@ -28,6 +28,9 @@ typedef struct cuda_backend {
     void *workspace; /* device scratch reserved at creation for the limits (matmul activation
                         blocks, attention partial sums, tree boundary states) */
     size_t workspace_bytes;
+    /* opt-in arithmetic, read when the backend is created (cuda_backend.cu) */
+    int attention_tensor_cores; /* SPECLA_CUDA_ATTENTION_TC: attention.cu's 3xTF32 scores and V sums */
+    int gdn_deferred_steps;     /* SPECLA_CUDA_GDN_DEFER: recurrent.cu's gdn_step_deferred */
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }

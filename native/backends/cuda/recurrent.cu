@@ -56,8 +56,6 @@
  * one head's slots. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda_backend.h"
 #include "launch.h"
@@ -1080,15 +1078,10 @@ static void refuse(const backend *be, const char *why) {
     }
 
 /* Whether the token-walking state kernels take gdn_step_deferred (the same bits, the M^T q reduction
- * off the serial chain): SPECLA_CUDA_GDN_DEFER=1. Opt-in until it has been timed on a GPU
- * (docs/perf.md); read once. */
-static bool gdn_defer_steps(void) {
-    static const bool on = [] {
-        const char *v = getenv("SPECLA_CUDA_GDN_DEFER");
-        return v != NULL && strcmp(v, "") != 0 && strcmp(v, "0") != 0;
-    }();
-    return on;
-}
+ * off the serial chain): the backend's SPECLA_CUDA_GDN_DEFER=1, opt-in until it has been timed on a
+ * GPU (docs/perf.md). */
+static bool gdn_defer_steps(const backend *be) { return cuda_of(be)->gdn_deferred_steps != 0; }
+
 static dim3 gdn_grid(int S, int heads) { return dim3((unsigned)((S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK), (unsigned)heads); }
 
 extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const float *k, const float *v,
@@ -1098,7 +1091,7 @@ extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const f
     if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps() ? gdn_sequential_kernel<KPL, true> : gdn_sequential_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
+    cuda_launch(gdn_defer_steps(be) ? gdn_sequential_kernel<KPL, true> : gdn_sequential_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
                 beta, T, Hk, Hv, S, scale, state, out)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -1161,7 +1154,7 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        cuda_launch(gdn_defer_steps() ? gdn_tree_chains_kernel<KPL, true> : gdn_tree_chains_kernel<KPL, false>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
+        cuda_launch(gdn_defer_steps(be) ? gdn_tree_chains_kernel<KPL, true> : gdn_tree_chains_kernel<KPL, false>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
                     schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
                     slots_per_head, smem_slots, head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
@@ -1199,7 +1192,7 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps() ? gdn_tree_root_to_leaf_kernel<KPL, true> : gdn_tree_root_to_leaf_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
+    cuda_launch(gdn_defer_steps(be) ? gdn_tree_root_to_leaf_kernel<KPL, true> : gdn_tree_root_to_leaf_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
@@ -1215,7 +1208,7 @@ extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *sche
     if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps() ? gdn_tree_checkpoints_kernel<KPL, true> : gdn_tree_checkpoints_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
+    cuda_launch(gdn_defer_steps(be) ? gdn_tree_checkpoints_kernel<KPL, true> : gdn_tree_checkpoints_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
                 schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
