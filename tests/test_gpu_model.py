@@ -277,7 +277,9 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
 @pytest.mark.parametrize("variable,setting",
                          [("SPECLA_CUDA_UNFINISHED_MATMUL", s) for s in ("both", "rms,", "rms,silu", "2")]
                          + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")]
-                         + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")])
+                         + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")]
+                         + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
+                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
@@ -390,3 +392,64 @@ def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model)
         assert np.array_equal(tree_logits[t].view(np.uint32), want.view(np.uint32)), f"node {t}"
         assert argmax[t] == int(np.argmax(want))
     ctx.close()
+
+
+# ---- the attention on the tensor cores (SPECLA_CUDA_ATTENTION_TC=1, opt-in) ----------------------------
+# Another arithmetic (3xTF32 scores and weighted V sums, attention_tensor_cores.cuh): other bits than the
+# fp32 path, and every identity the fp32 path keeps among calls. The switch is read when a context opens
+# its backend, so each test sets it before its contexts.
+
+@pytest.fixture
+def attention_on_tensor_cores(monkeypatch):
+    monkeypatch.setenv("SPECLA_CUDA_ATTENTION_TC", "1")
+
+
+def test_tensor_core_attention_keeps_prefill_equal_to_decode(gpu_model, attention_on_tensor_cores):
+    test_prefill_equals_token_by_token_decode_bit_for_bit(gpu_model)
+
+
+def test_tensor_core_attention_keeps_tree_nodes_equal_to_their_paths(gpu_model, attention_on_tensor_cores):
+    test_every_tree_node_equals_decoding_its_root_path(gpu_model, ("hld_chains", "deferred_factors"))
+
+
+def test_tensor_core_attention_keeps_speculative_equal_to_plain(gpu_model, attention_on_tensor_cores):
+    test_greedy_speculative_equals_greedy_plain(gpu_model, "ddtree", True)
+
+
+def test_tensor_core_attention_at_depth_is_exact(deep_attention_model, attention_on_tensor_cores):
+    """Shared query tiles, per-query segments and the decode blocks on the tensor cores at depth 1152,
+    head_dim 256: a batch and a tree give the bits of decoding token by token."""
+    test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model)
+
+
+def test_tensor_core_attention_ran_and_stays_near_the_fp32_path(model_files, monkeypatch):
+    """The same 48 positions of each architecture with the switch off and on. The logits differ (so
+    the tensor-core kernels ran: the fp32 path cannot give 3xTF32's bits everywhere). For the F32
+    model they stay within 1e-5 of their largest magnitude of the fp32 path's: a numpy emulation of
+    3xTF32 put its logits 1e-7 from float64, as an fp32 attention; the bound leaves room for the
+    hardware's own rounding inside an MMA and is to be tightened to what the device measures. The
+    quantized models' activations are rounded to 8-bit codes after every attention, where a last-bit
+    change can move a code, so for them the check is the argmax: at least 45 of 48 positions agree."""
+    for key in (("qwen35", "f32"), ("qwen35", "q4_k_m"), ("qwen2", "q8_0"), ("qwen3", "q4_k_m")):
+        model = Model.load(model_files[key], device="cuda")
+        tokens = prompt(model.hparams.n_vocab, 48, seed=9)
+        rows = {}
+        for setting in ("0", "1"):
+            monkeypatch.setenv("SPECLA_CUDA_ATTENTION_TC", setting)
+            ctx = model.new_context(n_ctx=64, max_batch=64)
+            rows[setting] = ctx.eval(tokens, logits_all=True)
+            ctx.close()
+        model.close()
+        fp32, tc = rows["0"], rows["1"]
+        assert np.isfinite(tc).all(), key
+        assert not np.array_equal(tc.view(np.uint32), fp32.view(np.uint32)), f"{key}: the same bits as the fp32 path"
+        if key[1] == "f32":
+            rel = np.abs(tc.astype(np.float64) - fp32).max() / np.abs(fp32).max()
+            assert rel <= 1e-5, f"{key}: tensor-core logits {rel:.2e} from the fp32 path's"
+        else:
+            agree = int((tc.argmax(-1) == fp32.argmax(-1)).sum())
+            assert agree >= 45, f"{key}: argmax agrees at {agree} of 48 positions"
+
+
+def test_tensor_core_attention_f32_model_matches_the_float64_reference(model_files, attention_on_tensor_cores):
+    test_f32_model_matches_the_float64_reference(model_files)

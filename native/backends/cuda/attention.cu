@@ -57,6 +57,7 @@
 #include "cuda_backend.h"
 #include "launch.h"
 #include "row_math.cuh"
+#include "attention_tensor_cores.cuh"
 
 #define SPECLA_WARP 32
 #define ATT_THREADS 128
@@ -437,18 +438,10 @@ static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, const flo
     }
 }
 
-/* One tile of a segment: its physical rows, scores, the softmax bookkeeping (group grp takes pairs
- * grp, grp + 4, ...), the weighted V. */
-template <int HG, class Shape>
-static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
-                                                 const float *v_cache, int64_t row_stride, int kvh, const Shape &shape,
-                                                 float scale, int tile, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
-    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
-    const int ng = shape.ng(), tile_n = shape.tile_n();
-    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
-    __syncthreads();
-    tile_scores(sh, k_cache, row_stride, kvh, shape, scale);
-    __syncthreads();
+/* The softmax bookkeeping of a tile's scores in sh.p (group grp takes pairs grp, grp + 4, ...): the
+ * running max and sum, the scale alpha of the accumulators, the scores replaced by their weights. */
+template <int HG>
+static __device__ __forceinline__ void tile_softmax(att_shared<HG> &sh, int ng, int tile_n, int lane, int grp) {
     for (int g = grp; g < ng; g += ATT_GROUPS) {
         const float s0 = lane < tile_n ? sh.p[g][lane] : -INFINITY;
         const float s1 = lane + SPECLA_WARP < tile_n ? sh.p[g][lane + SPECLA_WARP] : -INFINITY;
@@ -466,6 +459,20 @@ static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32
             sh.alpha[g] = alpha;
         }
     }
+}
+
+/* One tile of a segment: its physical rows, scores, the softmax bookkeeping, the weighted V. */
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                 const float *v_cache, int64_t row_stride, int kvh, const Shape &shape,
+                                                 float scale, int tile, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    const int tid = threadIdx.x;
+    const int ng = shape.ng(), tile_n = shape.tile_n();
+    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
+    __syncthreads();
+    tile_scores(sh, k_cache, row_stride, kvh, shape, scale);
+    __syncthreads();
+    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < HG; g++)
@@ -516,6 +523,139 @@ static __device__ __forceinline__ void segment_partial_for(att_shared<HG> &sh, c
         segment_partial<HG, NG, ATT_MAX_D>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
     else
         segment_partial<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+}
+
+/* ---- the same segment on the tensor cores (attention_tensor_cores.cuh; SPECLA_CUDA_ATTENTION_TC=1) ----
+ * The rows, the softmax bookkeeping, the segments' merge and everything around a segment are the
+ * fp32 path's; the scores and the weighted V sums are 3xTF32 MMAs with the block's pairs as the M
+ * rows. A segment's accumulators live in the warps' C fragments and reach the caller's per-thread
+ * layout (dims tid, tid + ATT_THREADS) through shared memory at its end, so store_partials and the
+ * unsplit merge take them unchanged. */
+
+/* The split queries (pair rows of head_dim + ATT_TC_Q_PAD words), then, once a segment's tiles are
+ * done, the staging of its accumulators (pair rows of head_dim floats) in the same bytes. */
+template <int HG> union alignas(16) att_tc_shared {
+    struct {
+        uint32_t hi[HG * (ATT_MAX_D + ATT_TC_Q_PAD)], lo[HG * (ATT_MAX_D + ATT_TC_Q_PAD)];
+    } q;
+    float stage[HG * ATT_MAX_D];
+};
+
+/* The tensor-core kernels' own shared memory: declared only in the instantiations that call this,
+ * so the fp32 kernels' footprint (and resident blocks) stay as they are. */
+template <int HG> static __device__ __forceinline__ att_tc_shared<HG> &att_tc_area() {
+    __shared__ att_tc_shared<HG> area;
+    return area;
+}
+
+/* Tile row i's V (at its KV head); past the tile's rows its last row (where p is 0): att_tc_values's v_row */
+struct att_tc_tile_rows {
+    const float *v;
+    const int32_t *rows;
+    int64_t stride;
+    int tile_n;
+    __host__ __device__ const float *operator()(int i) const { return v + (int64_t)rows[i < tile_n ? i : tile_n - 1] * stride; }
+};
+
+template <int HG>
+static __device__ __forceinline__ void tc_tile_step(att_shared<HG> &sh, const att_tc_shared<HG> &tc, const int32_t *chain,
+                                                    const float *k_cache, const float *v_cache, int64_t row_stride,
+                                                    int kvh, int D, int ng, float scale, int tile, int tile_n,
+                                                    float (&acc)[ATT_TC_NTILES][4]) {
+    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, warp = tid / SPECLA_WARP;
+    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
+    __syncthreads();
+    {
+        /* warp w: tile rows 16w .. 16w + 15; this lane's K rows 16w + 8n + g */
+        const int g = lane >> 2, t = lane & 3;
+        const float *k_row[2];
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int i = 16 * warp + 8 * n + g; /* past the tile's rows: its last row, scores not stored */
+            k_row[n] = k_cache + (int64_t)sh.rows[i < tile_n ? i : tile_n - 1] * row_stride + (int64_t)kvh * D;
+        }
+        float s[2][4];
+        att_tc_scores(s, tc.q.hi, tc.q.lo, D + ATT_TC_Q_PAD, HG, k_row, D, lane);
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int pair = g + 8 * (c >> 1), row = 16 * warp + 8 * n + 2 * t + (c & 1);
+                if (pair < ng && row < tile_n) sh.p[pair][row] = __fmul_rn(s[n][c], scale);
+            }
+    }
+    __syncthreads();
+    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < ATT_TC_NTILES; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int pair = att_tc_acc_pair(lane, c);
+            acc[j][c] = __fmul_rn(acc[j][c], pair < ng ? sh.alpha[pair] : 0.0f);
+        }
+    if (ATT_TC_WARP_DIMS * warp < D)
+        att_tc_values(acc, &sh.p[0][0], ATT_TILE, HG,
+                      att_tc_tile_rows{v_cache + (int64_t)kvh * D, sh.rows, row_stride, tile_n}, ATT_TC_WARP_DIMS * warp,
+                      D, lane);
+    __syncthreads(); /* rows and p are rewritten by the next tile */
+}
+
+/* segment_partial on the tensor cores: the same outputs (m, l in sh, acc in the per-thread layout). */
+template <int HG>
+static __device__ __forceinline__ void segment_partial_tc(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                          const float *v_cache, int nkv, int kvh, int D, int ng,
+                                                          float scale, int seg, float (&out)[HG][ATT_DIMS_PER_THREAD]) {
+    static_assert(HG <= ATT_TC_PAIRS, "the block's pairs are one MMA's 16 rows");
+    att_tc_shared<HG> &tc = att_tc_area<HG>();
+    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, warp = tid / SPECLA_WARP;
+    const int64_t row_stride = (int64_t)nkv * D;
+    const int q_stride = D + ATT_TC_Q_PAD;
+    for (int i = tid; i < ng * D; i += ATT_THREADS) {
+        const int g = i / D, d = i % D;
+        att_tc_split(sh.q[i], tc.q.hi[g * q_stride + d], tc.q.lo[g * q_stride + d]);
+    }
+    if (tid < HG) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+    float acc[ATT_TC_NTILES][4];
+#pragma unroll
+    for (int j = 0; j < ATT_TC_NTILES; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[j][c] = 0.0f;
+    /* the first tile's barrier (after its rows) publishes the split queries and m, l */
+    const int seg_end = min((seg + 1) * ATT_SEG, sh.n_rows);
+    for (int tile = seg * ATT_SEG; tile < seg_end; tile += ATT_TILE)
+        tc_tile_step(sh, tc, chain, k_cache, v_cache, row_stride, kvh, D, ng, scale, tile, min(ATT_TILE, seg_end - tile),
+                     acc);
+    /* each tile ends with a barrier: the split queries are read no more, their bytes take the stage */
+    if (ATT_TC_WARP_DIMS * warp < D) {
+#pragma unroll
+        for (int j = 0; j < ATT_TC_NTILES; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int pair = att_tc_acc_pair(lane, c), d = att_tc_acc_dim(ATT_TC_WARP_DIMS * warp, lane, j, c);
+                if (pair < ng && d < D) tc.stage[pair * D + d] = acc[j][c];
+            }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) {
+            const int d = tid + ATT_THREADS * j;
+            out[g][j] = g < ng && d < D ? tc.stage[g * D + d] : 0.0f;
+        }
+    __syncthreads(); /* the stage's bytes are the next segment's split queries */
+}
+
+/* A segment's partial by the arithmetic the launch picked: the tensor cores' (TC) or the fp32 path's */
+template <int HG, int NG, bool TC>
+static __device__ __forceinline__ void att_segment(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
+                                                   const float *v_cache, int nkv, int kvh, int D, int ng, float scale,
+                                                   int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+    if constexpr (TC)
+        segment_partial_tc<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+    else
+        segment_partial_for<HG, NG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 }
 
 /* Query t's logical sequence, set by one thread of the block: a tree node (parents = the block's
@@ -572,7 +712,7 @@ static __device__ __forceinline__ void window_start(const int32_t *first_row, in
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
  * memory: 2 * T ints). */
-template <int HG>
+template <int HG, bool TC>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                      const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
@@ -606,8 +746,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     if (seg_blocks > 0) {
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
-            segment_partial_for<HG, ATT_KERNEL_FIXED_PAIRS(HG)>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg,
-                                                                acc);
+            att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
             store_partials(sh, acc, ng, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
                            part_acc, part_ml);
             __syncthreads(); /* m, l are reset by the next segment */
@@ -621,7 +760,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
     for (int seg = 0; seg < n_seg; seg++) {
-        segment_partial_for<HG, ATT_KERNEL_FIXED_PAIRS(HG)>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+        att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
         if (tid < ng) merge_scales(sh.M[tid], sh.L[tid], sh.m[tid], sh.l[tid], &sh.M[tid], &sh.L[tid], &sh.a[tid],
                                    &sh.b[tid]);
         __syncthreads();
@@ -656,7 +795,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
  * shape does (short batches at small depths have only such segments: one block per query keeps them
  * parallel). Partials go to the same workspace slots as attention_kernel's, for
  * attention_merge_kernel. Tree: dynamic shared memory of 2 * T ints (parents, the query's chain). */
-template <int P>
+template <int P, bool TC>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                           const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
@@ -706,7 +845,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         }
         if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
         __syncthreads();
-        segment_partial_for<P, P>(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
+        att_segment<P, P, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
         store_partials(sh, acc, np, D,
                        [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; },
                        part_acc, part_ml);
@@ -716,7 +855,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     if (seg * ATT_SEG >= sh.n_rows) return; /* a segment past query t's rows (uniform over the block) */
     for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
     __syncthreads();
-    segment_partial_for<P, ATT_QUERY_HEADS_27B>(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
+    att_segment<P, ATT_QUERY_HEADS_27B, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
     store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; }, part_acc,
                    part_ml);
 }
@@ -780,6 +919,24 @@ extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
     return split_workspace_bytes(queries, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
 }
 
+/* Whether a call's scores and weighted V sums take the tensor cores (attention_tensor_cores.cuh): the
+ * backend's switch (SPECLA_CUDA_ATTENTION_TC=1, opt-in until it has been run on a GPU), a device with
+ * tf32 MMAs (sm_80+) and a head_dim the fragments tile; never on HIP. Every call of one backend with
+ * one head_dim decides alike, decode, batch and tree, so their bit identities hold on either path. */
+#if defined(SPECLA_USE_HIP)
+#define ATT_TC_KERNELS false /* HIP instantiates no tensor-core kernel (att_tensor_cores is false there) */
+#else
+#define ATT_TC_KERNELS true
+#endif
+static bool att_tensor_cores(const backend *be, int D) {
+#if defined(SPECLA_USE_HIP)
+    (void)be, (void)D;
+    return false;
+#else
+    return cuda_of(be)->attention_tensor_cores && cuda_device_major() >= 8 && D % 16 == 0 && D <= ATT_MAX_D;
+#endif
+}
+
 /* One attention call with HG query heads per block (the bits of a head do not depend on HG: each
  * (row, head) score, softmax step and V sum is the same sequence of operations whatever else the
  * block holds). */
@@ -789,6 +946,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
                                    const int32_t *parents, const int32_t *n_prefix, int max_rows, int T, int nh, int nkv, int D, float scale,
                                    float *out) {
     const cuda_backend *cb = cuda_of(be);
+    const bool tc = att_tensor_cores(be, D);
     const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
     const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
@@ -806,12 +964,12 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (T > 1)
-                cuda_launch(attention_tile_kernel<ATT_TILE_PAIRS>,
+                cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS> : attention_tile_kernel<ATT_TILE_PAIRS, false>,
                             dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
                             nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
-                cuda_launch(attention_kernel<HG>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
+                cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
                             cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
                             nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
@@ -822,7 +980,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         }
         return;
     }
-    cuda_launch(attention_kernel<HG>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
+    cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
                 k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
                 NULL, out);
     cuda_note_launch(be, name);

@@ -673,6 +673,28 @@ int main() {
     test_tree(24, 4, 256, 4000, tree_of(23, false));
     test_tree(16, 1, 64, 1000, tree_of(23, false)); // G = 16: two head groups of 8, tiles of 3 queries
     test_tree(4, 4, 16, 600, tree_of(40, false));   // G = 1: tiles of 24 queries; 40 nodes, two launches
+    // the same on the tensor cores (SPECLA_CUDA_ATTENTION_TC=1: 3xTF32 scores and weighted V sums): the
+    // same bound against float64 (4x the CPU oracle's error) and the same bit identities among calls
+    printf("-- attention on the tensor cores (attention_tensor_cores)\n");
+    G.attention_tensor_cores = 1;
+    test_attention(8, 2, 128, 0, 1);
+    test_attention(8, 2, 128, 37, 5);
+    test_attention(24, 4, 256, 3000, 4);
+    test_attention(16, 1, 64, 5000, 3);
+    test_attention(4, 4, 16, 1100, 17);
+    test_attention(6, 2, 80, 1500, 2);
+    test_attention_window(32, 8, 128, 900, 2064, 16);
+    test_tree(24, 4, 256, 2500);
+    test_tree(4, 1, 16, 0);
+    test_attention(24, 4, 256, 4096, 23);
+    test_attention(24, 4, 256, 4073, 23);
+    test_attention(24, 4, 256, 4000, 23, true);
+    test_attention(8, 2, 128, 700, 40, true);
+    test_attention(24, 4, 256, 200, 23, false, 4096);
+    test_tree(24, 4, 256, 4096, tree_of(23, false));
+    test_tree(24, 4, 256, 4090, tree_of(23, true));
+    test_tree(4, 4, 16, 600, tree_of(40, false));
+    G.attention_tensor_cores = 0;
     test_logits(5, 248320, 8);
     test_logits(4, 1000, 64);
     test_logits(16, 248320, 64);
