@@ -71,6 +71,12 @@ static std::vector<float> randv(size_t n, float scale = 1.0f) {
     return v;
 }
 
+static bool same_bits(float a, float b) {
+    uint32_t x, y;
+    memcpy(&x, &a, 4), memcpy(&y, &b, 4);
+    return x == y;
+}
+
 static void report(const char *name, long bad, long total) {
     printf("%-56s %s (%ld of %ld differ)\n", name, bad ? "FAIL" : "ok", bad, total);
     if (bad) failures++;
@@ -117,11 +123,8 @@ static void check_scores(int n_pair_rows, int D, int tile_n) {
                             const float b = term == 0 ? split_hi(kv) : term == 1 ? split_lo(kv) : split_hi(kv);
                             acc = acc + a * b;
                         }
-            const float have = got[(size_t)p * 64 + i];
-            uint32_t x, y;
-            memcpy(&x, &acc, 4), memcpy(&y, &have, 4);
             total++;
-            if (x != y) bad++;
+            if (!same_bits(acc, got[(size_t)p * 64 + i])) bad++;
         }
     char name[96];
     snprintf(name, sizeof name, "scores pairs=%d D=%d tile rows=%d", n_pair_rows, D, tile_n);
@@ -173,11 +176,8 @@ static void check_values(int n_pairs, int D, int tile_n) {
                         const float b = term == 1 ? split_lo(v) : split_hi(v);
                         acc = acc + a * b;
                     }
-            const float have = got[(size_t)p * D + d];
-            uint32_t x, y;
-            memcpy(&x, &acc, 4), memcpy(&y, &have, 4);
             total++;
-            if (x != y) bad++;
+            if (!same_bits(acc, got[(size_t)p * D + d])) bad++;
         }
     char name[96];
     snprintf(name, sizeof name, "weighted V pairs=%d D=%d tile rows=%d", n_pairs, D, tile_n);

@@ -543,6 +543,30 @@ __device__ __forceinline__ void gdn_finish_deferred(const float (&M)[GDN_ROWS_PE
     gdn_defer_none<KPL>(d);
 }
 
+/* The per-token step a token-walking kernel runs, DEFER picking gdn_step_deferred over
+ * gdn_step_staged (the same bits): step() for each token, finish() where the walk ends a chunk or
+ * the state in registers is about to be replaced (nothing to do without DEFER). */
+template <int KPL, bool DEFER, bool KEEP_DELTA> struct gdn_stepper {
+    gdn_deferred<KPL> d;
+    __device__ __forceinline__ gdn_stepper() { gdn_defer_none<KPL>(d); }
+    __device__ __forceinline__ void step(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> &s, int c,
+                                         const gdn_lane &L, float scale) {
+        gdn_step_deferred<KPL, KEEP_DELTA>(M, d, s, c, L, scale);
+    }
+    __device__ __forceinline__ void finish(const float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> &s,
+                                           const gdn_lane &L, float scale) {
+        gdn_finish_deferred<KPL>(M, d, s, L, scale);
+    }
+};
+template <int KPL, bool KEEP_DELTA> struct gdn_stepper<KPL, false, KEEP_DELTA> {
+    __device__ __forceinline__ void step(float (&M)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> &s, int c,
+                                         const gdn_lane &L, float scale) {
+        gdn_step_staged<KPL, KEEP_DELTA>(M, s, c, L, scale);
+    }
+    __device__ __forceinline__ void finish(const float (&)[GDN_ROWS_PER_THREAD][KPL], gdn_chunk<KPL> &,
+                                           const gdn_lane &, float) {}
+};
+
 /* One accepted token's factors into the state: gdn_step's update without the reads. */
 template <int KPL>
 __device__ __forceinline__ void gdn_fold(float (&M)[GDN_ROWS_PER_THREAD][KPL], const gdn_factor<KPL> &in) {
@@ -646,19 +670,11 @@ __global__ void GDN_LAUNCH_BOUNDS
     float *head = state + (int64_t)L.h * S * S;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, head, L);
-    gdn_deferred<KPL> d;
-    gdn_defer_none<KPL>(d);
+    gdn_stepper<KPL, DEFER, false> stepper;
     gdn_walk_tokens<KPL>(
         chunks, NULL, T, L, k, q, v, g, beta, out, NULL,
-        [&](int, gdn_chunk<KPL> &s, int c) {
-            if constexpr (DEFER)
-                gdn_step_deferred<KPL, false>(M, d, s, c, L, scale);
-            else
-                gdn_step_staged<KPL, false>(M, s, c, L, scale);
-        },
-        [&](gdn_chunk<KPL> &s) {
-            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
-        });
+        [&](int, gdn_chunk<KPL> &s, int c) { stepper.step(M, s, c, L, scale); },
+        [&](gdn_chunk<KPL> &s) { stepper.finish(M, s, L, scale); });
     gdn_store_state<KPL>(M, head, L);
 }
 
@@ -751,34 +767,27 @@ __global__ void GDN_LAUNCH_BOUNDS
         gdn_store_state<KPL>(M, durable, L);
     }
     /* position 0 is the root chain's first node: it starts from the durable state now in M */
-    gdn_deferred<KPL> d;
-    gdn_defer_none<KPL>(d);
+    gdn_stepper<KPL, DEFER, true> stepper;
     gdn_walk_tokens<KPL>(
         chunks, walk_node, N, L, k, q, v, g, beta, out, delta_out,
         [&](int p, gdn_chunk<KPL> &s, int c) {
             const int load = walk_load[p];
             /* a deferred output reads the state its token left: finish it before another replaces it */
-            if constexpr (DEFER)
-                if (load >= 0 || (load == WALK_DURABLE && p > 0)) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+            if (load >= 0 || (load == WALK_DURABLE && p > 0)) stepper.finish(M, s, L, scale);
             if (load >= 0 && load < smem_slots)
                 gdn_unpark<KPL>(M, parked + load * GDN_PARKED_FLOATS(KPL));
             else if (load >= 0)
                 gdn_load_state<KPL>(M, head_slots + load * head_size, L);
             else if (load == WALK_DURABLE && p > 0)
                 gdn_load_state<KPL>(M, durable, L);
-            if constexpr (DEFER)
-                gdn_step_deferred<KPL, true>(M, d, s, c, L, scale);
-            else
-                gdn_step_staged<KPL, true>(M, s, c, L, scale);
+            stepper.step(M, s, c, L, scale);
             const int store = walk_store[p];
             if (store >= 0 && store < smem_slots)
                 gdn_park<KPL>(M, parked + store * GDN_PARKED_FLOATS(KPL));
             else if (store >= 0)
                 gdn_store_state<KPL>(M, head_slots + store * head_size, L);
         },
-        [&](gdn_chunk<KPL> &s) {
-            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
-        });
+        [&](gdn_chunk<KPL> &s) { stepper.finish(M, s, L, scale); });
 }
 
 /* Baseline: every root-to-leaf path replayed from the durable state (read only). The leaves are
@@ -810,19 +819,11 @@ __global__ void GDN_LAUNCH_BOUNDS
         __syncthreads();
         float M[GDN_ROWS_PER_THREAD][KPL];
         gdn_load_state<KPL>(M, durable, L);
-        gdn_deferred<KPL> d;
-        gdn_defer_none<KPL>(d);
+        gdn_stepper<KPL, DEFER, true> stepper;
         gdn_walk_tokens<KPL>(
             chunks, path, len, L, k, q, v, g, beta, out, delta_out,
-            [&](int, gdn_chunk<KPL> &s, int cc) {
-                if constexpr (DEFER)
-                    gdn_step_deferred<KPL, true>(M, d, s, cc, L, scale);
-                else
-                    gdn_step_staged<KPL, true>(M, s, cc, L, scale);
-            },
-            [&](gdn_chunk<KPL> &s) {
-                if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
-            });
+            [&](int, gdn_chunk<KPL> &s, int cc) { stepper.step(M, s, cc, L, scale); },
+            [&](gdn_chunk<KPL> &s) { stepper.finish(M, s, L, scale); });
     }
 }
 
@@ -842,25 +843,19 @@ __global__ void GDN_LAUNCH_BOUNDS
     const int64_t head_size = (int64_t)S * S, node_size = (int64_t)Hv * head_size;
     float M[GDN_ROWS_PER_THREAD][KPL];
     gdn_load_state<KPL>(M, state + (int64_t)L.h * head_size, L);
-    gdn_deferred<KPL> d;
-    gdn_defer_none<KPL>(d);
+    gdn_stepper<KPL, DEFER, true> stepper;
     gdn_walk_tokens<KPL>(
         chunks, NULL, N, L, k, q, v, g, beta, out, delta_out,
         [&](int t, gdn_chunk<KPL> &s, int c) {
             const int parent = parents[t];
             if (t > 0 && parent != t - 1) {
-                if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
+                stepper.finish(M, s, L, scale); /* before the state is replaced */
                 gdn_load_state<KPL>(M, checkpoints + parent * node_size + L.h * head_size, L);
             }
-            if constexpr (DEFER)
-                gdn_step_deferred<KPL, true>(M, d, s, c, L, scale);
-            else
-                gdn_step_staged<KPL, true>(M, s, c, L, scale);
+            stepper.step(M, s, c, L, scale);
             gdn_store_state<KPL>(M, checkpoints + t * node_size + L.h * head_size, L);
         },
-        [&](gdn_chunk<KPL> &s) {
-            if constexpr (DEFER) gdn_finish_deferred<KPL>(M, d, s, L, scale);
-        });
+        [&](gdn_chunk<KPL> &s) { stepper.finish(M, s, L, scale); });
 }
 
 /* ------------------------------------------------------------------------------------------

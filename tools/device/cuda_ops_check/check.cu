@@ -626,26 +626,7 @@ static void test_logits(int rows, int V, int k) {
     cudaFree(dn);
 }
 
-int main() {
-    backend_limits lim = {64, 8192, 70000, 64, 128 * 128, 8192};
-    if (cpu_backend_create(1, SPECLA_CPU_SCALAR, &lim, &CPU) != SPECLA_OK) { printf("cpu backend failed\n"); return 1; }
-    cudaDeviceProp prop; cudaGetDeviceProperties(&prop, 0);
-    G.sm_count = prop.multiProcessorCount; G.workspace_bytes = 256u << 20;
-    cudaMalloc(&G.workspace, G.workspace_bytes);
-    cudaStreamCreate(&G.stream);
-    printf("device %s sms %d\n", prop.name, G.sm_count);
-    test_quant();
-    test_elementwise();
-    test_fused_quantize();
-    for (int T : {1, 5, 8, 9}) test_gdn_prepare(T, 4, 8, 128, 4);
-    test_gdn_prepare(1, 3, 6, 48, 4);
-    test_gdn_prepare(3, 2, 4, 64, 7);
-    test_attention_prepare(1, 24, 4, 256, 64, true, true);   // the 27B's decode step
-    test_attention_prepare(23, 24, 4, 256, 64, true, true);  // its 23-token verify
-    test_attention_prepare(5, 16, 8, 128, 128, false, true); // qwen3: every dim rotated, no gate
-    test_attention_prepare(3, 14, 2, 64, 64, false, false);  // qwen2: no norms
-    test_attention_prepare(2, 4, 2, 512, 32, true, true);    // the widest row the kernel takes
-    test_attention_prepare_refuses_wide_rows();
+static void attention_cases() {
     test_attention(8, 2, 128, 0, 1);
     test_attention(8, 2, 128, 37, 5);
     test_attention(24, 4, 256, 3000, 4);
@@ -673,27 +654,36 @@ int main() {
     test_tree(24, 4, 256, 4000, tree_of(23, false));
     test_tree(16, 1, 64, 1000, tree_of(23, false)); // G = 16: two head groups of 8, tiles of 3 queries
     test_tree(4, 4, 16, 600, tree_of(40, false));   // G = 1: tiles of 24 queries; 40 nodes, two launches
-    // the same on the tensor cores (SPECLA_CUDA_ATTENTION_TC=1: 3xTF32 scores and weighted V sums): the
-    // same bound against float64 (4x the CPU oracle's error) and the same bit identities among calls
-    printf("-- attention on the tensor cores (attention_tensor_cores)\n");
-    G.attention_tensor_cores = 1;
-    test_attention(8, 2, 128, 0, 1);
-    test_attention(8, 2, 128, 37, 5);
-    test_attention(24, 4, 256, 3000, 4);
-    test_attention(16, 1, 64, 5000, 3);
-    test_attention(4, 4, 16, 1100, 17);
-    test_attention(6, 2, 80, 1500, 2);
-    test_attention_window(32, 8, 128, 900, 2064, 16);
-    test_tree(24, 4, 256, 2500);
-    test_tree(4, 1, 16, 0);
-    test_attention(24, 4, 256, 4096, 23);
-    test_attention(24, 4, 256, 4073, 23);
-    test_attention(24, 4, 256, 4000, 23, true);
-    test_attention(8, 2, 128, 700, 40, true);
-    test_attention(24, 4, 256, 200, 23, false, 4096);
-    test_tree(24, 4, 256, 4096, tree_of(23, false));
-    test_tree(24, 4, 256, 4090, tree_of(23, true));
-    test_tree(4, 4, 16, 600, tree_of(40, false));
+}
+
+int main() {
+    backend_limits lim = {64, 8192, 70000, 64, 128 * 128, 8192};
+    if (cpu_backend_create(1, SPECLA_CPU_SCALAR, &lim, &CPU) != SPECLA_OK) { printf("cpu backend failed\n"); return 1; }
+    cudaDeviceProp prop; cudaGetDeviceProperties(&prop, 0);
+    G.sm_count = prop.multiProcessorCount; G.workspace_bytes = 256u << 20;
+    cudaMalloc(&G.workspace, G.workspace_bytes);
+    cudaStreamCreate(&G.stream);
+    printf("device %s sms %d\n", prop.name, G.sm_count);
+    test_quant();
+    test_elementwise();
+    test_fused_quantize();
+    for (int T : {1, 5, 8, 9}) test_gdn_prepare(T, 4, 8, 128, 4);
+    test_gdn_prepare(1, 3, 6, 48, 4);
+    test_gdn_prepare(3, 2, 4, 64, 7);
+    test_attention_prepare(1, 24, 4, 256, 64, true, true);   // the 27B's decode step
+    test_attention_prepare(23, 24, 4, 256, 64, true, true);  // its 23-token verify
+    test_attention_prepare(5, 16, 8, 128, 128, false, true); // qwen3: every dim rotated, no gate
+    test_attention_prepare(3, 14, 2, 64, 64, false, false);  // qwen2: no norms
+    test_attention_prepare(2, 4, 2, 512, 32, true, true);    // the widest row the kernel takes
+    test_attention_prepare_refuses_wide_rows();
+    // every attention case twice: the fp32 path, then the tensor cores (SPECLA_CUDA_ATTENTION_TC=1: 3xTF32
+    // scores and weighted V sums), each against float64 (4x the CPU oracle's error) and with the bit
+    // identities among calls (split == unsplit, each query alone == in the batch, tree node == causal)
+    for (int tensor_cores : {0, 1}) {
+        if (tensor_cores) printf("-- attention on the tensor cores (attention_tensor_cores)\n");
+        G.attention_tensor_cores = tensor_cores;
+        attention_cases();
+    }
     G.attention_tensor_cores = 0;
     test_logits(5, 248320, 8);
     test_logits(4, 1000, 64);
