@@ -21,6 +21,10 @@
  *     acc[d] = fmaf(p_r, v_r[d], acc[d]) for the tile's rows r in logical order;
  *   - segment partials are merged in segment order starting from (m = -inf, l = 0, acc = 0) by
  *     merge_scales (the same function in both launch shapes), and out = acc / l.
+ * With SPECLA_CUDA_ATTENTION_TC=1 (sm_80+, head_dim a multiple of 16) the score's dot product and the
+ * weighted V sum are instead 3xTF32 tensor-core MMAs in the order attention_tensor_cores.cuh fixes;
+ * everything else above stays, and every kernel of the backend takes the same path, so the identities
+ * below hold on either (docs/cuda-attention.md).
  * Two launch shapes compute exactly these operations: SPLIT (flash-decoding: blocks own segments,
  * write partials to the workspace; a second kernel merges them in segment order) whenever the
  * sequence has more than one segment and the workspace holds the partials, else UNSPLIT (one block
