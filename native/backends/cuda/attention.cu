@@ -968,12 +968,14 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (T > 1)
-                cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS> : attention_tile_kernel<ATT_TILE_PAIRS, false>,
+                cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS>
+                               : attention_tile_kernel<ATT_TILE_PAIRS, false>,
                             dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
                             nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
-                cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
+                cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>,
+                            dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
                             cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
                             nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
@@ -984,7 +986,8 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         }
         return;
     }
-    cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
+    cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(1, nkv * n_hgroups, T),
+                dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
                 k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
                 NULL, out);
     cuda_note_launch(be, name);

@@ -6,8 +6,9 @@
  * Exactness. Every kernel that moves a Gated DeltaNet state goes through the one step function
  * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
  * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (SPECLA_CUDA_GDN_DEFER=1)
- * is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A node verified in a tree therefore gets
- * the bits of decoding its root path with cuda_gated_delta_rule, and folding an accepted path's
+ * is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A
+ * node verified in a tree therefore gets the bits of decoding its root path with
+ * cuda_gated_delta_rule, and folding an accepted path's
  * factors gives the bits of the sequentially decoded state. Every float operation of the state
  * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
  * split any of them: the decay is __fmul_rn(row, decay), the rank-1 update is the fused
@@ -1086,8 +1087,9 @@ extern "C" void cuda_gated_delta_rule(const backend *be, const float *q, const f
     if (kpl == 0) return refuse(be, "gated_delta_rule: state size S must be 1 .. 128 on this backend");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps(be) ? gdn_sequential_kernel<KPL, true> : gdn_sequential_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g,  \
-                beta, T, Hk, Hv, S, scale, state, out)
+    cuda_launch(gdn_defer_steps(be) ? gdn_sequential_kernel<KPL, true> : gdn_sequential_kernel<KPL, false>,            \
+                dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), q, k, v, g, beta, T, Hk, Hv, S, scale,   \
+                state, out)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gated_delta_rule");
@@ -1149,9 +1151,10 @@ static void launch_tree_chains(const backend *be, const int32_t *schedule, const
     float *slots = (float *)cuda_of(be)->workspace;
     for (int head0 = 0; head0 < Hv; head0 += heads_per_launch) {
         const int heads = Hv - head0 < heads_per_launch ? Hv - head0 : heads_per_launch;
-        cuda_launch(gdn_defer_steps(be) ? gdn_tree_chains_kernel<KPL, true> : gdn_tree_chains_kernel<KPL, false>, dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be),
-                    schedule, q, k, v, g, beta, Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots,
-                    slots_per_head, smem_slots, head0, max_nodes);
+        cuda_launch(gdn_defer_steps(be) ? gdn_tree_chains_kernel<KPL, true> : gdn_tree_chains_kernel<KPL, false>,
+                    dim3(gdn_grid(S, heads)), dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta,
+                    Hk, Hv, S, gdn_scale(S), state, pk, pd, pg, pn, out, delta_out, slots, slots_per_head, smem_slots,
+                    head0, max_nodes);
         cuda_note_launch(be, "gdn_tree_chains");
     }
 }
@@ -1187,8 +1190,10 @@ extern "C" void cuda_gdn_tree_root_to_leaf(const backend *be, const int32_t *sch
     const float scale = gdn_scale(S);
     const size_t shared = sizeof(int32_t) * (size_t)max_nodes;
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps(be) ? gdn_tree_root_to_leaf_kernel<KPL, true> : gdn_tree_root_to_leaf_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be),  \
-                schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, max_nodes)
+    cuda_launch(gdn_defer_steps(be) ? gdn_tree_root_to_leaf_kernel<KPL, true>                                          \
+                                    : gdn_tree_root_to_leaf_kernel<KPL, false>,                                        \
+                dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), shared, cuda_stream(be), schedule, q, k, v, g, beta, Hk,     \
+                Hv, S, scale, state, out, delta_out, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_tree_root_to_leaf");
@@ -1203,8 +1208,10 @@ extern "C" void cuda_gdn_tree_checkpoints(const backend *be, const int32_t *sche
     if (max_nodes < 1) return refuse(be, "gdn_tree_checkpoints: backend created without tree limits (max_nodes 0)");
     const float scale = gdn_scale(S);
 #define LAUNCH(KPL)                                                                                                    \
-    cuda_launch(gdn_defer_steps(be) ? gdn_tree_checkpoints_kernel<KPL, true> : gdn_tree_checkpoints_kernel<KPL, false>, dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be),        \
-                schedule, q, k, v, g, beta, Hk, Hv, S, scale, state, out, delta_out, checkpoints, max_nodes)
+    cuda_launch(gdn_defer_steps(be) ? gdn_tree_checkpoints_kernel<KPL, true>                                           \
+                                    : gdn_tree_checkpoints_kernel<KPL, false>,                                         \
+                dim3(gdn_grid(S, Hv)), dim3(GDN_THREADS), 0, cuda_stream(be), schedule, q, k, v, g, beta, Hk, Hv, S,   \
+                scale, state, out, delta_out, checkpoints, max_nodes)
     GDN_DISPATCH(kpl, LAUNCH)
 #undef LAUNCH
     cuda_note_launch(be, "gdn_tree_checkpoints");
