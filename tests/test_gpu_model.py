@@ -228,7 +228,7 @@ np.savez(out, *rows)
 
 def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     """SPECLA_CUDA_FTC_STAGE=1 (the F16/BF16 tensor-core matmul with a chunk's activation terms staged
-    in shared memory, weight groups of 4 blocks at up to 2 token tiles), 2 (groups of 2) and 4 against
+    in shared memory, weight groups of 4 blocks at up to 2 token tiles) and 2 (groups of 2) against
     0 (the unstaged kernel, also what an unset switch gives), row for row, bit for bit: a 23-token
     prefill (3 token tiles), a 5-token batch, decode steps and a verified tree of an F16 qwen35 model
     whose 3328-row matrices take 18 chunks of 6 blocks (104 row groups: every CTA on one chunk,
@@ -242,7 +242,7 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
 
     path = write_test_model(tmp_path / "wide-f16.gguf", "tiny8", "f16", seed=4, n_layer=4, n_embd=3328, n_ff=2048)
     runs = {}
-    for setting in ("0", "1", "2", "4"):
+    for setting in ("0", "1", "2"):
         env = dict(os.environ)
         env["SPECLA_CUDA_FTC_STAGE"] = setting
         out = tmp_path / f"rows-{setting}.npz"
@@ -251,7 +251,7 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         with np.load(out) as rows:
             runs[setting] = [rows[f"arr_{i}"] for i in range(len(rows.files))]
-    for setting in ("1", "2", "4"):
+    for setting in ("1", "2"):
         for i, (want, got) in enumerate(zip(runs["0"], runs[setting])):
             assert np.isfinite(got).all(), f"{setting} call {i}"
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"

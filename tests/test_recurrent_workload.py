@@ -158,28 +158,6 @@ def test_workload_names_bad_input():
     w.close()
 
 
-# One process's GDN results for test_deferred_gdn_step_gives_the_same_bits: the switch is read once
-# per process, so each setting runs in its own. The sequential op over 1, 8, 23 and 17 tokens (one
-# chunk, a full one, three with a partial last, at S = 128, 32 and 24), then the 27B-shaped
-# workload's three verify methods over the wide trees (chain starts from parked and workspace
-# boundary slots, the pending fold, root-to-leaf paths, checkpoint loads).
-GDN_ROWS_SCRIPT = """
-import sys
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-from test_recurrent_workload import make_inputs, run_workload, SHAPE_27B, STEPS_27B, _gdn_op_inputs
-from pyspecla import ops
-rows = []
-for T, Hk, Hv, S in ((1, 16, 48, 128), (8, 16, 48, 128), (23, 16, 48, 128), (23, 2, 6, 32), (17, 3, 9, 24)):
-    out, state = ops.gated_delta_rule(*_gdn_op_inputs(T, Hk, Hv, S), device="cuda")
-    rows += [out, state]
-inputs = make_inputs(5, SHAPE_27B)
-for pair in (("hld_chains", "deferred_factors"), ("root_to_leaf", "replay"), ("dense_checkpoints", "checkpoint_restore")):
-    rows += run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda")
-np.savez(sys.argv[2], *rows)
-"""
-
-
 def _gdn_op_inputs(T, Hk, Hv, S, seed=7):
     rng = np.random.default_rng(seed)
 
@@ -194,27 +172,28 @@ def _gdn_op_inputs(T, Hk, Hv, S, seed=7):
 
 
 @pytest.mark.gpu
-def test_deferred_gdn_step_gives_the_same_bits(tmp_path):
+def test_deferred_gdn_step_gives_the_same_bits(monkeypatch):
     """SPECLA_CUDA_GDN_DEFER=1 (each token's M^T q reduction deferred into the next token's step)
     against 0 (gdn_step as it stands, also what an unset switch gives), array for array, bit for bit:
-    outputs and states of the sequential op and of the three tree-verify kernels. Equal bits are what
-    the deferred form must give; that it ran is not observable from here (the switch is read inside
-    the library): the device A/B's timings per setting are what show it took effect."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    the sequential op over 1, 8, 23 and 17 tokens (one chunk, a full one, three with a partial last; S
+    = 128, 32 and 24), then the 27B-shaped workload's three verify methods over the wide trees (chain
+    starts from parked and workspace boundary slots, the pending fold, root-to-leaf paths, checkpoint
+    loads). The switch is read when a backend opens, which every op call and workload does. Equal bits
+    are what the deferred form must give; that it ran is not observable from here: the device A/B's
+    timings per setting are what show it took effect."""
+    from pyspecla import ops
 
+    inputs = make_inputs(5, SHAPE_27B)
     runs = {}
     for setting in ("0", "1"):
-        env = dict(os.environ)
-        env["SPECLA_CUDA_GDN_DEFER"] = setting
-        out = tmp_path / f"gdn-{setting}.npz"
-        done = subprocess.run([sys.executable, "-c", GDN_ROWS_SCRIPT, str(Path(__file__).parent), str(out)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        with np.load(out) as rows:
-            runs[setting] = [rows[f"arr_{i}"] for i in range(len(rows.files))]
+        monkeypatch.setenv("SPECLA_CUDA_GDN_DEFER", setting)
+        rows = []
+        for T, Hk, Hv, S in ((1, 16, 48, 128), (8, 16, 48, 128), (23, 16, 48, 128), (23, 2, 6, 32), (17, 3, 9, 24)):
+            rows += list(ops.gated_delta_rule(*_gdn_op_inputs(T, Hk, Hv, S), device="cuda"))
+        for pair in (("hld_chains", "deferred_factors"), ("root_to_leaf", "replay"),
+                     ("dense_checkpoints", "checkpoint_restore")):
+            rows += run_workload(inputs, *pair, shape=SHAPE_27B, steps=STEPS_27B, device="cuda")
+        runs[setting] = rows
     assert len(runs["0"]) == len(runs["1"]) > 10
     assert not any(np.isnan(a).any() for a in runs["0"])
     bad = [i for i, (a, b) in enumerate(zip(runs["0"], runs["1"])) if not same_bits(a, b)]

@@ -465,26 +465,39 @@ static __device__ __forceinline__ void tile_softmax(att_shared<HG> &sh, int ng, 
     }
 }
 
-/* One tile of a segment: its physical rows, scores, the softmax bookkeeping, the weighted V. */
+/* One tile of a segment, whatever the arithmetic: its physical rows, then scores() (into sh.p),
+ * the softmax bookkeeping, values() (the accumulators scaled by alpha and the tile's weighted V added),
+ * each phase after a block barrier. */
+template <int HG, class Scores, class Values>
+static __device__ __forceinline__ void tile_walk(att_shared<HG> &sh, const int32_t *chain, int tile, int tile_n, int ng,
+                                                 Scores scores, Values values) {
+    const int tid = threadIdx.x;
+    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
+    __syncthreads();
+    scores();
+    __syncthreads();
+    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
+    __syncthreads();
+    values();
+    __syncthreads(); /* rows and p are rewritten by the next tile */
+}
+
+/* One tile of a segment on the fp32 path. */
 template <int HG, class Shape>
 static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                  const float *v_cache, int64_t row_stride, int kvh, const Shape &shape,
                                                  float scale, int tile, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
-    const int tid = threadIdx.x;
-    const int ng = shape.ng(), tile_n = shape.tile_n();
-    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
-    __syncthreads();
-    tile_scores(sh, k_cache, row_stride, kvh, shape, scale);
-    __syncthreads();
-    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
-    __syncthreads();
+    const int ng = shape.ng();
+    tile_walk(
+        sh, chain, tile, shape.tile_n(), ng, [&] { tile_scores(sh, k_cache, row_stride, kvh, shape, scale); },
+        [&] {
 #pragma unroll
-    for (int g = 0; g < HG; g++)
+            for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
-            if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
-    tile_values(sh, v_cache, row_stride, kvh, shape, acc);
-    __syncthreads(); /* rows and p are rewritten by the next tile */
+                for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
+                    if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
+            tile_values(sh, v_cache, row_stride, kvh, shape, acc);
+        });
 }
 
 /* The partial of segment `seg` for the block's pairs: m, l in sh, acc in the caller's registers.
@@ -566,43 +579,41 @@ static __device__ __forceinline__ void tc_tile_step(att_shared<HG> &sh, const at
                                                     const float *k_cache, const float *v_cache, int64_t row_stride,
                                                     int kvh, int D, int ng, float scale, int tile, int tile_n,
                                                     float (&acc)[ATT_TC_NTILES][4]) {
-    const int tid = threadIdx.x, lane = tid % SPECLA_WARP, warp = tid / SPECLA_WARP;
-    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
-    __syncthreads();
-    {
-        /* warp w: tile rows 16w .. 16w + 15; this lane's K rows 16w + 8n + g */
-        const int g = lane >> 2, t = lane & 3;
-        const float *k_row[2];
+    const int lane = threadIdx.x % SPECLA_WARP, warp = threadIdx.x / SPECLA_WARP;
+    tile_walk(
+        sh, chain, tile, tile_n, ng,
+        [&] {
+            /* warp w: tile rows 16w .. 16w + 15; this lane's K rows 16w + 8n + g */
+            const int g = lane >> 2, t = lane & 3;
+            const float *k_row[2];
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const int i = 16 * warp + 8 * n + g; /* past the tile's rows: its last row, scores not stored */
-            k_row[n] = k_cache + (int64_t)sh.rows[i < tile_n ? i : tile_n - 1] * row_stride + (int64_t)kvh * D;
-        }
-        float s[2][4];
-        att_tc_scores(s, tc.q.hi, tc.q.lo, D + ATT_TC_Q_PAD, HG, k_row, D, lane);
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int pair = g + 8 * (c >> 1), row = 16 * warp + 8 * n + 2 * t + (c & 1);
-                if (pair < ng && row < tile_n) sh.p[pair][row] = __fmul_rn(s[n][c], scale);
+            for (int n = 0; n < 2; n++) {
+                const int i = 16 * warp + 8 * n + g; /* past the tile's rows: its last row, scores not stored */
+                k_row[n] = k_cache + (int64_t)sh.rows[i < tile_n ? i : tile_n - 1] * row_stride + (int64_t)kvh * D;
             }
-    }
-    __syncthreads();
-    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
-    __syncthreads();
+            float s[2][4];
+            att_tc_scores(s, tc.q.hi, tc.q.lo, D + ATT_TC_Q_PAD, HG, k_row, D, lane);
 #pragma unroll
-    for (int j = 0; j < ATT_TC_NTILES; j++)
+            for (int n = 0; n < 2; n++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int pair = att_tc_acc_pair(lane, c);
-            acc[j][c] = __fmul_rn(acc[j][c], pair < ng ? sh.alpha[pair] : 0.0f);
-        }
-    if (ATT_TC_WARP_DIMS * warp < D)
-        att_tc_values(acc, &sh.p[0][0], ATT_TILE, HG,
-                      att_tc_tile_rows{v_cache + (int64_t)kvh * D, sh.rows, row_stride, tile_n}, ATT_TC_WARP_DIMS * warp,
-                      D, lane);
-    __syncthreads(); /* rows and p are rewritten by the next tile */
+                for (int c = 0; c < 4; c++) {
+                    const int pair = g + 8 * (c >> 1), row = 16 * warp + 8 * n + 2 * t + (c & 1);
+                    if (pair < ng && row < tile_n) sh.p[pair][row] = __fmul_rn(s[n][c], scale);
+                }
+        },
+        [&] {
+#pragma unroll
+            for (int j = 0; j < ATT_TC_NTILES; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int pair = att_tc_acc_pair(lane, c);
+                    acc[j][c] = __fmul_rn(acc[j][c], pair < ng ? sh.alpha[pair] : 0.0f);
+                }
+            if (ATT_TC_WARP_DIMS * warp < D)
+                att_tc_values(acc, &sh.p[0][0], ATT_TILE, HG,
+                              att_tc_tile_rows{v_cache + (int64_t)kvh * D, sh.rows, row_stride, tile_n},
+                              ATT_TC_WARP_DIMS * warp, D, lane);
+        });
 }
 
 /* segment_partial on the tensor cores: the same outputs (m, l in sh, acc in the per-thread layout). */
@@ -928,17 +939,13 @@ extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
  * tf32 MMAs (sm_80+) and a head_dim the fragments tile; never on HIP. Every call of one backend with
  * one head_dim decides alike, decode, batch and tree, so their bit identities hold on either path. */
 #if defined(SPECLA_USE_HIP)
-#define ATT_TC_KERNELS false /* HIP instantiates no tensor-core kernel (att_tensor_cores is false there) */
+#define ATT_TC_KERNELS false /* HIP instantiates no tensor-core kernel and never takes the path */
 #else
 #define ATT_TC_KERNELS true
 #endif
 static bool att_tensor_cores(const backend *be, int D) {
-#if defined(SPECLA_USE_HIP)
-    (void)be, (void)D;
-    return false;
-#else
-    return cuda_of(be)->attention_tensor_cores && cuda_device_major() >= 8 && D % 16 == 0 && D <= ATT_MAX_D;
-#endif
+    return ATT_TC_KERNELS && cuda_of(be)->attention_tensor_cores && cuda_device_major() >= 8 && D % 16 == 0 &&
+           D <= ATT_MAX_D;
 }
 
 /* One attention call with HG query heads per block (the bits of a head do not depend on HG: each
