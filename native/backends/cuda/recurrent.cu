@@ -1035,6 +1035,107 @@ __global__ void __launch_bounds__(CONV_THREADS)
     }
 }
 
+/* gdn_tree_prepare as one launch (SPECLA_CUDA_GDN_TREE_PREPARE=1): the four ops of a verify's
+ * recurrent layer (gdn_gates, conv_fold, conv_tree, gdn_split_qkv), for K <= 4, 2 S <= NORM_THREADS and
+ * at most GDN_TREE_PREPARE_MAX_NODES nodes. Blocks as gdn_prepare_kernel's: b < 2 Hk the q or k head
+ * b (thread i < S owns channel b S + i), then the v channels (NORM_THREADS a block), the last block the
+ * gates. A channel's thread
+ *   - folds the pending path into its window (conv_shift_kernel's rows, stored where that kernel
+ *     stores them) and keeps the folded rows in registers;
+ *   - brings its raw input of every node into its column of shared memory (all loads in flight,
+ *     where conv_tree_kernel's threads each waited for up to K of them);
+ *   - per node t < n, builds conv_tree_kernel's window (t's input, its ancestors' newest first, then
+ *     the folded rows newest last) and writes conv_out and the window as it does; a v channel also
+ *     writes v, a head channel keeps the output in shared memory for the node's L2 norm (l2_row, as
+ *     gdn_split_qkv), which the whole head block then takes node by node.
+ * Rows t >= n that the batch has (T > n) are those gdn_split_qkv reads from conv_out unwritten, and
+ * are read from there the same way. Every value is computed by the four ops' functions, so the bits
+ * are theirs. Shared memory: the parents, then per node a row of NORM_THREADS floats: a v block's
+ * channels' inputs, a head block's inputs in its first S columns and outputs in the next S. */
+#define GDN_TREE_PREPARE_MAX_NODES 40 /* rows of NORM_THREADS floats: 40 KB, within the 48 KB default */
+template <int KMAX>
+__global__ void __launch_bounds__(NORM_THREADS)
+    gdn_tree_prepare_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, const int32_t *schedule,
+                            const float *x, const float *weight, int T, int Hk, int Hv, int S, int K, float eps,
+                            int max_nodes, float *conv_state, const float *fold_x, const int32_t *fold_count,
+                            float *conv_out, float *window_out, float *q, float *k, float *v) {
+    grid_begin();
+    extern __shared__ float tree_prepare_shared[];
+    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
+    const int tid = (int)threadIdx.x, b = (int)blockIdx.x, hist = K - 1;
+    const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
+    const int v_blocks = (v_width + NORM_THREADS - 1) / NORM_THREADS;
+    if (b == 2 * Hk + v_blocks) {
+        for (int i = tid; i < T * Hv; i += NORM_THREADS) {
+            const int h = i % Hv;
+            gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
+        }
+        return;
+    }
+    const int rows_cap = T > max_nodes ? T : max_nodes;
+    int32_t *parents = (int32_t *)tree_prepare_shared;
+    float *rows = tree_prepare_shared + rows_cap; /* [rows_cap][NORM_THREADS] */
+    const int n = min(schedule[HLD_N_NODES_AT], max_nodes); /* conv_tree_kernel's grid: max_nodes nodes */
+    const int32_t *dev_parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
+    for (int i = tid; i < n; i += NORM_THREADS) parents[i] = dev_parents[i];
+    const bool head = b < 2 * Hk;
+    const int c = head ? b * S + tid : 2 * qk_width + (b - 2 * Hk) * NORM_THREADS + tid;
+    const bool mine = head ? tid < S : c < C;
+    float *col = rows + tid, *out_col = rows + S + tid; /* this thread's input and (head) output columns */
+    float folded[KMAX], w[KMAX];
+    if (mine) {
+        const int P = *fold_count;
+        conv_load_window<KMAX>(folded, conv_state, fold_x, P > 0 ? P : 0, C, K, c);
+        if (P > 0) conv_store_state<KMAX>(conv_state, C, K, c, folded);
+        conv_load_weights<KMAX>(w, weight, c, K);
+#pragma unroll 8
+        for (int t = 0; t < n; t++) col[t * NORM_THREADS] = x[(int64_t)t * C + c];
+    }
+    __syncthreads(); /* the parents */
+    if (mine) {
+        for (int t = 0; t < n; t++) {
+            float window[KMAX];
+            int node = parents[t], state_row = hist - 1;
+#pragma unroll
+            for (int j = KMAX - 1; j >= 0; j--) {
+                if (j > hist) {
+                    window[j] = 0.0f;
+                } else if (j == hist) {
+                    window[j] = col[t * NORM_THREADS];
+                } else if (node >= 0) {
+                    window[j] = col[node * NORM_THREADS];
+                    node = parents[node];
+                } else {
+                    float r = 0.0f; /* folded[state_row], without a local-memory array */
+#pragma unroll
+                    for (int i = 0; i < KMAX; i++)
+                        if (i == state_row) r = folded[i];
+                    window[j] = r;
+                    state_row--;
+                }
+            }
+            const float out = conv_output<KMAX>(window, w, K);
+            conv_out[(int64_t)t * C + c] = out;
+            if (window_out) {
+#pragma unroll
+                for (int j = 0; j < KMAX; j++)
+                    if (j < hist) window_out[((int64_t)t * hist + j) * C + c] = window[j + 1 < KMAX ? j + 1 : j];
+            }
+            if (head) out_col[t * NORM_THREADS] = out;
+            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
+        }
+        for (int t = n; t < T; t++) { /* rows the tree conv leaves as they are */
+            const float out = conv_out[(int64_t)t * C + c];
+            if (head) out_col[t * NORM_THREADS] = out;
+            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
+        }
+    }
+    if (!head) return; /* the whole block */
+    __syncthreads();
+    float *dst = (b < Hk ? q + (int64_t)b * S : k + (int64_t)(b - Hk) * S);
+    for (int t = 0; t < T; t++) l2_row(rows + t * NORM_THREADS + S, S, eps, dst + (int64_t)t * qk_width, partials);
+}
+
 /* ------------------------------------------------------------------------------------------
  * Host entry points (cuda_backend.h).
  * ---------------------------------------------------------------------------------------- */
@@ -1291,4 +1392,28 @@ extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_fold");
+}
+
+extern "C" void cuda_gdn_tree_prepare(const backend *be, float *beta, float *g, const float *dt_bias,
+                                      const float *ssm_a, const int32_t *schedule, const float *x,
+                                      const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
+                                      float *conv_state, const float *fold_x, const int32_t *fold_count,
+                                      float *conv_out, float *window_out, float *q, float *k, float *v) {
+    const cuda_backend *cb = cuda_of(be);
+    const int C = 2 * Hk * S + Hv * S, max_nodes = cb->limits.max_nodes;
+    const int rows_cap = T > max_nodes ? T : max_nodes;
+    if (!cb->fused_gdn_tree_prepare || T <= 0 || max_nodes < 1 || K < 2 || K > 4 || S < 1 || 2 * S > NORM_THREADS ||
+        rows_cap > GDN_TREE_PREPARE_MAX_NODES) {
+        cuda_gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
+        cuda_conv_fold(be, conv_state, fold_x, fold_count, C, K);
+        cuda_conv_tree(be, schedule, x, conv_weight, C, K, conv_state, conv_out, window_out);
+        cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
+        return;
+    }
+    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
+    const size_t shared = sizeof(int32_t) * (size_t)rows_cap + sizeof(float) * (size_t)rows_cap * NORM_THREADS;
+    cuda_launch(gdn_tree_prepare_kernel<4>, dim3(blocks), dim3(NORM_THREADS), shared, cuda_stream(be), beta, g, dt_bias,
+                ssm_a, schedule, x, conv_weight, T, Hk, Hv, S, K, eps, max_nodes, conv_state, fold_x, fold_count,
+                conv_out, window_out, q, k, v);
+    cuda_note_launch(be, "gdn_tree_prepare");
 }
