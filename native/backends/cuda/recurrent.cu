@@ -938,6 +938,19 @@ __global__ void __launch_bounds__(CONV_THREADS)
     if (gridDim.y == 1) conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
+/* The last block of gdn_prepare_kernel and gdn_tree_prepare_kernel (after the 2 Hk head blocks and
+ * the v channels' blocks): the gates of the T x Hv values (gdn_gate_values, gdn_gates' function).
+ * Returns whether this block was it (and is done). */
+__device__ __forceinline__ bool gdn_gates_block(float *beta, float *g, const float *dt_bias, const float *ssm_a, int T,
+                                                int Hk, int Hv, int S) {
+    if ((int)blockIdx.x != 2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS) return false;
+    for (int i = (int)threadIdx.x; i < T * Hv; i += NORM_THREADS) {
+        const int h = i % Hv;
+        gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
+    }
+    return true;
+}
+
 /* gdn_prepare as one launch, for at most CONV_T_CHUNK tokens (a decode step: one) and S <= NORM_THREADS.
  * Block b, NORM_THREADS threads:
  *   - b < 2 Hk: q head b, or k head b - Hk (a conv row starts with the 2 Hk S channels of q and k):
@@ -958,14 +971,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     __shared__ float partials[NORM_THREADS / SPECLA_WARP];
     const int tid = (int)threadIdx.x, b = (int)blockIdx.x;
     const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
-    const int v_blocks = (v_width + NORM_THREADS - 1) / NORM_THREADS;
-    if (b == 2 * Hk + v_blocks) {
-        for (int i = tid; i < T * Hv; i += NORM_THREADS) {
-            const int h = i % Hv;
-            gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
-        }
-        return;
-    }
+    if (gdn_gates_block(beta, g, dt_bias, ssm_a, T, Hk, Hv, S)) return;
     const bool head = b < 2 * Hk;
     const int c = head ? b * S + tid : 2 * qk_width + (b - 2 * Hk) * NORM_THREADS + tid;
     if (head ? tid < S : c < C) {
@@ -1064,14 +1070,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     __shared__ float partials[NORM_THREADS / SPECLA_WARP];
     const int tid = (int)threadIdx.x, b = (int)blockIdx.x, hist = K - 1;
     const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
-    const int v_blocks = (v_width + NORM_THREADS - 1) / NORM_THREADS;
-    if (b == 2 * Hk + v_blocks) {
-        for (int i = tid; i < T * Hv; i += NORM_THREADS) {
-            const int h = i % Hv;
-            gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
-        }
-        return;
-    }
+    if (gdn_gates_block(beta, g, dt_bias, ssm_a, T, Hk, Hv, S)) return;
     const int rows_cap = T > max_nodes ? T : max_nodes;
     int32_t *parents = (int32_t *)tree_prepare_shared;
     float *rows = tree_prepare_shared + rows_cap; /* [rows_cap][NORM_THREADS] */
