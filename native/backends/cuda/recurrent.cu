@@ -1005,6 +1005,38 @@ __global__ void __launch_bounds__(CONV_THREADS)
     conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
+/* Node t's conv window as conv_tree builds it: t's raw input last (window[hist]), its ancestors'
+ * before it, newest first up the parent links, then the rows of the window the tree grows from,
+ * newest last (row hist - 1, hist - 2, ...); zeros past K. input(node): a node's raw input;
+ * state(row): that window's row. */
+template <int KMAX, class Input, class State>
+__device__ __forceinline__ void tree_conv_window(float (&window)[KMAX], int t, const int32_t *parents, int hist,
+                                                 Input input, State state) {
+    int node = parents[t], state_row = hist - 1;
+#pragma unroll
+    for (int j = KMAX - 1; j >= 0; j--) {
+        if (j > hist) {
+            window[j] = 0.0f;
+        } else if (j == hist) {
+            window[j] = input(t);
+        } else if (node >= 0) {
+            window[j] = input(node);
+            node = parents[node];
+        } else {
+            window[j] = state(state_row--);
+        }
+    }
+}
+
+/* node t's window as the state a commit of t takes: its K - 1 newest rows */
+template <int KMAX>
+__device__ __forceinline__ void tree_conv_store_window(float *window_out, int t, int hist, int C, int c,
+                                                       const float (&window)[KMAX]) {
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+        if (j < hist) window_out[((int64_t)t * hist + j) * C + c] = window[j + 1 < KMAX ? j + 1 : j];
+}
+
 /* grid (ceil(C / 128), max_nodes): thread (c, node t); the window is t's raw input and its
  * ancestors' (newest first up the parent links), then the durable window's rows, newest last */
 template <int KMAX>
@@ -1019,26 +1051,11 @@ __global__ void __launch_bounds__(CONV_THREADS)
     const int hist = K - 1;
     float w[KMAX], window[KMAX];
     conv_load_weights<KMAX>(w, weight, c, K);
-    int node = parents[t], state_row = hist - 1;
-#pragma unroll
-    for (int j = KMAX - 1; j >= 0; j--) {
-        if (j > hist) {
-            window[j] = 0.0f;
-        } else if (j == hist) {
-            window[j] = x[(int64_t)t * C + c];
-        } else if (node >= 0) {
-            window[j] = x[(int64_t)node * C + c];
-            node = parents[node];
-        } else {
-            window[j] = conv_state[(int64_t)(state_row--) * C + c];
-        }
-    }
+    tree_conv_window<KMAX>(
+        window, t, parents, hist, [&](int node) { return x[(int64_t)node * C + c]; },
+        [&](int row) { return conv_state[(int64_t)row * C + c]; });
     y[(int64_t)t * C + c] = conv_output<KMAX>(window, w, K);
-    if (window_out) {
-#pragma unroll
-        for (int j = 0; j < KMAX; j++)
-            if (j < hist) window_out[((int64_t)t * hist + j) * C + c] = window[j + 1 < KMAX ? j + 1 : j];
-    }
+    if (window_out) tree_conv_store_window<KMAX>(window_out, t, hist, C, c, window);
 }
 
 /* gdn_tree_prepare as one launch (SPECLA_CUDA_GDN_TREE_PREPARE=1): the four ops of a verify's
@@ -1094,32 +1111,17 @@ __global__ void __launch_bounds__(NORM_THREADS)
     if (mine) {
         for (int t = 0; t < n; t++) {
             float window[KMAX];
-            int node = parents[t], state_row = hist - 1;
+            tree_conv_window<KMAX>(window, t, parents, hist, [&](int node) { return col[node * NORM_THREADS]; },
+                                   [&](int row) {
+                                       float r = 0.0f; /* folded[row], without a local-memory array */
 #pragma unroll
-            for (int j = KMAX - 1; j >= 0; j--) {
-                if (j > hist) {
-                    window[j] = 0.0f;
-                } else if (j == hist) {
-                    window[j] = col[t * NORM_THREADS];
-                } else if (node >= 0) {
-                    window[j] = col[node * NORM_THREADS];
-                    node = parents[node];
-                } else {
-                    float r = 0.0f; /* folded[state_row], without a local-memory array */
-#pragma unroll
-                    for (int i = 0; i < KMAX; i++)
-                        if (i == state_row) r = folded[i];
-                    window[j] = r;
-                    state_row--;
-                }
-            }
+                                       for (int i = 0; i < KMAX; i++)
+                                           if (i == row) r = folded[i];
+                                       return r;
+                                   });
             const float out = conv_output<KMAX>(window, w, K);
             conv_out[(int64_t)t * C + c] = out;
-            if (window_out) {
-#pragma unroll
-                for (int j = 0; j < KMAX; j++)
-                    if (j < hist) window_out[((int64_t)t * hist + j) * C + c] = window[j + 1 < KMAX ? j + 1 : j];
-            }
+            if (window_out) tree_conv_store_window<KMAX>(window_out, t, hist, C, c, window);
             if (head) out_col[t * NORM_THREADS] = out;
             else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
         }
