@@ -1069,8 +1069,8 @@ __global__ void __launch_bounds__(CONV_THREADS)
  *     where conv_tree_kernel's threads each waited for up to K of them);
  *   - per node t < n, builds conv_tree_kernel's window (t's input, its ancestors' newest first, then
  *     the folded rows newest last) and writes conv_out and the window as it does; a v channel also
- *     writes v, a head channel keeps the output in shared memory for the node's L2 norm (l2_row, as
- *     gdn_split_qkv), which the whole head block then takes node by node.
+ *     writes v, a head channel keeps the output in shared memory for the node's L2 norm, which the
+ *     head block's warps then take a node each (warp_l2_row: gdn_split_qkv's l2_row, bit for bit).
  * Rows t >= n that the batch has (T > n) are those gdn_split_qkv reads from conv_out unwritten, and
  * are read from there the same way. Every value is computed by the four ops' functions, so the bits
  * are theirs. Shared memory: the parents, then per node a row of NORM_THREADS floats: a v block's
@@ -1084,7 +1084,6 @@ __global__ void __launch_bounds__(NORM_THREADS)
                             float *conv_out, float *window_out, float *q, float *k, float *v) {
     grid_begin();
     extern __shared__ float tree_prepare_shared[];
-    __shared__ float partials[NORM_THREADS / SPECLA_WARP];
     const int tid = (int)threadIdx.x, b = (int)blockIdx.x, hist = K - 1;
     const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
     if (gdn_gates_block(beta, g, dt_bias, ssm_a, T, Hk, Hv, S)) return;
@@ -1133,8 +1132,10 @@ __global__ void __launch_bounds__(NORM_THREADS)
     }
     if (!head) return; /* the whole block */
     __syncthreads();
+    /* a warp per node row at a time, l2_row's bits without its two block barriers per row */
     float *dst = (b < Hk ? q + (int64_t)b * S : k + (int64_t)(b - Hk) * S);
-    for (int t = 0; t < T; t++) l2_row(rows + t * NORM_THREADS + S, S, eps, dst + (int64_t)t * qk_width, partials);
+    for (int t = tid / SPECLA_WARP; t < T; t += NORM_THREADS / SPECLA_WARP)
+        warp_l2_row(rows + t * NORM_THREADS + S, S, eps, dst + (int64_t)t * qk_width, tid % SPECLA_WARP);
 }
 
 /* ------------------------------------------------------------------------------------------
