@@ -938,12 +938,18 @@ __global__ void __launch_bounds__(CONV_THREADS)
     if (gridDim.y == 1) conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
-/* The last block of gdn_prepare_kernel and gdn_tree_prepare_kernel (after the 2 Hk head blocks and
- * the v channels' blocks): the gates of the T x Hv values (gdn_gate_values, gdn_gates' function).
- * Returns whether this block was it (and is done). */
+/* The blocks of gdn_prepare_kernel and gdn_tree_prepare_kernel: 2 Hk head blocks (q heads, then k
+ * heads), the v channels' blocks (NORM_THREADS channels each), then one block for the gates. This is
+ * the index of the gates block; the grid is one more. */
+__host__ __device__ __forceinline__ int gdn_gates_block_index(int Hk, int Hv, int S) {
+    return 2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS;
+}
+
+/* The gates block of those kernels: the gates of the T x Hv values (gdn_gate_values, gdn_gates'
+ * function). Returns whether this block was it (and is done). */
 __device__ __forceinline__ bool gdn_gates_block(float *beta, float *g, const float *dt_bias, const float *ssm_a, int T,
                                                 int Hk, int Hv, int S) {
-    if ((int)blockIdx.x != 2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS) return false;
+    if ((int)blockIdx.x != gdn_gates_block_index(Hk, Hv, S)) return false;
     for (int i = (int)threadIdx.x; i < T * Hv; i += NORM_THREADS) {
         const int h = i % Hv;
         gdn_gate_values(&beta[i], &g[i], dt_bias[h], ssm_a[h]);
@@ -1361,7 +1367,7 @@ extern "C" void cuda_gdn_prepare(const backend *be, float *beta, float *g, const
         cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
         return;
     }
-    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
+    const unsigned blocks = (unsigned)(gdn_gates_block_index(Hk, Hv, S) + 1);
 #define LAUNCH(KMAX)                                                                                                   \
     cuda_launch(gdn_prepare_kernel<KMAX>, dim3(blocks), dim3(NORM_THREADS), 0, cuda_stream(be), beta, g, dt_bias,     \
                 ssm_a, x, conv_weight, T, Hk, Hv, S, K, eps, conv_state, conv_out, q, k, v)
@@ -1412,7 +1418,7 @@ extern "C" void cuda_gdn_tree_prepare(const backend *be, float *beta, float *g, 
         cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
         return;
     }
-    const unsigned blocks = (unsigned)(2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS + 1);
+    const unsigned blocks = (unsigned)(gdn_gates_block_index(Hk, Hv, S) + 1);
     const size_t shared = sizeof(int32_t) * (size_t)rows_cap + sizeof(float) * (size_t)rows_cap * NORM_THREADS;
     cuda_launch(gdn_tree_prepare_kernel<4>, dim3(blocks), dim3(NORM_THREADS), shared, cuda_stream(be), beta, g, dt_bias,
                 ssm_a, schedule, x, conv_weight, T, Hk, Hv, S, K, eps, max_nodes, conv_state, fold_x, fold_count,
