@@ -274,47 +274,12 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
     assert kernels["0"] - kernels["1"] == 3 * n_attention * (ATTENTION_PREPARE_OPS[arch] - 1), kernels
 
 
-def test_fused_gdn_tree_prepare_gives_the_same_bits(gpu_model):
-    """SPECLA_CUDA_GDN_TREE_PREPARE=1 (a verify's gates, pending conv fold, tree conv and q/k/v split as
-    one kernel per recurrent layer) against 0 (the four ops), bit for bit: a verified tree, a side
-    branch accepted, a second verify that first folds that path into the conv windows, a third after
-    a spine is accepted, then a decode step; three launches fewer per recurrent layer and verify."""
-    (arch, _), model = gpu_model
-    n_recurrent = sum(1 for recurrent in model.hparams.layer_is_recurrent if recurrent)
-    V = model.hparams.n_vocab
-    history = prompt(V, 9, seed=2)
-    parents = [-1, 0, 1, 1, 0, 4, 5, 2, 3, 3, 8]
-    trees = [prompt(V, len(parents), seed=s) for s in (3, 4, 5)]
-    runs, kernels = {}, {}
-    with pytest.MonkeyPatch.context() as mp:
-        for value in ("0", "1"):
-            mp.setenv("SPECLA_CUDA_GDN_TREE_PREPARE", value)
-            ctx = model.new_context(n_ctx=64, max_tree_nodes=len(parents))
-            ctx.eval(history)
-            rows, counts = [], []
-            for tokens, path in zip(trees, ([0, 4, 5], [0, 1, 2, 7], None)):
-                ctx.step_counters()
-                rows.append(ctx.verify_tree(tokens, parents, want_logits=True)[1])
-                counts.append(ctx.step_counters()[2])
-                if path:
-                    ctx.accept(path)
-            ctx.accept([0])
-            rows.append(ctx.eval([7], logits_all=True))
-            runs[value], kernels[value] = rows, counts
-            ctx.close()
-    for i, (want, got) in enumerate(zip(runs["0"], runs["1"])):
-        assert np.isfinite(got).all(), f"call {i}"
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"call {i}"
-    assert [a - b for a, b in zip(kernels["0"], kernels["1"])] == [3 * n_recurrent] * 3, (arch, kernels)
-
-
 @pytest.mark.parametrize("variable,setting",
                          [("SPECLA_CUDA_UNFINISHED_MATMUL", s) for s in ("both", "rms,", "rms,silu", "2")]
                          + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")]
                          + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")]
                          + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
-                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
-                         + [("SPECLA_CUDA_GDN_TREE_PREPARE", s) for s in ("2", "on")])
+                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")

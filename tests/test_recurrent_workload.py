@@ -173,8 +173,8 @@ def _gdn_op_inputs(T, Hk, Hv, S, seed=7):
 
 @pytest.mark.gpu
 def test_deferred_gdn_step_gives_the_same_bits(monkeypatch):
-    """SPECLA_CUDA_GDN_DEFER=1 (each token's M^T q reduction deferred into the next token's step)
-    against 0 (gdn_step as it stands, also what an unset switch gives), array for array, bit for bit:
+    """SPECLA_CUDA_GDN_DEFER=1 (each token's M^T q reduction deferred into the next token's step, also
+    what an unset switch gives) against 0 (gdn_step), array for array, bit for bit:
     the sequential op over 1, 8, 23 and 17 tokens (one chunk, a full one, three with a partial last; S
     = 128, 32 and 24), then the 27B-shaped workload's three verify methods over the wide trees (chain
     starts from parked and workspace boundary slots, the pending fold, root-to-leaf paths, checkpoint

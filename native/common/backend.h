@@ -244,18 +244,6 @@ typedef struct backend_ops {
                       const float *conv_state, float *y, float *window_out);
     /* the window advanced by P raw inputs x [P][C]; P (one int, >= 0, 0: nothing) in backend memory */
     void (*conv_fold)(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K);
-    /* A tree batch's Gated DeltaNet inputs (C = 2 Hk S + Hv S): the results of
-     *   gdn_gates(beta, g, dt_bias, ssm_a, T, Hv),
-     *   conv_fold(conv_state, fold_x, fold_count, C, K)           the pending path enters the window,
-     *   conv_tree(schedule, x, conv_weight, C, K, conv_state, conv_out, window_out),
-     *   gdn_split_qkv(conv_out, T, Hk, Hv, S, eps, q, k, v),
-     * in this order, bit for bit (a backend may run them as one kernel: a verify's four dependent
-     * launches per recurrent layer become one) */
-    void (*gdn_tree_prepare)(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
-                             const int32_t *schedule, const float *x, const float *conv_weight, int T, int Hk, int Hv,
-                             int S, int K, float eps, float *conv_state, const float *fold_x,
-                             const int32_t *fold_count, float *conv_out, float *window_out, float *q, float *k,
-                             float *v);
     /* What the three gdn_tree ops did for value head 0 since the last call (which resets them):
      * out[0] = node steps (recurrent token updates), out[1] = whole-state copies (boundary slots,
      * per-leaf reloads, checkpoints); -1 each where the backend does not count. Lets a test see a

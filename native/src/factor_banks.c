@@ -347,32 +347,18 @@ SPECLA_API specla_status specla_op_conv_tree(const specla_op_options *opt, specl
     return SPECLA_OK;
 }
 
-void factor_banks_conv_inputs(const specla_factor_banks *b, int l, const float **fold_x, const int32_t **fold_count,
-                              float **windows) {
-    const specla_recurrent_shape *s = &b->shape;
-    /* the pending path's raw inputs enter the window first (fold_counts says how many: 0 once folded) */
-    *fold_x = layer_block(b, b->write_bank ^ 1, l) + b->off_x;
-    *fold_count = b->fold_counts + s->n_layers + l;
-    *windows = b->conv_windows ? b->conv_windows + (int64_t)l * s->max_nodes * (s->K - 1) * s->C : NULL;
-}
-
-void factor_banks_conv_done(specla_factor_banks *b, const backend *be, const int32_t *host_schedule, int l,
-                            const float *x) {
-    const int N = hld_n_nodes(host_schedule);
-    copy_rows(be, layer_block(b, b->write_bank, l) + b->off_x, x, (int64_t)N * b->shape.C);
-    mark_conv_verified(b, l, N);
-}
-
 void factor_banks_conv_tree(specla_factor_banks *b, const backend *be, const int32_t *host_schedule,
                             const specla_conv_tree_args *a) {
     const specla_recurrent_shape *s = &b->shape;
-    const float *fold_x;
-    const int32_t *fold_count;
-    float *windows;
-    factor_banks_conv_inputs(b, a->layer, &fold_x, &fold_count, &windows);
-    be->ops->conv_fold(be, a->conv_state, fold_x, fold_count, s->C, s->K);
+    const int N = hld_n_nodes(host_schedule), l = a->layer;
+
+    /* the pending path's raw inputs enter the window first (fold_counts says how many: 0 once folded) */
+    be->ops->conv_fold(be, a->conv_state, layer_block(b, b->write_bank ^ 1, l) + b->off_x,
+                       b->fold_counts + s->n_layers + l, s->C, s->K);
+    float *windows = b->conv_windows ? b->conv_windows + (int64_t)l * s->max_nodes * (s->K - 1) * s->C : NULL;
     be->ops->conv_tree(be, a->schedule, a->x, a->weight, s->C, s->K, a->conv_state, a->y, windows);
-    factor_banks_conv_done(b, be, host_schedule, a->layer, a->x);
+    copy_rows(be, layer_block(b, b->write_bank, l) + b->off_x, a->x, (int64_t)N * s->C);
+    mark_conv_verified(b, l, N);
 }
 
 void factor_banks_note_replayed_verify(specla_factor_banks *b, int n_nodes) {

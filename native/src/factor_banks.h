@@ -18,15 +18,6 @@ void factor_banks_conv_tree(specla_factor_banks *banks, const backend *be, const
                             const specla_conv_tree_args *args);
 void factor_banks_verify_gdn(specla_factor_banks *banks, const backend *be, const int32_t *host_schedule,
                              const specla_gdn_tree_args *args);
-/* factor_banks_conv_tree in two halves around a caller's own tree conv (the forward pass runs it
- * inside the backend's gdn_tree_prepare): what layer `layer`'s conv_fold and conv_tree take from the
- * banks (the pending path's raw inputs, the backend-memory count of them still to fold, where the
- * node windows go: NULL when no commit needs them), then, after the conv, the bank copy of its raw
- * inputs x and the layer's marks. */
-void factor_banks_conv_inputs(const specla_factor_banks *banks, int layer, const float **fold_x,
-                              const int32_t **fold_count, float **windows);
-void factor_banks_conv_done(specla_factor_banks *banks, const backend *be, const int32_t *host_schedule, int layer,
-                            const float *x);
 /* Before a verify's per-layer ops (conv_tree, verify_gdn): the counts its folds read, uploaded to
  * backend memory from what is pending and what this step already folded. */
 void factor_banks_prepare_verify(specla_factor_banks *banks);

@@ -31,16 +31,10 @@ void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const bat
     const float *conv_weight = (const float *)w->ssm_conv1d.data;
 
     if (bv->schedule) {
-        /* gates, the pending path's conv fold, the tree conv and the split as one op (one kernel on a
-         * GPU where it fits) */
-        const float *fold_x;
-        const int32_t *fold_count;
-        float *windows;
-        factor_banks_conv_inputs(ctx->tree.banks, slot, &fold_x, &fold_count, &windows);
-        ops->gdn_tree_prepare(be, s->beta, g, dt_bias, ssm_a, bv->schedule, proj, conv_weight, T, Hk, Hv, S, K,
-                              hp->rms_eps, ctx->conv_state[slot], fold_x, fold_count, s->conv_out, windows, s->q, k,
-                              s->v);
-        factor_banks_conv_done(ctx->tree.banks, be, ctx->tree.schedule, slot, proj);
+        ops->gdn_gates(be, s->beta, g, dt_bias, ssm_a, T, Hv);
+        const specla_conv_tree_args args = {bv->schedule, slot, proj, conv_weight, ctx->conv_state[slot], s->conv_out};
+        factor_banks_conv_tree(ctx->tree.banks, be, ctx->tree.schedule, &args);
+        ops->gdn_split_qkv(be, s->conv_out, T, Hk, Hv, S, hp->rms_eps, s->q, k, s->v);
     } else {
         /* gates, causal conv and split as one op (one kernel on a GPU for a decode step) */
         ops->gdn_prepare(be, s->beta, g, dt_bias, ssm_a, proj, conv_weight, T, Hk, Hv, S, K, hp->rms_eps,

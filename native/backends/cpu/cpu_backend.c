@@ -182,18 +182,6 @@ static void conv_tree(const backend *be, const int32_t *schedule, const float *x
 static void conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K) {
     if (*P > 0) cpu_conv_fold(conv_state, x, *P, C, K);
 }
-/* the oracle: the four ops it stands for, in their order */
-static void gdn_tree_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
-                             const int32_t *schedule, const float *x, const float *conv_weight, int T, int Hk, int Hv,
-                             int S, int K, float eps, float *conv_state, const float *fold_x,
-                             const int32_t *fold_count, float *conv_out, float *window_out, float *q, float *k,
-                             float *v) {
-    const int C = 2 * Hk * S + Hv * S;
-    gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
-    conv_fold(be, conv_state, fold_x, fold_count, C, K);
-    conv_tree(be, schedule, x, conv_weight, C, K, conv_state, conv_out, window_out);
-    gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
-}
 static void tree_counters(const backend *be, int64_t out[2]) {
     cpu_backend *cb = (cpu_backend *)be;
     out[0] = cb->tree_counts[0], out[1] = cb->tree_counts[1];
@@ -258,7 +246,6 @@ static const backend_ops cpu_ops_table = {
     .gdn_fold = gdn_fold,
     .conv_tree = conv_tree,
     .conv_fold = conv_fold,
-    .gdn_tree_prepare = gdn_tree_prepare,
     .tree_counters = tree_counters,
     .argmax_rows = argmax_rows,
     .topk_log_softmax = topk_log_softmax,

@@ -478,7 +478,6 @@ static const backend_ops cuda_ops_table = {
     /* gdn_fold */ after_held<cuda_gdn_fold>::call,
     /* conv_tree */ after_held<cuda_conv_tree>::call,
     /* conv_fold */ after_held<cuda_conv_fold>::call,
-    /* gdn_tree_prepare */ after_held<cuda_gdn_tree_prepare>::call,
     /* tree_counters */ after_held<tree_counters>::call,
     /* argmax_rows */ after_held<cuda_argmax_rows>::call,
     /* topk_log_softmax */ after_held<cuda_topk_log_softmax>::call,
@@ -555,15 +554,15 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     int fused_quantize = 1;
     ci->fused_attention_prepare = 1;
     /* SPECLA_CUDA_ATTENTION_TC=1: the attention's scores and weighted V sums in 3xTF32 on the tensor
-     * cores (another arithmetic: other bits than the fp32 path, the same identities between calls);
-     * SPECLA_CUDA_GDN_DEFER=1: the GDN walk's deferred step (the same bits);
-     * SPECLA_CUDA_GDN_TREE_PREPARE=1: a verify's gdn_tree_prepare as one kernel per recurrent layer
-     * (the same bits). All three off by default until they have run on a GPU (docs/perf.md). */
+     * cores (another arithmetic: other bits than the fp32 path, the same identities between calls).
+     * Off by default: on the H200 it made a batch at depth 4096 faster and decode and a batch at
+     * depth 0 slower, and its error against float64 exceeds the fp32 path's bound (docs/perf.md).
+     * SPECLA_CUDA_GDN_DEFER=0: the GDN walk without its deferred step (the same bits; on by default). */
+    ci->pub.gdn_deferred_steps = 1;
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", &ci->fused_attention_prepare) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_ATTENTION_TC", &ci->pub.attention_tensor_cores) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_GDN_DEFER", &ci->pub.gdn_deferred_steps) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_GDN_TREE_PREPARE", &ci->pub.fused_gdn_tree_prepare) != SPECLA_OK) {
+        read_switch("SPECLA_CUDA_GDN_DEFER", &ci->pub.gdn_deferred_steps) != SPECLA_OK) {
         free(ci);
         return SPECLA_ERR_INVALID_ARGUMENT;
     }

@@ -31,7 +31,6 @@ typedef struct cuda_backend {
     /* opt-in arithmetic, read when the backend is created (cuda_backend.cu) */
     int attention_tensor_cores; /* SPECLA_CUDA_ATTENTION_TC: attention.cu's 3xTF32 scores and V sums */
     int gdn_deferred_steps;     /* SPECLA_CUDA_GDN_DEFER: recurrent.cu's gdn_step_deferred */
-    int fused_gdn_tree_prepare; /* SPECLA_CUDA_GDN_TREE_PREPARE: recurrent.cu's gdn_tree_prepare_kernel */
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }
@@ -127,10 +126,6 @@ void cuda_gdn_fold(const backend *be, float *state, const float *k, const float 
 void cuda_conv_tree(const backend *be, const int32_t *schedule, const float *x, const float *weight, int C, int K,
                     const float *conv_state, float *y, float *window_out);
 void cuda_conv_fold(const backend *be, float *conv_state, const float *x, const int32_t *P, int C, int K);
-void cuda_gdn_tree_prepare(const backend *be, float *beta, float *g, const float *dt_bias, const float *ssm_a,
-                           const int32_t *schedule, const float *x, const float *conv_weight, int T, int Hk, int Hv,
-                           int S, int K, float eps, float *conv_state, const float *fold_x, const int32_t *fold_count,
-                           float *conv_out, float *window_out, float *q, float *k, float *v);
 
 /* logits.cu */
 void cuda_argmax_rows(const backend *be, const float *logits, int n_rows, int V, int32_t *out,

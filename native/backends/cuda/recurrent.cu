@@ -5,8 +5,8 @@
  *
  * Exactness. Every kernel that moves a Gated DeltaNet state goes through the one step function
  * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
- * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (SPECLA_CUDA_GDN_DEFER=1)
- * is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A
+ * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (the default;
+ * SPECLA_CUDA_GDN_DEFER=0 selects gdn_step) is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A
  * node verified in a tree therefore gets the bits of decoding its root path with
  * cuda_gated_delta_rule, and folding an accepted path's
  * factors gives the bits of the sequentially decoded state. Every float operation of the state
@@ -461,7 +461,8 @@ __device__ __forceinline__ void gdn_step_staged(float (&M)[GDN_ROWS_PER_THREAD][
     if (KEEP_DELTA) gdn_stage_rows(s.delta, c, L, d);
 }
 
-/* gdn_step with its second reduction deferred to the next token (SPECLA_CUDA_GDN_DEFER=1). In
+/* gdn_step with its second reduction deferred to the next token (the default; SPECLA_CUDA_GDN_DEFER=0
+ * selects gdn_step). In
  * gdn_step the M^T q dot product and its butterfly sit between one token's update and the next
  * token's decay, on the serial chain that walks the state; yet nothing of the next token needs them.
  * Here token c's step first takes the M^T q partials of the token before it (the state as that
@@ -938,14 +939,14 @@ __global__ void __launch_bounds__(CONV_THREADS)
     if (gridDim.y == 1) conv_store_state<KMAX>(conv_state, C, K, c, window);
 }
 
-/* The blocks of gdn_prepare_kernel and gdn_tree_prepare_kernel: 2 Hk head blocks (q heads, then k
- * heads), the v channels' blocks (NORM_THREADS channels each), then one block for the gates. This is
- * the index of the gates block; the grid is one more. */
+/* The blocks of gdn_prepare_kernel: 2 Hk head blocks (q heads, then k heads), the v channels' blocks
+ * (NORM_THREADS channels each), then one block for the gates. This is the index of the gates block;
+ * the grid is one more. */
 __host__ __device__ __forceinline__ int gdn_gates_block_index(int Hk, int Hv, int S) {
     return 2 * Hk + (Hv * S + NORM_THREADS - 1) / NORM_THREADS;
 }
 
-/* The gates block of those kernels: the gates of the T x Hv values (gdn_gate_values, gdn_gates'
+/* The gates block of that kernel: the gates of the T x Hv values (gdn_gate_values, gdn_gates'
  * function). Returns whether this block was it (and is done). */
 __device__ __forceinline__ bool gdn_gates_block(float *beta, float *g, const float *dt_bias, const float *ssm_a, int T,
                                                 int Hk, int Hv, int S) {
@@ -1064,86 +1065,6 @@ __global__ void __launch_bounds__(CONV_THREADS)
     if (window_out) tree_conv_store_window<KMAX>(window_out, t, hist, C, c, window);
 }
 
-/* gdn_tree_prepare as one launch (SPECLA_CUDA_GDN_TREE_PREPARE=1): the four ops of a verify's
- * recurrent layer (gdn_gates, conv_fold, conv_tree, gdn_split_qkv), for K <= 4, 2 S <= NORM_THREADS and
- * at most GDN_TREE_PREPARE_MAX_NODES nodes. Blocks as gdn_prepare_kernel's: b < 2 Hk the q or k head
- * b (thread i < S owns channel b S + i), then the v channels (NORM_THREADS a block), the last block the
- * gates. A channel's thread
- *   - folds the pending path into its window (conv_shift_kernel's rows, stored where that kernel
- *     stores them) and keeps the folded rows in registers;
- *   - brings its raw input of every node into its column of shared memory (all loads in flight,
- *     where conv_tree_kernel's threads each waited for up to K of them);
- *   - per node t < n, builds conv_tree_kernel's window (t's input, its ancestors' newest first, then
- *     the folded rows newest last) and writes conv_out and the window as it does; a v channel also
- *     writes v, a head channel keeps the output in shared memory for the node's L2 norm, which the
- *     head block's warps then take a node each (warp_l2_row: gdn_split_qkv's l2_row, bit for bit).
- * Rows t >= n that the batch has (T > n) are those gdn_split_qkv reads from conv_out unwritten, and
- * are read from there the same way. Every value is computed by the four ops' functions, so the bits
- * are theirs. Shared memory: the parents, then per node a row of NORM_THREADS floats: a v block's
- * channels' inputs, a head block's inputs in its first S columns and outputs in the next S. */
-#define GDN_TREE_PREPARE_MAX_NODES 40 /* rows of NORM_THREADS floats: 40 KB, within the 48 KB default */
-template <int KMAX>
-__global__ void __launch_bounds__(NORM_THREADS)
-    gdn_tree_prepare_kernel(float *beta, float *g, const float *dt_bias, const float *ssm_a, const int32_t *schedule,
-                            const float *x, const float *weight, int T, int Hk, int Hv, int S, int K, float eps,
-                            int max_nodes, float *conv_state, const float *fold_x, const int32_t *fold_count,
-                            float *conv_out, float *window_out, float *q, float *k, float *v) {
-    grid_begin();
-    extern __shared__ float tree_prepare_shared[];
-    const int tid = (int)threadIdx.x, b = (int)blockIdx.x, hist = K - 1;
-    const int qk_width = Hk * S, v_width = Hv * S, C = 2 * qk_width + v_width;
-    if (gdn_gates_block(beta, g, dt_bias, ssm_a, T, Hk, Hv, S)) return;
-    const int rows_cap = T > max_nodes ? T : max_nodes;
-    int32_t *parents = (int32_t *)tree_prepare_shared;
-    float *rows = tree_prepare_shared + rows_cap; /* [rows_cap][NORM_THREADS] */
-    const int n = min(schedule[HLD_N_NODES_AT], max_nodes); /* conv_tree_kernel's grid: max_nodes nodes */
-    const int32_t *dev_parents = hld_dev_array(schedule, HLD_OFF_PARENTS);
-    for (int i = tid; i < n; i += NORM_THREADS) parents[i] = dev_parents[i];
-    const bool head = b < 2 * Hk;
-    const int c = head ? b * S + tid : 2 * qk_width + (b - 2 * Hk) * NORM_THREADS + tid;
-    const bool mine = head ? tid < S : c < C;
-    float *col = rows + tid, *out_col = rows + S + tid; /* this thread's input and (head) output columns */
-    float folded[KMAX], w[KMAX];
-    if (mine) {
-        const int P = *fold_count;
-        conv_load_window<KMAX>(folded, conv_state, fold_x, P > 0 ? P : 0, C, K, c);
-        if (P > 0) conv_store_state<KMAX>(conv_state, C, K, c, folded);
-        conv_load_weights<KMAX>(w, weight, c, K);
-#pragma unroll 8
-        for (int t = 0; t < n; t++) col[t * NORM_THREADS] = x[(int64_t)t * C + c];
-    }
-    __syncthreads(); /* the parents */
-    if (mine) {
-        for (int t = 0; t < n; t++) {
-            float window[KMAX];
-            tree_conv_window<KMAX>(window, t, parents, hist, [&](int node) { return col[node * NORM_THREADS]; },
-                                   [&](int row) {
-                                       float r = 0.0f; /* folded[row], without a local-memory array */
-#pragma unroll
-                                       for (int i = 0; i < KMAX; i++)
-                                           if (i == row) r = folded[i];
-                                       return r;
-                                   });
-            const float out = conv_output<KMAX>(window, w, K);
-            conv_out[(int64_t)t * C + c] = out;
-            if (window_out) tree_conv_store_window<KMAX>(window_out, t, hist, C, c, window);
-            if (head) out_col[t * NORM_THREADS] = out;
-            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
-        }
-        for (int t = n; t < T; t++) { /* rows the tree conv leaves as they are */
-            const float out = conv_out[(int64_t)t * C + c];
-            if (head) out_col[t * NORM_THREADS] = out;
-            else v[(int64_t)t * v_width + (c - 2 * qk_width)] = out;
-        }
-    }
-    if (!head) return; /* the whole block */
-    __syncthreads();
-    /* a warp per node row at a time, l2_row's bits without its two block barriers per row */
-    float *dst = (b < Hk ? q + (int64_t)b * S : k + (int64_t)(b - Hk) * S);
-    for (int t = tid / SPECLA_WARP; t < T; t += NORM_THREADS / SPECLA_WARP)
-        warp_l2_row(rows + t * NORM_THREADS + S, S, eps, dst + (int64_t)t * qk_width, tid % SPECLA_WARP);
-}
-
 /* ------------------------------------------------------------------------------------------
  * Host entry points (cuda_backend.h).
  * ---------------------------------------------------------------------------------------- */
@@ -1183,8 +1104,8 @@ static void refuse(const backend *be, const char *why) {
     }
 
 /* Whether the token-walking state kernels take gdn_step_deferred (the same bits, the M^T q reduction
- * off the serial chain): the backend's SPECLA_CUDA_GDN_DEFER=1, opt-in until it has been timed on a
- * GPU (docs/perf.md). */
+ * off the serial chain): yes unless the backend's SPECLA_CUDA_GDN_DEFER=0. On the H200 it took 0.3-0.6 %
+ * off a 23-token batch and the SpecLA verify, and added 0.5 % to the dense verify (docs/perf.md). */
 static bool gdn_defer_steps(const backend *be) { return cuda_of(be)->gdn_deferred_steps != 0; }
 
 static dim3 gdn_grid(int S, int heads) { return dim3((unsigned)((S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK), (unsigned)heads); }
@@ -1400,28 +1321,4 @@ extern "C" void cuda_conv_fold(const backend *be, float *conv_state, const float
     CONV_DISPATCH(K, LAUNCH);
 #undef LAUNCH
     cuda_note_launch(be, "conv_fold");
-}
-
-extern "C" void cuda_gdn_tree_prepare(const backend *be, float *beta, float *g, const float *dt_bias,
-                                      const float *ssm_a, const int32_t *schedule, const float *x,
-                                      const float *conv_weight, int T, int Hk, int Hv, int S, int K, float eps,
-                                      float *conv_state, const float *fold_x, const int32_t *fold_count,
-                                      float *conv_out, float *window_out, float *q, float *k, float *v) {
-    const cuda_backend *cb = cuda_of(be);
-    const int C = 2 * Hk * S + Hv * S, max_nodes = cb->limits.max_nodes;
-    const int rows_cap = T > max_nodes ? T : max_nodes;
-    if (!cb->fused_gdn_tree_prepare || T <= 0 || max_nodes < 1 || K < 2 || K > 4 || S < 1 || 2 * S > NORM_THREADS ||
-        rows_cap > GDN_TREE_PREPARE_MAX_NODES) {
-        cuda_gdn_gates(be, beta, g, dt_bias, ssm_a, T, Hv);
-        cuda_conv_fold(be, conv_state, fold_x, fold_count, C, K);
-        cuda_conv_tree(be, schedule, x, conv_weight, C, K, conv_state, conv_out, window_out);
-        cuda_gdn_split_qkv(be, conv_out, T, Hk, Hv, S, eps, q, k, v);
-        return;
-    }
-    const unsigned blocks = (unsigned)(gdn_gates_block_index(Hk, Hv, S) + 1);
-    const size_t shared = sizeof(int32_t) * (size_t)rows_cap + sizeof(float) * (size_t)rows_cap * NORM_THREADS;
-    cuda_launch(gdn_tree_prepare_kernel<4>, dim3(blocks), dim3(NORM_THREADS), shared, cuda_stream(be), beta, g, dt_bias,
-                ssm_a, schedule, x, conv_weight, T, Hk, Hv, S, K, eps, max_nodes, conv_state, fold_x, fold_count,
-                conv_out, window_out, q, k, v);
-    cuda_note_launch(be, "gdn_tree_prepare");
 }

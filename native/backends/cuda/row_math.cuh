@@ -66,37 +66,10 @@ static __device__ __forceinline__ float4 scaled_quad(float4 x, float scale, cons
                        scaled(x.z, scale, weight, w.z, gated, g.z), scaled(x.w, scale, weight, w.w, gated, g.w));
 }
 
-static __device__ __forceinline__ float l2_scale(float sum, float eps) {
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
-}
-
 static __device__ void l2_row(const float *x, int n, float eps, float *y, float *partials) {
     const float sum = row_sum_squares(x, n, partials);
-    const float scale = l2_scale(sum, eps);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(sum, eps)));
     for (int i = threadIdx.x; i < n; i += NORM_THREADS) y[i] = __fmul_rn(x[i], scale);
-}
-
-/* l2_row of a row of n <= NORM_THREADS floats by one warp, with l2_row's bits and no block barrier
- * (so a block's warps take different rows at once): lane L stands in for thread 32 w + L of every
- * warp w of the block. Thread i's share is 0 + x[i]^2 (i < n) or 0, each warp's shares meet in
- * group_sum's butterfly, and the warps' sums are added in warp order from 0, as row_sum_squares does;
- * the same operations on the same values. */
-static __device__ void warp_l2_row(const float *x, int n, float eps, float *y, int lane) {
-    float sums[NORM_THREADS / SPECLA_WARP];
-#pragma unroll
-    for (int w = 0; w < NORM_THREADS / SPECLA_WARP; w++) {
-        const int i = SPECLA_WARP * w + lane;
-        sums[w] = i < n ? __fadd_rn(0.0f, __fmul_rn(x[i], x[i])) : 0.0f;
-    }
-#pragma unroll
-    for (int m = SPECLA_WARP / 2; m > 0; m >>= 1) /* group_sum's steps, the warps' sums side by side */
-#pragma unroll
-        for (int w = 0; w < NORM_THREADS / SPECLA_WARP; w++) sums[w] = __fadd_rn(sums[w], SPECLA_SHFL_XOR(sums[w], m));
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < NORM_THREADS / SPECLA_WARP; w++) total = __fadd_rn(total, sums[w]);
-    const float scale = l2_scale(total, eps);
-    for (int i = lane; i < n; i += SPECLA_WARP) y[i] = __fmul_rn(x[i], scale);
 }
 
 /* One GDN head's gates (gdn_gates): beta = sigmoid(beta); g = softplus(g + dt_bias) * ssm_a, a
