@@ -228,8 +228,8 @@ np.savez(out, *rows)
 
 def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     """SPECLA_CUDA_FTC_STAGE=1 (the F16/BF16 tensor-core matmul with a chunk's activation terms staged
-    in shared memory, weight groups of 4 blocks at up to 2 token tiles) and 2 (groups of 2) against
-    0 (the unstaged kernel, also what an unset switch gives), row for row, bit for bit: a 23-token
+    in shared memory, weight groups of 4 blocks at up to 2 token tiles; also what an unset switch
+    gives) and 2 (groups of 2) against 0 (the unstaged kernel), row for row, bit for bit: a 23-token
     prefill (3 token tiles), a 5-token batch, decode steps and a verified tree of an F16 qwen35 model
     whose 3328-row matrices take 18 chunks of 6 blocks (104 row groups: every CTA on one chunk,
     staged) and whose ssm_alpha / ssm_beta are one row group (a CTA's warps on four chunks: the

@@ -511,14 +511,15 @@ static int mm_ftc_chunk_major(void) {
     return enabled;
 }
 /* Whether F16/BF16 calls take mm_ftc_staged_kernel (matmul_float_tc.cuh: a chunk's activation terms
- * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES. SPECLA_CUDA_FTC_STAGE=1 (or any value but 0, 2):
+ * staged once per CTA) where their terms fit MM_FTC_STAGE_MAX_BYTES. Unset or 1 (any value but 0, 2):
  * the staged kernel with weight load groups of 4 blocks up to 2 token tiles and of 2 beyond (4 spill
- * there); 2: groups of 2 at every tile count (an A/B of the group); unset or 0: mm_ftc_kernel. Opt-in until it has been
- * timed on a GPU (docs/cuda-matmul.md). It relies on chunk-major order. The bits are the same. */
+ * there); 2: groups of 2 at every tile count (an A/B of the group); 0: mm_ftc_kernel for every call.
+ * Staged is the default because the DFlash draft's 16-token block runs faster so (docs/perf.md,
+ * twenty-ninth pass). It relies on chunk-major order. The bits are the same. */
 static int mm_ftc_stage(void) {
     static const int mode = [] {
         const char *v = getenv("SPECLA_CUDA_FTC_STAGE");
-        return !v || !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : 1; /* 4 and any other value: 1 */
+        return !v ? 1 : !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : 1; /* 4 and any other value: 1 */
     }();
     return mm_ftc_chunk_major() ? mode : 0;
 }
