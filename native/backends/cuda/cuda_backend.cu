@@ -555,8 +555,8 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     ci->fused_attention_prepare = 1;
     /* SPECLA_CUDA_ATTENTION_TC=1: the attention's scores and weighted V sums in 3xTF32 on the tensor
      * cores (another arithmetic: other bits than the fp32 path, the same identities between calls).
-     * Off by default: on the H200 it made a batch at depth 4096 faster and decode and a batch at
-     * depth 0 slower, and its error against float64 exceeds the fp32 path's bound (docs/perf.md).
+     * Off by default: slower at short depth, faster only for batches deep in the context, and less
+     * accurate than the fp32 path's bound (docs/perf.md, twenty-ninth pass).
      * SPECLA_CUDA_GDN_DEFER=0: the GDN walk without its deferred step (the same bits; on by default). */
     ci->pub.gdn_deferred_steps = 1;
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||

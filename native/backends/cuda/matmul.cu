@@ -519,7 +519,7 @@ static int mm_ftc_chunk_major(void) {
 static int mm_ftc_stage(void) {
     static const int mode = [] {
         const char *v = getenv("SPECLA_CUDA_FTC_STAGE");
-        return !v ? 1 : !strcmp(v, "0") ? 0 : !strcmp(v, "2") ? 2 : 1; /* 4 and any other value: 1 */
+        return v && !strcmp(v, "0") ? 0 : v && !strcmp(v, "2") ? 2 : 1; /* unset, 4 or any other value: 1 */
     }();
     return mm_ftc_chunk_major() ? mode : 0;
 }

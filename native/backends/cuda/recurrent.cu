@@ -6,8 +6,8 @@
  * Exactness. Every kernel that moves a Gated DeltaNet state goes through the one step function
  * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
  * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (the default;
- * SPECLA_CUDA_GDN_DEFER=0 selects gdn_step) is gdn_step's operations in another issue order, each value computed as gdn_step computes it. A
- * node verified in a tree therefore gets the bits of decoding its root path with
+ * SPECLA_CUDA_GDN_DEFER=0 selects gdn_step) is gdn_step's operations in another issue order, each
+ * value computed as gdn_step computes it. A node verified in a tree therefore gets the bits of decoding its root path with
  * cuda_gated_delta_rule, and folding an accepted path's
  * factors gives the bits of the sequentially decoded state. Every float operation of the state
  * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
@@ -462,10 +462,9 @@ __device__ __forceinline__ void gdn_step_staged(float (&M)[GDN_ROWS_PER_THREAD][
 }
 
 /* gdn_step with its second reduction deferred to the next token (the default; SPECLA_CUDA_GDN_DEFER=0
- * selects gdn_step). In
- * gdn_step the M^T q dot product and its butterfly sit between one token's update and the next
- * token's decay, on the serial chain that walks the state; yet nothing of the next token needs them.
- * Here token c's step first takes the M^T q partials of the token before it (the state as that
+ * selects gdn_step). In gdn_step the M^T q dot product and its butterfly sit between one token's
+ * update and the next token's decay, on the serial chain that walks the state; yet nothing of the
+ * next token needs them. Here token c's step first takes the M^T q partials of the token before it (the state as that
  * token left it, before this token's decay touches it), interleaved element by element with this
  * token's decay and M^T k partials, then runs both butterflies together (gdn_row_sums2) and stages the
  * earlier token's output; token c's own M^T q waits for the next step, or for gdn_finish_deferred
@@ -1104,8 +1103,8 @@ static void refuse(const backend *be, const char *why) {
     }
 
 /* Whether the token-walking state kernels take gdn_step_deferred (the same bits, the M^T q reduction
- * off the serial chain): yes unless the backend's SPECLA_CUDA_GDN_DEFER=0. On the H200 it took 0.3-0.6 %
- * off a 23-token batch and the SpecLA verify, and added 0.5 % to the dense verify (docs/perf.md). */
+ * off the serial chain): yes unless the backend's SPECLA_CUDA_GDN_DEFER=0. The default because the
+ * batch and the SpecLA verify run a little faster with it (docs/perf.md, twenty-ninth pass). */
 static bool gdn_defer_steps(const backend *be) { return cuda_of(be)->gdn_deferred_steps != 0; }
 
 static dim3 gdn_grid(int S, int heads) { return dim3((unsigned)((S + GDN_ROWS_PER_BLOCK - 1) / GDN_ROWS_PER_BLOCK), (unsigned)heads); }

@@ -4,6 +4,7 @@
 # == the same query in a batch, a tree node == causal decoding of its path). Needs the CPU backend
 # archive of a build (cmake --build BUILD --target specla_cpu). Usage, from the repository root:
 #   bash tools/device/cuda_ops_check/build.sh BUILD_DIR OUT_BINARY && OUT_BINARY   # prints FAILURES n
+# (OUT_BINARY --tensor-cores also runs the attention cases on the opt-in tensor-core path)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 BUILD=${1:-build/dev}
