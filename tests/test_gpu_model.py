@@ -279,8 +279,7 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
                          + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")]
                          + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")]
                          + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
-                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
-                         + [("SPECLA_CUDA_ATTENTION_STAGE", s) for s in ("2", "on")])
+                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
@@ -393,26 +392,6 @@ def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model)
         assert np.array_equal(tree_logits[t].view(np.uint32), want.view(np.uint32)), f"node {t}"
         assert argmax[t] == int(np.argmax(want))
     ctx.close()
-
-
-# ---- a decode step's attention tiles staged in shared memory (SPECLA_CUDA_ATTENTION_STAGE=1, opt-in) ------
-# Only where the decode kernel reads K and V rows from changes (the whole tile's rows brought in at once),
-# so every result must keep its bits.
-
-def test_staged_decode_attention_gives_the_same_bits(gpu_model):
-    """The prefill, batch, decode steps and tree of same_bits_across_settings with the decode steps'
-    tiles staged, against the loads row batch by row batch, bit for bit, on every architecture; the
-    same kernels run (a decode step's attention is one launch either way)."""
-    kernels = same_bits_across_settings(gpu_model[1], "SPECLA_CUDA_ATTENTION_STAGE", "0", "1")
-    assert kernels["0"] == kernels["1"], kernels
-
-
-def test_staged_decode_attention_at_depth_is_exact(deep_attention_model, monkeypatch):
-    """Decode steps at depth 1152 with head_dim 256 (whole 64-row tiles of 1 KB rows: the 64 KB stage,
-    several segments: the split launch) through the staged tiles must give the bits of the 23-token
-    batch and of the tree's nodes, whose kernels do not stage."""
-    monkeypatch.setenv("SPECLA_CUDA_ATTENTION_STAGE", "1")
-    test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model)
 
 
 # ---- the attention on the tensor cores (SPECLA_CUDA_ATTENTION_TC=1, opt-in) ----------------------------

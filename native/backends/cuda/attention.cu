@@ -54,11 +54,7 @@
  * took the 27B shape's batch tile (then of 24 pairs) from 2310 to 1731 SASS instructions per K batch
  * (scores) and 1100 to 611 per 8 rows (V).
  * K and V stay in registers (no shared staging): a row is loaded by one group (K) or by every thread
- * for its own dims (V) and used at once for every pair, so staging would add a copy and no reuse.
- * A decode step may stage them anyway (SPECLA_CUDA_ATTENTION_STAGE=1, tile_step_staged): there the
- * point is latency, not reuse. Its few blocks walk a tile's K in 4 rounds of loads and its V in 4
- * more, one after another; staged, the tile's K rows are all in flight at once (cp.async into 64 KB
- * of shared memory at head_dim 256), then its V rows while the softmax runs. */
+ * for its own dims (V) and used at once for every pair, so staging would add a copy and no reuse. */
 #include <math.h>
 #include <stdint.h>
 
@@ -104,9 +100,6 @@
  * blocks on the 27B shape then fit one wave of 528 (the compile-time pairs took 147 registers and 3
  * blocks per SM); a batch's attention_kernel leaves ptxas free */
 #define ATT_KERNEL_MIN_BLOCKS(HG) ((HG) == ATT_DECODE_G ? 4 : 1)
-/* the staged decode kernel's blocks per SM: its 64 KB stage leaves room for 3 on sm_90 (228 KB), so
- * its registers may take the 170 that 3 allow (at 4 blocks' 128 it spilled) */
-#define ATT_STAGED_MIN_BLOCKS 3
 #define ATT_KERNEL_FIXED_PAIRS(HG) ((HG) == ATT_DECODE_G ? ATT_DECODE_G : ATT_QUERY_HEADS_27B)
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
@@ -269,52 +262,6 @@ static __device__ __forceinline__ int32_t logical_row(int i, int n_direct, const
     return i < n_direct ? i : n_direct + chain[i - n_direct];
 }
 
-/* Tile row i's K or V in the cache (head = the cache at the block's KV head's first dim): the row the
- * tile's rows list gives it */
-struct att_cache_rows {
-    const float *head;
-    const int32_t *rows;
-    int64_t stride;
-    __device__ __forceinline__ const float *operator()(int i) const { return head + (int64_t)rows[i] * stride; }
-    /* the same rows from dim `dim` on */
-    __device__ __forceinline__ att_cache_rows from_dim(int dim) const { return att_cache_rows{head + dim, rows, stride}; }
-};
-
-/* Tile row i's K or V in the block's stage (shared memory, rows of D floats in tile order) */
-struct att_stage_rows {
-    const float *head;
-    int D;
-    __device__ __forceinline__ const float *operator()(int i) const { return head + i * D; }
-    __device__ __forceinline__ att_stage_rows from_dim(int dim) const { return att_stage_rows{head + dim, D}; }
-};
-
-/* 16 bytes from global to shared memory without a register round trip: cp.async on sm_80+ (the copies
- * of a whole tile in flight at once), a plain copy elsewhere */
-static __device__ __forceinline__ void att_copy16_async(float *dst_shared, const float *src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst_shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    *reinterpret_cast<float4 *>(dst_shared) = *reinterpret_cast<const float4 *>(src);
-#endif
-}
-/* this thread's asynchronous copies have landed (a barrier then publishes them to the block) */
-static __device__ __forceinline__ void att_copies_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-
-/* The tile's tile_n rows (D floats each, D a multiple of 4, rows 16-byte aligned) into the stage, in
- * tile order, the block's threads taking 16-byte pieces in turn */
-static __device__ __forceinline__ void att_stage_tile(float *stage, const att_cache_rows &rows, int tile_n, int D) {
-    const int pieces = D / 4;
-    for (int e = threadIdx.x; e < tile_n * pieces; e += ATT_THREADS) {
-        const int i = e / pieces, c = 4 * (e % pieces);
-        att_copy16_async(stage + i * D + c, rows(i) + c);
-    }
-}
-
 /* Compile-time shapes. A segment's code is instantiated for the shapes that carry the work (the
  * 27B shape's query tile of 12 pairs and a query's 6 or 2 heads, head_dim 256, whole tiles of
  * ATT_TILE rows) besides the general one: with the pair count, head_dim and tile length known, the
@@ -391,10 +338,10 @@ static __device__ __forceinline__ void wide_scores(att_shared<HG> &sh, const flo
 
 /* The scores of a tile's rows for the block's pairs, into sh.p: group grp takes rows grp, grp + 4,
  * ..., ATT_K_BATCH of them at a time (their K loads in flight together); each (row, pair) dot is the
- * same fmaf chain and butterfly. k_row(i): tile row i's K at the block's KV head (in the cache, or
- * in the block's stage). */
-template <int HG, class Shape, class KRow>
-static __device__ __forceinline__ void tile_scores(att_shared<HG> &sh, KRow k_row, const Shape &shape, float scale) {
+ * same fmaf chain and butterfly. */
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_scores(att_shared<HG> &sh, const float *k_cache, int64_t row_stride, int kvh,
+                                                   const Shape &shape, float scale) {
     const int tid = threadIdx.x, lane = tid % SPECLA_WARP, grp = tid / SPECLA_WARP;
     const int ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
     for (int i0 = grp; i0 < tile_n; i0 += ATT_GROUPS * ATT_K_BATCH) {
@@ -402,7 +349,7 @@ static __device__ __forceinline__ void tile_scores(att_shared<HG> &sh, KRow k_ro
 #pragma unroll
         for (int u = 0; u < ATT_K_BATCH; u++) {
             const int i = i0 + ATT_GROUPS * u;
-            const float *kr = k_row(i < tile_n ? i : i0);
+            const float *kr = k_cache + (int64_t)sh.rows[i < tile_n ? i : i0] * row_stride + (int64_t)kvh * D;
 #pragma unroll
             for (int j = 0; j < ATT_DIMS_PER_LANE; j++) {
                 const int d = lane + SPECLA_WARP * j;
@@ -438,17 +385,16 @@ static __device__ __forceinline__ void tile_scores(att_shared<HG> &sh, KRow k_ro
 }
 
 /* The tile's weighted V into acc: thread tid owns dims tid, tid + ATT_THREADS of every pair; each
- * accumulator takes its rows in logical order, acc = fmaf(p_r, v_r[d], acc); v_row(i) is tile row i's
- * V at the block's KV head (in the cache, or in the block's stage). A batch of rows' V
+ * accumulator takes its rows in logical order, acc = fmaf(p_r, v_r[d], acc). A batch of rows' V
  * loads is issued first (all in flight), then the FMAs; a whole tile of compile-time pairs reads a
  * pair's probabilities 4 rows at a time (float4) and runs its rows' FMAs pair by pair, which is
  * each accumulator's same sequence. */
-template <int HG, class Shape, class VRow>
-static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, VRow v_row, const Shape &shape,
-                                                   float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
+template <int HG, class Shape>
+static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, const float *v_cache, int64_t row_stride, int kvh,
+                                                   const Shape &shape, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     const int tid = threadIdx.x, ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
     if (tid >= D) return;
-    const VRow vcol = v_row.from_dim(tid); /* this thread's dims tid, tid + ATT_THREADS of each row */
+    const float *vbase = v_cache + (int64_t)kvh * D + tid;
     const bool second = tid + ATT_THREADS < D;
     /* rows whose loads are in flight together: fewer when many heads keep the registers busy
      * (how many loads are batched does not change any FMA or its order) */
@@ -459,7 +405,7 @@ static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, VRow v_ro
 #pragma unroll
         for (int u = 0; u < VB; u++) {
             const bool live = whole || i0 + u < tile_n;
-            const float *vr = vcol(live ? i0 + u : i0);
+            const float *vr = vbase + (int64_t)sh.rows[live ? i0 + u : i0] * row_stride;
             v0[u] = live ? vr[0] : 0.0f;
             v1[u] = live && second ? vr[ATT_THREADS] : 0.0f;
         }
@@ -543,56 +489,23 @@ static __device__ __forceinline__ void tile_step(att_shared<HG> &sh, const int32
                                                  float scale, int tile, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     const int ng = shape.ng();
     tile_walk(
-        sh, chain, tile, shape.tile_n(), ng, [&] { tile_scores(sh, att_cache_rows{k_cache + (int64_t)kvh * shape.D(), sh.rows, row_stride}, shape, scale); },
+        sh, chain, tile, shape.tile_n(), ng, [&] { tile_scores(sh, k_cache, row_stride, kvh, shape, scale); },
         [&] {
 #pragma unroll
             for (int g = 0; g < HG; g++)
 #pragma unroll
                 for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
                     if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
-            tile_values(sh, att_cache_rows{v_cache + (int64_t)kvh * shape.D(), sh.rows, row_stride}, shape, acc);
+            tile_values(sh, v_cache, row_stride, kvh, shape, acc);
         });
-}
-
-/* One tile of a segment on the fp32 path with its K and V rows staged in shared memory first (the
- * decode kernel, SPECLA_CUDA_ATTENTION_STAGE=1): the whole tile's K in flight at once, then its V while
- * the softmax runs, where tile_step's loads go a few rows at a time (8 dependent rounds a tile). The
- * operations and their order are tile_step's (tile_walk's phases, each after a block barrier); only
- * where tile_scores and tile_values read a row from changes, so the bits are the same. */
-template <int HG, class Shape>
-static __device__ __forceinline__ void tile_step_staged(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
-                                                        const float *v_cache, int64_t row_stride, int kvh,
-                                                        const Shape &shape, float scale, int tile, float *stage,
-                                                        float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
-    const int tid = threadIdx.x, ng = shape.ng(), D = shape.D(), tile_n = shape.tile_n();
-    const att_stage_rows staged{stage, D};
-    if (tid < tile_n) sh.rows[tid] = logical_row(tile + tid, sh.n_direct, chain);
-    __syncthreads();
-    att_stage_tile(stage, att_cache_rows{k_cache + (int64_t)kvh * D, sh.rows, row_stride}, tile_n, D);
-    att_copies_wait();
-    __syncthreads();
-    tile_scores(sh, staged, shape, scale);
-    __syncthreads(); /* every K read of the stage is done: V may replace it */
-    att_stage_tile(stage, att_cache_rows{v_cache + (int64_t)kvh * D, sh.rows, row_stride}, tile_n, D);
-    tile_softmax(sh, ng, tile_n, tid % SPECLA_WARP, tid / SPECLA_WARP);
-    att_copies_wait();
-    __syncthreads();
-#pragma unroll
-    for (int g = 0; g < HG; g++)
-#pragma unroll
-        for (int j = 0; j < ATT_DIMS_PER_THREAD; j++)
-            if (g < ng) acc[g][j] = __fmul_rn(acc[g][j], sh.alpha[g]);
-    tile_values(sh, staged, shape, acc);
-    __syncthreads(); /* rows, p and the stage are rewritten by the next tile */
 }
 
 /* The partial of segment `seg` for the block's pairs: m, l in sh, acc in the caller's registers.
  * NG, DD: the pair count and head_dim when the caller knows them at compile time (0: ng, D). */
-template <int HG, int NG = 0, int DD = 0, bool STAGED = false>
+template <int HG, int NG = 0, int DD = 0>
 static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                        const float *v_cache, int nkv, int kvh, int D, int ng,
-                                                       float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD],
-                                                       float *stage = nullptr) {
+                                                       float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     static_assert(NG <= HG, "a block holds at most HG pairs");
     const int tid = threadIdx.x;
     const int64_t row_stride = (int64_t)nkv * D;
@@ -606,36 +519,27 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
         const int tile_n = min(ATT_TILE, seg_end - tile);
         if constexpr (NG > 0 && DD > 0) {
             if (tile_n == ATT_TILE) {
-                if constexpr (STAGED)
-                    tile_step_staged(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, true>{ng, D, tile_n},
-                                     scale, tile, stage, acc);
-                else
-                    tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, true>{ng, D, tile_n},
-                              scale, tile, acc);
+                tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, true>{ng, D, tile_n}, scale,
+                          tile, acc);
                 continue;
             }
         }
-        if constexpr (STAGED)
-            tile_step_staged(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, false>{ng, D, tile_n}, scale,
-                             tile, stage, acc);
-        else
-            tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, false>{ng, D, tile_n}, scale,
-                      tile, acc);
+        tile_step(sh, chain, k_cache, v_cache, row_stride, kvh, att_shape<NG, DD, false>{ng, D, tile_n}, scale, tile,
+                  acc);
     }
 }
 
 /* segment_partial with NG pairs and head_dim ATT_MAX_D at compile time when the block has them (the
  * 27B shape's pair counts: every Qwen3.5/3.6 attention layer has head_dim 256), else the general
  * code; both give the same bits. */
-template <int HG, int NG, bool STAGED = false>
+template <int HG, int NG>
 static __device__ __forceinline__ void segment_partial_for(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                            const float *v_cache, int nkv, int kvh, int D, int ng,
-                                                           float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD],
-                                                           float *stage = nullptr) {
+                                                           float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     if (ng == NG && D == ATT_MAX_D)
-        segment_partial<HG, NG, ATT_MAX_D, STAGED>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc, stage);
+        segment_partial<HG, NG, ATT_MAX_D>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
     else
-        segment_partial<HG, 0, 0, STAGED>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc, stage);
+        segment_partial<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 }
 
 /* ---- the same segment on the tensor cores (attention_tensor_cores.cuh; SPECLA_CUDA_ATTENTION_TC=1) ----
@@ -759,16 +663,14 @@ static __device__ __forceinline__ void segment_partial_tc(att_shared<HG> &sh, co
 }
 
 /* A segment's partial by the arithmetic the launch picked: the tensor cores' (TC) or the fp32 path's */
-template <int HG, int NG, bool TC, bool STAGED = false>
+template <int HG, int NG, bool TC>
 static __device__ __forceinline__ void att_segment(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                    const float *v_cache, int nkv, int kvh, int D, int ng, float scale,
-                                                   int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD],
-                                                   float *stage = nullptr) {
-    static_assert(!(TC && STAGED), "the staged tile is the fp32 path's");
+                                                   int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
     if constexpr (TC)
         segment_partial_tc<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
     else
-        segment_partial_for<HG, NG, STAGED>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc, stage);
+        segment_partial_for<HG, NG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 }
 
 /* Query t's logical sequence, set by one thread of the block: a tree node (parents = the block's
@@ -821,26 +723,19 @@ static __device__ __forceinline__ void window_start(const int32_t *first_row, in
     *v_cache += offset;
 }
 
-/* Where the stage starts in attention_kernel's dynamic shared memory, in ints: after a tree's 2 T ints
- * (none for a causal query), rounded up to 16 bytes */
-static __host__ __device__ __forceinline__ int att_stage_offset(int tree_T) { return (2 * tree_T + 3) & ~3; }
-
 /* Block (x, kvh * n_hgroups + hg, t). seg_blocks > 0: SPLIT, block x computes segments x, x +
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
- * memory: 2 * T ints). STAGED: each tile's K and V rows go through a stage of ATT_TILE x D floats in
- * dynamic shared memory after those ints (att_stage_offset), tile_step_staged. */
-template <int HG, bool TC, bool STAGED = false>
-static __global__ void __launch_bounds__(ATT_THREADS, STAGED ? ATT_STAGED_MIN_BLOCKS : ATT_KERNEL_MIN_BLOCKS(HG))
+ * memory: 2 * T ints). */
+template <int HG, bool TC>
+static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                      const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
                      float scale, int seg_blocks, int n_seg_max, int t0, float *part_acc, float *part_ml, int32_t *part_rows,
                      float *out) {
     grid_begin();
     __shared__ att_shared<HG> sh;
-    extern __shared__ float4 attention_dynamic[]; /* parents copy [T], chain [T], then (STAGED) the stage */
-    int32_t *tree_shared = reinterpret_cast<int32_t *>(attention_dynamic);
-    float *stage = STAGED ? reinterpret_cast<float *>(tree_shared + att_stage_offset(parents ? T : 0)) : nullptr;
+    extern __shared__ int32_t tree_shared[]; /* parents copy [T], chain [T] */
     window_start(first_row, nkv, D, &k_cache, &v_cache);
     /* query t of the whole call; tp indexes the partials of this launch's queries t0 .. */
     const int t = blockIdx.z + t0, tp = blockIdx.z, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
@@ -866,8 +761,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, STAGED ? ATT_STAGED_MIN_BL
     if (seg_blocks > 0) {
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
-            att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC, STAGED>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale,
-                                                                    seg, acc, stage);
+            att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
             store_partials(sh, acc, ng, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
                            part_acc, part_ml);
             __syncthreads(); /* m, l are reset by the next segment */
@@ -881,8 +775,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, STAGED ? ATT_STAGED_MIN_BL
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
     for (int seg = 0; seg < n_seg; seg++) {
-        att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC, STAGED>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg,
-                                                                acc, stage);
+        att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
         if (tid < ng) merge_scales(sh.M[tid], sh.L[tid], sh.m[tid], sh.l[tid], &sh.M[tid], &sh.L[tid], &sh.a[tid],
                                    &sh.b[tid]);
         __syncthreads();
@@ -1055,25 +948,6 @@ static bool att_tensor_cores(const backend *be, int D) {
            D <= ATT_MAX_D;
 }
 
-/* Whether a one-query call's blocks stage each tile's K and V rows in shared memory (tile_step_staged,
- * the same bits): the backend's SPECLA_CUDA_ATTENTION_STAGE=1, the fp32 path, rows of a multiple of 4
- * floats from 16-byte aligned caches (16-byte copies), CUDA (cp.async; HIP keeps the loads), and the
- * kernel's dynamic shared memory raised once to the largest stage (a tile of ATT_MAX_D-float rows
- * after a 1-node tree's ints: 64 KB, so 3 blocks per SM where the registers allow 4). */
-static bool att_stage_tiles(const backend *be, bool tc, const float *k_cache, const float *v_cache, int D) {
-#if defined(SPECLA_USE_HIP)
-    (void)be, (void)tc, (void)k_cache, (void)v_cache, (void)D;
-    return false;
-#else
-    if (!cuda_of(be)->attention_staged || tc || D % 4 != 0 || !cuda_aligned16(k_cache) || !cuda_aligned16(v_cache))
-        return false;
-    static const cudaError_t raised = cudaFuncSetAttribute(
-        attention_kernel<ATT_DECODE_G, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        (int)(sizeof(int32_t) * att_stage_offset(1) + sizeof(float) * ATT_TILE * ATT_MAX_D));
-    return raised == cudaSuccess;
-#endif
-}
-
 /* One attention call with HG query heads per block (the bits of a head do not depend on HG: each
  * (row, head) score, softmax step and V sum is the same sequence of operations whatever else the
  * block holds). */
@@ -1085,17 +959,6 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
     const cuda_backend *cb = cuda_of(be);
     const bool tc = att_tensor_cores(be, D);
     const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
-    /* the one-query kernel: staged tiles (att_stage_tiles), the tensor cores or the fp32 loads */
-    auto query_kernel = tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>;
-    size_t query_smem_extra = 0; /* the stage, past the tree's ints */
-#if !defined(SPECLA_USE_HIP)
-    if constexpr (HG == ATT_DECODE_G) {
-        if (att_stage_tiles(be, tc, k_cache, v_cache, D)) {
-            query_kernel = attention_kernel<HG, false, true>;
-            query_smem_extra = sizeof(int32_t) * att_stage_offset(parents ? T : 0) + sizeof(float) * ATT_TILE * D;
-        }
-    }
-#endif
     const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
     const int split_queries = T < ATT_SPLIT_QUERIES ? T : ATT_SPLIT_QUERIES;
@@ -1118,8 +981,8 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
                             nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
-                cuda_launch(query_kernel, dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS),
-                            query_smem_extra ? query_smem_extra : tree_bytes,
+                cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>,
+                            dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
                             cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
                             nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
@@ -1130,8 +993,8 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         }
         return;
     }
-    cuda_launch(query_kernel, dim3(1, nkv * n_hgroups, T), dim3(ATT_THREADS),
-                query_smem_extra ? query_smem_extra : tree_bytes, cuda_stream(be), q,
+    cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(1, nkv * n_hgroups, T),
+                dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
                 k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
                 NULL, out);
     cuda_note_launch(be, name);
