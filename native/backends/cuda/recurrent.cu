@@ -20,15 +20,13 @@
  * memory (gdn_chunk_put) and read there by gdn_step / gdn_fold; SiLU divides with __fdiv_rn.
  * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
  *
- * GDN thread mapping (every state kernel), in the default build (the macros after the includes
- * name the shape; other builds are described after this paragraph): a block of 128 threads owns one
- * value head h (blockIdx.y, plus a head offset) and GDN_ROWS_PER_BLOCK = 8 R consecutive value rows j
- * of it (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 2 by default, so S = 128 gives 8
- * blocks per head, 384 blocks for the 27B's 48 heads (3 per SM of 132), each thread doing two rows'
- * work per token: two independent dot products and butterflies interleave in one thread, where one
- * row left each step's latency chain alone (0.18-0.35 ms off a 23-node verify on the 27B shape,
- * docs/perf.md, twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice
- * as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
+ * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
+ * (blockIdx.y, plus a head offset) and GDN_ROWS_PER_BLOCK = 8 R consecutive value rows j of it
+ * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 2 by default, so S = 128 gives 8 blocks
+ * per head, 384 blocks for the 27B's 48 heads (3 per SM of 132), each thread doing two rows' work
+ * per token: two independent dot products and butterflies interleave in one thread, where one row
+ * left each step's latency chain alone (0.18-0.35 ms off a 23-node verify on the 27B shape, docs/perf.md,
+ * twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
  * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1).
  * Within a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th
  * (m = 0 .. KPL - 1) being i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128:
@@ -41,13 +39,6 @@
  * the same bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
  * row += k * delta, o = row . q, out = o * scale. A row's arithmetic depends only on its lanes'
  * keys, never on which thread or block holds the row, so every R gives the same bits.
- * Other shapes (build flags, for measuring the walk's latency against its instruction count): L =
- * GDN_LANES lanes a row (a power of two up to 32; the butterfly runs xor L / 2 .. 1), blocks of
- * GDN_THREADS threads (GDN_THREADS / L row groups), and GDN_DOT_SPLIT accumulators per lane (key m
- * into accumulator m % GDN_DOT_SPLIT, added pairwise before the butterfly: gdn_dot_total). KPL is
- * ceil(S / L), rounded up to 16 or 32 above 8 (its extra keys zeros); the float4 layout is
- * i = 4 L (m / 4) + 4 lane + m % 4, the other i = L m + lane. Each build's kernels share its shape,
- * so GPU paths agree bit for bit within a build; different shapes sum in different orders.
  * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
  * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
  * one memory latency per chunk rather than per token; the chunk's results (outputs, deltas) leave
@@ -72,33 +63,17 @@
 #include "hld_layout.h"
 #include "row_math.cuh"
 
-/* The state mapping's shape, fixed at build time (every GDN kernel of a build shares it, so GPU paths
- * agree bit for bit; builds with other values agree with this one to float rounding, as with the CPU):
- * lanes per state row (a power of two up to 32: the butterfly's width), rows per thread, threads per
- * block, and accumulators per lane of a dot product (a power of two; see "Reduction order" above). */
-#ifndef GDN_LANES
 #define GDN_LANES 16 /* lanes per state row (one half warp) */
-#endif
 #ifndef GDN_ROWS_PER_THREAD
 #define GDN_ROWS_PER_THREAD 2 /* rows of a head each thread keeps (-DGDN_ROWS_PER_THREAD=1 for 8-row blocks) */
 #endif
-#ifndef GDN_THREADS
 #define GDN_THREADS 128
-#endif
-#ifndef GDN_DOT_SPLIT
-#define GDN_DOT_SPLIT 1
-#endif
 #define GDN_GROUPS (GDN_THREADS / GDN_LANES)                   /* 8 row groups per block */
 #define GDN_ROWS_PER_BLOCK (GDN_GROUPS * GDN_ROWS_PER_THREAD) /* 16 at two rows per thread */
-/* keys per lane: ceil(S / GDN_LANES) up to 8, above that rounded up to a power of two (the extra keys
- * hold zeros), so that S = 128 builds at every lane count (gdn_keys_per_lane, GDN_DISPATCH) */
-#define GDN_MAX_KEYS_PER_LANE (GDN_LANES >= 16 ? 8 : 128 / GDN_LANES)
+#define GDN_MAX_KEYS_PER_LANE 8
 #define GDN_MAX_S (GDN_LANES * GDN_MAX_KEYS_PER_LANE) /* 128 */
-#define GDN_CHUNK (GDN_THREADS / GDN_LANES) /* tokens staged in shared memory at once: 8 by default */
+#define GDN_CHUNK 8 /* tokens staged in shared memory at once */
 static_assert(GDN_ROWS_PER_THREAD >= 1, "a thread keeps at least one row");
-static_assert(GDN_LANES >= 1 && GDN_LANES <= 32 && (GDN_LANES & (GDN_LANES - 1)) == 0, "lanes: a power of two <= 32");
-static_assert(GDN_THREADS % 32 == 0 && GDN_THREADS % GDN_LANES == 0, "whole warps of whole rows");
-static_assert(GDN_DOT_SPLIT >= 1 && (GDN_DOT_SPLIT & (GDN_DOT_SPLIT - 1)) == 0, "accumulators: a power of two");
 /* Blocks per SM the state kernels are compiled to fit by registers (64K / (128 x this) registers
  * a thread at most), 0 for no bound. At one row per thread 6, so that the 768 blocks of a 48-head
  * layer (S = 128) are all resident at once on a 132-SM H200: 80 registers; at KPL 8 the chain
@@ -106,7 +81,7 @@ static_assert(GDN_DOT_SPLIT >= 1 && (GDN_DOT_SPLIT & (GDN_DOT_SPLIT - 1)) == 0, 
  * Unbounded, ptxas takes 112 and an SM holds 4 blocks (528 of the 768). At two rows per thread (the
  * default) no bound: 384 blocks need 3 per SM, and ptxas takes 95-128 at sm_90 (4 blocks), no spills. */
 #ifndef GDN_MIN_BLOCKS_PER_SM
-#define GDN_MIN_BLOCKS_PER_SM (GDN_ROWS_PER_THREAD == 1 && GDN_LANES == 16 && GDN_THREADS == 128 ? 6 : 0)
+#define GDN_MIN_BLOCKS_PER_SM (GDN_ROWS_PER_THREAD == 1 ? 6 : 0)
 #endif
 #if GDN_MIN_BLOCKS_PER_SM > 0
 #define GDN_LAUNCH_BOUNDS __launch_bounds__(GDN_THREADS, GDN_MIN_BLOCKS_PER_SM)
@@ -141,23 +116,6 @@ __device__ __forceinline__ bool hld_dev_chains_fit(const int32_t *s, int max_nod
 /* the two halves of the state update; gdn_step and gdn_fold both call exactly these */
 __device__ __forceinline__ float gdn_decay(float m, float decay) { return __fmul_rn(m, decay); }
 __device__ __forceinline__ float gdn_rank1(float m, float k, float delta) { return __fmaf_rn(k, delta, m); }
-
-/* A lane's share of a row's dot product: the products of its keys m = 0 .. KPL - 1 go to accumulator
- * m % GDN_DOT_SPLIT, each accumulated from 0 in increasing m with __fmaf_rn (independent chains, so
- * one lane's many keys do not make one long dependent chain); gdn_dot_total then adds the
- * accumulators pairwise, a[j] += a[j + w] for w = GDN_DOT_SPLIT / 2, ..., 1. With one accumulator
- * (the default) that is the single chain. */
-__device__ __forceinline__ void gdn_dot_zero(float (&a)[GDN_DOT_SPLIT]) {
-#pragma unroll
-    for (int j = 0; j < GDN_DOT_SPLIT; j++) a[j] = 0.0f;
-}
-__device__ __forceinline__ float gdn_dot_total(float (&a)[GDN_DOT_SPLIT]) {
-#pragma unroll
-    for (int w = GDN_DOT_SPLIT / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int j = 0; j < w; j++) a[j] = __fadd_rn(a[j], a[j + w]);
-    return a[0];
-}
 
 /* sum over the 16 lanes of a row group, fixed butterfly xor 8, 4, 2, 1, each of the thread's rows
  * on its own; every lane gets the sum */
@@ -464,28 +422,26 @@ __device__ __forceinline__ void gdn_step(float (&M)[GDN_ROWS_PER_THREAD][KPL], c
     float part[GDN_ROWS_PER_THREAD];
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
-        float acc[GDN_DOT_SPLIT];
-        gdn_dot_zero(acc);
+        float acc = 0.0f;
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             M[r][m] = gdn_decay(M[r][m], decay);
-            acc[m % GDN_DOT_SPLIT] = __fmaf_rn(M[r][m], in.k[m], acc[m % GDN_DOT_SPLIT]);
+            acc = __fmaf_rn(M[r][m], in.k[m], acc);
         }
-        part[r] = gdn_dot_total(acc);
+        part[r] = acc;
     }
     gdn_row_sums(part); /* part[r] = (M^T k)_j */
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) delta[r] = __fmul_rn(in.beta, __fsub_rn(in.v[r], part[r]));
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
-        float acc[GDN_DOT_SPLIT];
-        gdn_dot_zero(acc);
+        float acc = 0.0f;
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
             M[r][m] = gdn_rank1(M[r][m], in.k[m], delta[r]);
-            acc[m % GDN_DOT_SPLIT] = __fmaf_rn(M[r][m], in.q[m], acc[m % GDN_DOT_SPLIT]);
+            acc = __fmaf_rn(M[r][m], in.q[m], acc);
         }
-        part[r] = gdn_dot_total(acc);
+        part[r] = acc;
     }
     gdn_row_sums(part); /* part[r] = (M^T q)_j */
 #pragma unroll
@@ -536,18 +492,15 @@ __device__ __forceinline__ void gdn_step_deferred(float (&M)[GDN_ROWS_PER_THREAD
     float kv[GDN_ROWS_PER_THREAD], earlier[GDN_ROWS_PER_THREAD];
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
-        float qa[GDN_DOT_SPLIT], ka[GDN_DOT_SPLIT];
-        gdn_dot_zero(qa);
-        gdn_dot_zero(ka);
+        float qa = 0.0f, ka = 0.0f;
 #pragma unroll
         for (int m = 0; m < KPL; m++) {
-            const int j = m % GDN_DOT_SPLIT;
-            qa[j] = __fmaf_rn(M[r][m], d.q[m], qa[j]); /* the earlier token's M^T q, on its state */
+            qa = __fmaf_rn(M[r][m], d.q[m], qa); /* the earlier token's M^T q, on its state */
             M[r][m] = gdn_decay(M[r][m], decay);
-            ka[j] = __fmaf_rn(M[r][m], in.k[m], ka[j]);
+            ka = __fmaf_rn(M[r][m], in.k[m], ka);
         }
-        earlier[r] = gdn_dot_total(qa);
-        kv[r] = gdn_dot_total(ka);
+        earlier[r] = qa;
+        kv[r] = ka;
     }
     gdn_row_sums2(kv, earlier);
     if (d.c >= 0) {
@@ -579,11 +532,10 @@ __device__ __forceinline__ void gdn_finish_deferred(const float (&M)[GDN_ROWS_PE
     float o[GDN_ROWS_PER_THREAD];
 #pragma unroll
     for (int r = 0; r < GDN_ROWS_PER_THREAD; r++) {
-        float acc[GDN_DOT_SPLIT];
-        gdn_dot_zero(acc);
+        float acc = 0.0f;
 #pragma unroll
-        for (int m = 0; m < KPL; m++) acc[m % GDN_DOT_SPLIT] = __fmaf_rn(M[r][m], d.q[m], acc[m % GDN_DOT_SPLIT]);
-        o[r] = gdn_dot_total(acc);
+        for (int m = 0; m < KPL; m++) acc = __fmaf_rn(M[r][m], d.q[m], acc);
+        o[r] = acc;
     }
     gdn_row_sums(o);
 #pragma unroll
@@ -1118,15 +1070,10 @@ __global__ void __launch_bounds__(CONV_THREADS)
 
 static float gdn_scale(int S) { return 1.0f / sqrtf((float)S); }
 
-/* keys per lane of the state mapping, 1 .. 8 (16 or 32 in builds with fewer than 16 lanes a row,
- * GDN_MAX_KEYS_PER_LANE); 0 for an S this file cannot keep on chip (S > 128). Every GDN kernel dispatches on this one value, so for a given S all of them run
+/* keys per lane of the state mapping, 1 .. GDN_MAX_KEYS_PER_LANE; 0 for an S this file cannot keep on
+ * chip (S > 128). Every GDN kernel dispatches on this one value, so for a given S all of them run
  * the same instantiation of gdn_step. */
-static int gdn_keys_per_lane(int S) {
-    if (S < 1 || S > GDN_MAX_S) return 0;
-    int kpl = (S + GDN_LANES - 1) / GDN_LANES;
-    if (kpl > 8) kpl = kpl > 16 ? 32 : 16; /* the wide instantiations (GDN_DISPATCH) */
-    return kpl;
-}
+static int gdn_keys_per_lane(int S) { return S >= 1 && S <= GDN_MAX_S ? (S + GDN_LANES - 1) / GDN_LANES : 0; }
 
 static int gdn_slots_per_head(int max_nodes) { return max_nodes > 2 ? (max_nodes - 1) / 2 : 1; }
 
@@ -1143,17 +1090,6 @@ static void refuse(const backend *be, const char *why) {
     cuda_note_launch(be, why);
 }
 
-/* the instantiations: KPL 1 .. 8, and 16 or 32 where fewer lanes per row need them (S = 128) */
-#if GDN_MAX_KEYS_PER_LANE > 16
-#define GDN_DISPATCH_WIDE(LAUNCH)                                                                                      \
-    case 16: LAUNCH(16); break;                                                                                        \
-    case 32: LAUNCH(32); break;
-#elif GDN_MAX_KEYS_PER_LANE > 8
-#define GDN_DISPATCH_WIDE(LAUNCH)                                                                                      \
-    case 16: LAUNCH(16); break;
-#else
-#define GDN_DISPATCH_WIDE(LAUNCH)
-#endif
 #define GDN_DISPATCH(kpl, LAUNCH)                                                                                      \
     switch (kpl) {                                                                                                     \
     case 1: LAUNCH(1); break;                                                                                          \
@@ -1163,7 +1099,6 @@ static void refuse(const backend *be, const char *why) {
     case 5: LAUNCH(5); break;                                                                                          \
     case 6: LAUNCH(6); break;                                                                                          \
     case 7: LAUNCH(7); break;                                                                                          \
-    GDN_DISPATCH_WIDE(LAUNCH)                                                                                          \
     default: LAUNCH(8); break;                                                                                         \
     }
 
