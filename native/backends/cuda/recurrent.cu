@@ -7,38 +7,39 @@
  * gdn_step (or, for accepted factors, gdn_fold), with the same thread mapping and the same
  * reduction tree whatever the kernel, T or tree shape; gdn_step_deferred (the default;
  * SPECLA_CUDA_GDN_DEFER=0 selects gdn_step) is gdn_step's operations in another issue order, each
- * value computed as gdn_step computes it. A node verified in a tree therefore gets the bits of decoding its root path with
- * cuda_gated_delta_rule, and folding an accepted path's
- * factors gives the bits of the sequentially decoded state. Every float operation of the state
- * arithmetic is an explicit round-to-nearest intrinsic, so the compiler can neither contract nor
- * split any of them: the decay is __fmul_rn(row, decay), the rank-1 update is the fused
- * __fmaf_rn(k, delta, decayed row) in both gdn_step and gdn_fold (the state update is
- * fl(row * decay) then fl(k * delta + that) on both paths), and the dot products accumulate with
- * __fmaf_rn (they exist only in gdn_step). The fused update rounds once where the CPU oracle rounds
- * twice: GPU and CPU agree to float rounding, GPU paths agree bit for bit. decay = expf(g) (the
- * accurate expf, no fast math), taken once per token when the token's inputs are put in shared
- * memory (gdn_chunk_put) and read there by gdn_step / gdn_fold; SiLU divides with __fdiv_rn.
- * scale = 1 / sqrtf(S) is computed once on the host (gdn_scale) for every kernel.
+ * value computed as gdn_step computes it. A node verified in a tree therefore gets the bits of
+ * decoding its root path with cuda_gated_delta_rule, and folding an accepted path's factors gives
+ * the bits of the sequentially decoded state. Every float operation of the state arithmetic is an
+ * explicit round-to-nearest intrinsic, so the compiler can neither contract nor split any of them:
+ * the decay is __fmul_rn(row, decay), the rank-1 update is the fused __fmaf_rn(k, delta, decayed
+ * row) in both gdn_step and gdn_fold (the state update is fl(row * decay) then fl(k * delta + that)
+ * on both paths), and the dot products accumulate with __fmaf_rn (they exist only in gdn_step). The
+ * fused update rounds once where the CPU oracle rounds twice: GPU and CPU agree to float rounding,
+ * GPU paths agree bit for bit. decay = expf(g) (the accurate expf, no fast math), taken once per
+ * token when the token's inputs are put in shared memory (gdn_chunk_put) and read there by gdn_step
+ * / gdn_fold; SiLU divides with __fdiv_rn. scale = 1 / sqrtf(S) is computed once on the host
+ * (gdn_scale) for every kernel.
  *
  * GDN thread mapping (every state kernel): a block of 128 threads owns one value head h
  * (blockIdx.y, plus a head offset) and GDN_ROWS_PER_BLOCK = 8 R consecutive value rows j of it
  * (blockIdx.x), R = GDN_ROWS_PER_THREAD rows per thread: 2 by default, so S = 128 gives 8 blocks
  * per head, 384 blocks for the 27B's 48 heads (3 per SM of 132), each thread doing two rows' work
  * per token: two independent dot products and butterflies interleave in one thread, where one row
- * left each step's latency chain alone (0.18-0.35 ms off a 23-node verify on the 27B shape, docs/perf.md,
- * twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
- * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1).
- * Within a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th
- * (m = 0 .. KPL - 1) being i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128:
- * float4 runs, 16 lanes covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread
- * keeps R * KPL state floats (8 R at S = 128) for the whole call. Keys i >= S (S not a multiple
- * of 16) and rows j >= S (S not a multiple of 8 R) hold zeros and are never stored.
- * Reduction order of a row's dot product (M^T k and M^T q): each lane accumulates its KPL products
- * in increasing m with fmaf, starting from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1,
- * each stage adding the partner's partial (IEEE addition is commutative, so all 16 lanes end with
- * the same bits). Per token, in gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv),
- * row += k * delta, o = row . q, out = o * scale. A row's arithmetic depends only on its lanes'
- * keys, never on which thread or block holds the row, so every R gives the same bits.
+ * left each step's latency chain alone (0.18-0.35 ms off a 23-node verify on the 27B shape,
+ * docs/perf.md, twenty-fourth pass); a build with -DGDN_ROWS_PER_THREAD=1 takes 8-row blocks, twice
+ * as many. The block's 8 groups of 16 lanes (half warps) take R rows each: thread t has
+ * group = t / 16, lane = t % 16, and rows j = 8 R blockIdx.x + 8 r + group (r = 0 .. R - 1). Within
+ * a row the lane holds KPL = ceil(S / 16) <= 8 keys in registers, its m-th (m = 0 .. KPL - 1) being
+ * i = 64 (m / 4) + 4 lane + m % 4 when KPL is a multiple of 4 (S = 64, 128: float4 runs, 16 lanes
+ * covering 256 contiguous bytes) and i = 16 m + lane otherwise, so a thread keeps R * KPL state
+ * floats (8 R at S = 128) for the whole call. Keys i >= S (S not a multiple of 16) and rows j >= S
+ * (S not a multiple of 8 R) hold zeros and are never stored. Reduction order of a row's dot product
+ * (M^T k and M^T q): each lane accumulates its KPL products in increasing m with fmaf, starting
+ * from 0; then a butterfly over the 16 lanes, xor 8, 4, 2, 1, each stage adding the partner's
+ * partial (IEEE addition is commutative, so all 16 lanes end with the same bits). Per token, in
+ * gdn_step: decay the row, kv = row . k, delta = beta * (v_j - kv), row += k * delta, o = row . q,
+ * out = o * scale. A row's arithmetic depends only on its lanes' keys, never on which thread or
+ * block holds the row, so every R gives the same bits.
  * Token inputs (k, q, v or delta, g, beta) are staged in shared memory GDN_CHUNK tokens at a time
  * by the whole block (gdn_walk_tokens), double buffered, so the serial walk over tokens waits on
  * one memory latency per chunk rather than per token; the chunk's results (outputs, deltas) leave
@@ -464,14 +465,14 @@ __device__ __forceinline__ void gdn_step_staged(float (&M)[GDN_ROWS_PER_THREAD][
 /* gdn_step with its second reduction deferred to the next token (the default; SPECLA_CUDA_GDN_DEFER=0
  * selects gdn_step). In gdn_step the M^T q dot product and its butterfly sit between one token's
  * update and the next token's decay, on the serial chain that walks the state; yet nothing of the
- * next token needs them. Here token c's step first takes the M^T q partials of the token before it (the state as that
- * token left it, before this token's decay touches it), interleaved element by element with this
- * token's decay and M^T k partials, then runs both butterflies together (gdn_row_sums2) and stages the
- * earlier token's output; token c's own M^T q waits for the next step, or for gdn_finish_deferred
- * where the walk ends a chunk or the state changes hands. Every value is computed by gdn_step's
- * operations in gdn_step's order (the dots with __fmaf_rn from 0 in increasing m, the decay and the
- * rank-1 update by gdn_decay / gdn_rank1, the same butterfly), so the bits are gdn_step's: only the
- * order in which a warp issues independent work changes. */
+ * next token needs them. Here token c's step first takes the M^T q partials of the token before it
+ * (the state as that token left it, before this token's decay touches it), interleaved element by
+ * element with this token's decay and M^T k partials, then runs both butterflies together
+ * (gdn_row_sums2) and stages the earlier token's output; token c's own M^T q waits for the next
+ * step, or for gdn_finish_deferred where the walk ends a chunk or the state changes hands. Every
+ * value is computed by gdn_step's operations in gdn_step's order (the dots with __fmaf_rn from 0 in
+ * increasing m, the decay and the rank-1 update by gdn_decay / gdn_rank1, the same butterfly), so
+ * the bits are gdn_step's: only the order in which a warp issues independent work changes. */
 template <int KPL> struct gdn_deferred {
     float q[KPL]; /* the deferred token's q keys; zeros when there is none */
     int c;        /* its slot in the chunk being walked, -1 when there is none */
