@@ -279,7 +279,8 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
                          + [("SPECLA_CUDA_FUSED_QUANTIZE", s) for s in ("2", "on", "01")]
                          + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")]
                          + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
-                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")])
+                         + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
+                         + [("SPECLA_CUDA_RECORDED_BATCHES", s) for s in ("2", "yes")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")

@@ -8,7 +8,9 @@ Method: times come from the host clock around calls that end with the one read-b
 (argmax), after warm-up; each figure is the median of --reps repetitions. Decode is the plain path
 (`Context.eval_argmax`, one token per call). A batch of N is one `specla_forward` of N tokens
 continuing the sequence at the depth, then the context goes back to the depth
-(`save_state` / `truncate`, not timed). The bandwidth figure divides the bytes of every weight a
+(`save_state` / `truncate`, not timed). Each batch runs twice before its timed repetitions: where
+causal batches are recorded steps (SPECLA_CUDA_RECORDED_BATCHES=1, docs/gpu-steps.md), the second
+run records it and the timed ones replay it. The bandwidth figure divides the bytes of every weight a
 token reads (all but the embedding table, of which it reads one row) by the decode time, and its
 fraction is against a device-to-device copy measured in the same run (bytes read + written).
 
@@ -211,8 +213,9 @@ def main(argv=None) -> int:
             decode_at_depth = statistics.median(timed(lambda: ctx.eval_argmax([11]), args.reps, reset=back))
             for n in batches:
                 tokens = [(depth + i * 31) % V for i in range(n)]
-                ctx.eval_argmax(tokens)  # warm-up
-                ctx.truncate(depth)
+                for _ in range(2):  # warm-up; a context that records batches records it at the second run
+                    ctx.eval_argmax(tokens)
+                    ctx.truncate(depth)
                 batch = statistics.median(timed(lambda: ctx.eval_argmax(tokens), args.reps, reset=back))
                 emit("batch", depth=depth, n_tokens=n, ms=round(batch * 1e3, 3),
                      decode_ms_at_depth=round(decode_at_depth * 1e3, 3),

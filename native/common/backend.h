@@ -30,15 +30,16 @@ extern "C" {
 
 typedef struct backend backend;
 
-/* Keys of recorded steps: the decode step, verify steps of up to STEP_VERIFY_SLOTS node counts
- * (key STEP_VERIFY + slot; the context says which node count and LM head a slot was recorded for),
- * and a DFlash draft context's proposal (its own backend instance; the draft context says for which
- * depths, top-k and LM head). */
+/* Keys of recorded steps: the decode step, verify steps of up to STEP_SLOTS node counts (key
+ * STEP_VERIFY + slot), causal batches of up to STEP_SLOTS token counts (key STEP_BATCH + slot; the
+ * context says which count and LM head a slot was recorded for), and a DFlash draft context's
+ * proposal (its own backend instance; the draft context says for which depths, top-k and LM head). */
 enum {
     STEP_DECODE = 0,
+    STEP_SLOTS = 4,
     STEP_VERIFY = 1,
-    STEP_VERIFY_SLOTS = 4,
-    STEP_PROPOSE = STEP_VERIFY + STEP_VERIFY_SLOTS,
+    STEP_BATCH = STEP_VERIFY + STEP_SLOTS,
+    STEP_PROPOSE = STEP_BATCH + STEP_SLOTS,
     STEP_KINDS = STEP_PROPOSE + 1
 };
 
@@ -271,6 +272,9 @@ struct backend {
     void *state;
     int32_t kind;   /* specla_backend_kind */
     int32_t device; /* device index (GPU), 0 on the CPU */
+    /* 1: causal batches are recorded steps too (keys STEP_BATCH + slot, forward.c), where the
+     * backend records steps at all; 0 (a CPU, and a GPU until the switch is on) runs them eagerly */
+    int records_batches;
 };
 
 /* attention_prepare as the ops it stands for, in their order, through be's own table: the CPU

@@ -120,16 +120,28 @@ static inline int same_head_key(const recorded_head_key *a, const recorded_head_
     return a->data == b->data && a->rows == b->rows && a->n_valid == b->n_valid;
 }
 
-/* What a recorded verify was recorded for: every pointer and launch parameter of its ops follows
- * from these (the LM head, the node count, the factor bank the verify writes). */
-typedef struct recorded_verify_key {
+/* What a recorded verify or causal batch was recorded for: every pointer and launch parameter of
+ * its ops follows from these (the LM head, the node or token count, and for a verify the factor bank
+ * it writes, for a batch whether it scores its last row's argmax). */
+typedef struct recorded_step_key {
     recorded_head_key head;
-    int32_t n_nodes;
-    int32_t write_bank;
-} recorded_verify_key;
+    int32_t n_tokens; /* 0: an empty slot */
+    int32_t variant;  /* a verify: the factor bank it writes; a batch: 1 when it scores the argmax */
+} recorded_step_key;
 
-/* Eager verifies whose keys a context remembers, to record a key the second time it comes. */
-#define VERIFY_KEYS_SEEN 8
+/* Eager runs of one keyed step kind whose keys a context remembers, to record a key the second time
+ * it comes (a recording costs more than an eager run, so a count that comes once is not recorded
+ * and does not evict the recordings in use). */
+#define STEP_KEYS_SEEN 8
+
+/* The recordings of one keyed step kind (verify, batch): what each of its STEP_SLOTS backend keys
+ * was recorded for, taken round robin (next_slot) by a key among the last STEP_KEYS_SEEN eager ones. */
+typedef struct recorded_steps {
+    recorded_step_key slot[STEP_SLOTS];
+    int32_t next_slot;
+    recorded_step_key seen[STEP_KEYS_SEEN];
+    int32_t next_seen;
+} recorded_steps;
 
 /* How many rewrites of committed rows a context remembers the position of (context_unchanged_rows). */
 #define CONTEXT_REWRITE_LOG 16
@@ -163,13 +175,9 @@ struct specla_context {
     /* the LM head the recorded decode step was recorded with (part of the recording: another head
      * means recording again; a chosen head that grows within its capacity is the same head) */
     recorded_head_key recorded_head;
-    /* what each recorded verify (key STEP_VERIFY + slot) was recorded for; n_nodes 0: an empty slot.
-     * Slots are taken round robin (next_verify_slot) by a key seen before among the last
-     * VERIFY_KEYS_SEEN verifies that ran eagerly (a node count that comes once is not recorded). */
-    recorded_verify_key recorded_verify[STEP_VERIFY_SLOTS];
-    int32_t next_verify_slot;
-    recorded_verify_key verify_keys_seen[VERIFY_KEYS_SEEN];
-    int32_t next_verify_key_seen;
+    /* what the recorded verifies (keys STEP_VERIFY + slot) and causal batches (STEP_BATCH + slot)
+     * were recorded for */
+    recorded_steps recorded_verify, recorded_batch;
     /* For readers that keep what they derived from committed rows (a DFlash draft context's K/V):
      * an id unique in the process, and the calls that dropped committed rows (a truncate below
      * n_past, a reset) — how many so far, and the n_past each left, rewrite_floor[r % LOG] for the

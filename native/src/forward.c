@@ -138,13 +138,13 @@ static int decode_step_recordable(const specla_context *ctx, const specla_batch 
            !ctx->params.no_recorded_steps;
 }
 
-/* Records the ops of a batch that wants only the argmax of its n rows under `key`, then replays
- * them: 1 when they ran so; 0 when the backend could not record (nothing ran; the context runs its
- * steps eagerly from now on). */
-static int record_and_replay(specla_context *ctx, int key, const batch_view *bv, int n_rows) {
+/* Records the ops of a batch whose only output is the argmax of its n rows (none when !want_argmax)
+ * under `key`, then replays them: 1 when they ran so; 0 when the backend could not record (nothing
+ * ran; the context runs its steps eagerly from now on). */
+static int record_and_replay(specla_context *ctx, int key, const batch_view *bv, int n_rows, int want_argmax) {
     const backend *be = ctx->be;
     be->ops->capture_begin(be);
-    enqueue_model(ctx, bv, n_rows, NULL, 1); /* recorded, not run; the host side of the layers is done */
+    enqueue_model(ctx, bv, n_rows, NULL, want_argmax); /* recorded, not run; the host side of the layers is done */
     if (be->ops->capture_end(be, key) == SPECLA_OK && be->ops->replay(be, key)) return 1;
     ctx->params.no_recorded_steps = 1;
     return 0;
@@ -160,12 +160,64 @@ static recorded_head_key scored_head_key(const specla_context *ctx) {
     return key;
 }
 
+static int same_step_key(const recorded_step_key *a, const recorded_step_key *b) {
+    return same_head_key(&a->head, &b->head) && a->n_tokens == b->n_tokens && a->variant == b->variant;
+}
+
+typedef enum { KEYED_STEP_EAGER, KEYED_STEP_RECORDED, KEYED_STEP_REPLAYED } keyed_step_run;
+
+/* Enqueues a step of a keyed kind (verify, causal batch) whose outputs are the argmax of its n_rows
+ * rows (none when !want_argmax): the replay of key's recording among r's (backend keys first_key +
+ * slot), or, the second time key comes, a recording of it made now and replayed, or, the first time
+ * (and when recording fails), the ops eagerly. Says which ran; the caller reads the result. */
+static keyed_step_run enqueue_keyed_step(specla_context *ctx, recorded_steps *r, int first_key,
+                                         const recorded_step_key *key, const batch_view *bv, int n_rows,
+                                         int want_argmax) {
+    const backend *be = ctx->be;
+    int slot = -1;
+    for (int i = 0; i < STEP_SLOTS && slot < 0; i++)
+        if (r->slot[i].n_tokens > 0 && same_step_key(&r->slot[i], key)) slot = i;
+    if (slot >= 0 && be->ops->replay(be, first_key + slot)) return KEYED_STEP_REPLAYED;
+    int seen = slot >= 0;
+    for (int i = 0; i < STEP_KEYS_SEEN && !seen; i++) seen = same_step_key(&r->seen[i], key);
+    if (!seen) {
+        r->seen[r->next_seen] = *key;
+        r->next_seen = (r->next_seen + 1) % STEP_KEYS_SEEN;
+    } else {
+        if (slot < 0) {
+            slot = r->next_slot;
+            r->next_slot = (slot + 1) % STEP_SLOTS;
+        }
+        r->slot[slot] = *key;
+        if (record_and_replay(ctx, first_key + slot, bv, n_rows, want_argmax)) return KEYED_STEP_RECORDED;
+        r->slot[slot].n_tokens = 0; /* nothing ran: the same ops eagerly, below */
+    }
+    enqueue_model(ctx, bv, n_rows, NULL, want_argmax);
+    return KEYED_STEP_EAGER;
+}
+
+/* A causal batch of more than one token that returns no logits (a prompt's chunks: the last one's
+ * argmax, or nothing; bench_gpu's N-token batches) is, like a decode step, the same sequence of ops
+ * at every position. So a backend that records batches (records_batches) records it per key (token
+ * count, whether it scores the argmax, LM head) the second time the key comes, and replays it after. */
+static int batch_step_recordable(const specla_context *ctx, const specla_batch *batch) {
+    return batch->n_tokens > 1 && !batch->logits && !batch->logits_all && ctx->be->ops->replay &&
+           ctx->be->records_batches && !ctx->params.no_recorded_steps;
+}
+
+static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
+    const backend *be = ctx->be;
+    const recorded_step_key key = {scored_head_key(ctx), bv->T, argmax_out != NULL};
+    enqueue_keyed_step(ctx, &ctx->recorded_batch, STEP_BATCH, &key, bv, 1, argmax_out != NULL);
+    return argmax_out ? read_argmax(ctx, argmax_out, 1) : be->ops->sync(be);
+}
+
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
     const recorded_head_key head = scored_head_key(ctx);
     if (!same_head_key(&ctx->recorded_head, &head) || !be->ops->replay(be, STEP_DECODE)) {
         ctx->recorded_head = head;
-        if (!record_and_replay(ctx, STEP_DECODE, bv, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
+        if (!record_and_replay(ctx, STEP_DECODE, bv, 1, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
     }
     return read_argmax(ctx, argmax_out, 1);
 }
@@ -178,55 +230,29 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     be->ops->upload(be, s->positions, batch->positions, bytes);
     const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL};
     if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->argmax);
+    if (batch_step_recordable(ctx, batch)) return run_batch_step(ctx, &bv, batch->argmax);
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
 }
 
 /* A verify that wants only the argmax is the same sequence of ops for every tree of N nodes: tokens,
  * positions, KV rows, the HLD schedule (the topology), the prefix length (node 0's position) and
  * how much of a pending path each layer folds are read from backend memory uploaded before. So a
- * backend that records steps records it once per recorded_verify_key (node count, the factor bank
- * the verify writes, which alternates when an accept swaps the banks, and the LM head) and replays
- * it after. A key is recorded the second time it comes (recording costs more than an eager verify,
- * so a node count seen once, as a drafter of varying length gives, is not worth it). A DDTree fills
- * its node budget nearly every step, so a run needs two of the STEP_VERIFY_SLOTS recordings. */
+ * backend that records steps records it once per key (node count, the factor bank the verify
+ * writes, which alternates when an accept swaps the banks, and the LM head) and replays it after,
+ * recorded the second time the key comes (enqueue_keyed_step). A DDTree fills its node budget
+ * nearly every step, so a run needs two of the STEP_SLOTS recordings. */
 static int verify_step_recordable(const specla_context *ctx, const specla_tree_batch *tree) {
     return !tree->logits && tree->argmax && ctx->be->ops->replay && !ctx->params.no_recorded_steps &&
            (!ctx->tree.banks || factor_banks_verify_recordable(ctx->tree.banks));
 }
 
-static int same_verify_key(const recorded_verify_key *a, const recorded_verify_key *b) {
-    return same_head_key(&a->head, &b->head) && a->n_nodes == b->n_nodes && a->write_bank == b->write_bank;
-}
-
 static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
-    const backend *be = ctx->be;
     const int N = bv->T;
     specla_factor_banks *banks = ctx->tree.banks;
-    const recorded_verify_key key = {scored_head_key(ctx), N, banks ? factor_banks_write_bank(banks) : 0};
-    int slot = -1;
-    for (int i = 0; i < STEP_VERIFY_SLOTS && slot < 0; i++)
-        if (same_verify_key(&ctx->recorded_verify[i], &key)) slot = i;
-    int seen = 0;
-    for (int i = 0; i < VERIFY_KEYS_SEEN && !seen; i++) seen = same_verify_key(&ctx->verify_keys_seen[i], &key);
-    if (slot >= 0 && be->ops->replay(be, STEP_VERIFY + slot)) {
-        /* the recording's ops ran; the host side of its layers is what recording them left */
-        if (banks) factor_banks_note_replayed_verify(banks, N);
-    } else if (slot < 0 && !seen) {
-        ctx->verify_keys_seen[ctx->next_verify_key_seen] = key;
-        ctx->next_verify_key_seen = (ctx->next_verify_key_seen + 1) % VERIFY_KEYS_SEEN;
-        return run_model(ctx, bv, N, NULL, argmax_out);
-    } else {
-        if (slot < 0) {
-            slot = ctx->next_verify_slot;
-            ctx->next_verify_slot = (slot + 1) % STEP_VERIFY_SLOTS;
-        }
-        ctx->recorded_verify[slot] = key;
-        if (!record_and_replay(ctx, STEP_VERIFY + slot, bv, N)) {
-            /* nothing ran: the same ops eagerly (their fold counts are on the backend already) */
-            ctx->recorded_verify[slot].n_nodes = 0;
-            return run_model(ctx, bv, N, NULL, argmax_out);
-        }
-    }
+    const recorded_step_key key = {scored_head_key(ctx), N, banks ? factor_banks_write_bank(banks) : 0};
+    const keyed_step_run ran = enqueue_keyed_step(ctx, &ctx->recorded_verify, STEP_VERIFY, &key, bv, N, 1);
+    /* a replay ran the recording's ops; the host side of its layers is what recording them left */
+    if (ran == KEYED_STEP_REPLAYED && banks) factor_banks_note_replayed_verify(banks, N);
     return read_argmax(ctx, argmax_out, N);
 }
 

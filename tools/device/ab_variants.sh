@@ -19,7 +19,8 @@
 # the library of OTHER, a variant named before it, run with those settings; NAME=lib:PATH a library
 # built elsewhere (the same nvcc as the device's: built on the session's machine from main plus a
 # patch and carried), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
-# AB_PYTEST="NAME ..." runs them for those variants only. A single-patch variant
+# AB_PYTEST="NAME ..." runs them for those variants only, AB_PYTEST_K=EXPR only the tests pytest's
+# -k EXPR selects. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
 # touches attention.cu, elementwise.cu, logits.cu or recurrent.cu cuda_ops_check (against the CPU ops and float64,
 # and the bit-identity checks); AB_CHECKS=0 skips both (a variant that only moves loads or changes
@@ -151,7 +152,8 @@ for name in "${names[@]:1}"; do
   [ "${AB_PYTEST:-1}" = 1 ] || [[ " $AB_PYTEST " == *" $name "* ]] || continue
   echo "variant $name: pytest -m gpu"
   # shellcheck disable=SC2086  # the variant's settings are a list of VAR=VALUE words
-  env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider 2>&1 | tail -3
+  env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" timeout 240 python3 -m pytest -m gpu tests -q -x -p no:cacheprovider \
+    ${AB_PYTEST_K:+-k "$AB_PYTEST_K"} 2>&1 | tail -3
 done
 
 for ((r = 1; r <= rounds; r++)); do

@@ -277,6 +277,7 @@ specla_status cpu_backend_create(int n_threads, int cpu_kernels, const backend_l
     cb->base.state = &cb->exec;
     cb->base.kind = SPECLA_BACKEND_CPU;
     cb->base.device = 0;
+    cb->base.records_batches = 0; /* it records no step */
     *out = &cb->base;
     return SPECLA_OK;
 }
