@@ -280,7 +280,8 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
                          + [("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", s) for s in ("2", "yes")]
                          + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
                          + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
-                         + [("SPECLA_CUDA_RECORDED_BATCHES", s) for s in ("2", "yes")])
+                         + [("SPECLA_CUDA_RECORDED_BATCHES", s) for s in ("2", "yes")]
+                         + [("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", s) for s in ("2", "on")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
@@ -360,11 +361,15 @@ def deep_attention_model(tmp_path_factory):
 DEEP_PREFIX = 1152  # 9 segments of 128 rows: from 1024 rows on a query tile shares its common segments
 
 
-def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model):
+@pytest.mark.parametrize("decode_general", ["0", "1"], ids=["decode-fixed-pairs", "decode-general"])
+def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model, decode_general, monkeypatch):
     """Past 1024 rows a batch's query tiles share their common segments (12 pairs a block), its
     queries' own segments and every decode step take the per-query blocks (6 and 2 pairs), whole
     tiles through the compile-time code: a 23-token batch and a 23-node tree at that depth must give
-    the bits of decoding token by token (and of each node's path)."""
+    the bits of decoding token by token (and of each node's path). With
+    SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1 the decode steps take the general segment code instead
+    of the compiled 2-pair shape: the same bits."""
+    monkeypatch.setenv("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", decode_general)
     model = deep_attention_model
     V = model.hparams.n_vocab
     history = prompt(V, DEEP_PREFIX, seed=6)

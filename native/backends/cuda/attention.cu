@@ -100,6 +100,13 @@
  * blocks on the 27B shape then fit one wave of 528 (the compile-time pairs took 147 registers and 3
  * blocks per SM); a batch's attention_kernel leaves ptxas free */
 #define ATT_KERNEL_MIN_BLOCKS(HG) ((HG) == ATT_DECODE_G ? 4 : 1)
+/* The compile-time pair count of attention_kernel's segments (segment_partial_for; 0: the general
+ * code alone). SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1 takes a decode step's kernel without it: with
+ * the 2-pair shape beside the general code that kernel is 9,224 SASS instructions (144 KB; 128
+ * registers, 28 bytes spilled), and Nsight Compute saw its few blocks stalled on instruction fetch
+ * for 9.8 of the 22.5 cycles between instructions (H100, docs/perf.md, thirtieth pass); alone, the
+ * general code is 4,280 (127 registers, no spills). The same operations in the same order: the same
+ * bits either way. */
 #define ATT_KERNEL_FIXED_PAIRS(HG) ((HG) == ATT_DECODE_G ? ATT_DECODE_G : ATT_QUERY_HEADS_27B)
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
@@ -529,17 +536,20 @@ static __device__ __forceinline__ void segment_partial(att_shared<HG> &sh, const
     }
 }
 
-/* segment_partial with NG pairs and head_dim ATT_MAX_D at compile time when the block has them (the
- * 27B shape's pair counts: every Qwen3.5/3.6 attention layer has head_dim 256), else the general
- * code; both give the same bits. */
+/* segment_partial with NG pairs and head_dim ATT_MAX_D at compile time when NG > 0 and the block has
+ * them (the 27B shape's pair counts: every Qwen3.5/3.6 attention layer has head_dim 256), else the
+ * general code; both give the same bits. */
 template <int HG, int NG>
 static __device__ __forceinline__ void segment_partial_for(att_shared<HG> &sh, const int32_t *chain, const float *k_cache,
                                                            const float *v_cache, int nkv, int kvh, int D, int ng,
                                                            float scale, int seg, float (&acc)[HG][ATT_DIMS_PER_THREAD]) {
-    if (ng == NG && D == ATT_MAX_D)
-        segment_partial<HG, NG, ATT_MAX_D>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
-    else
-        segment_partial<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+    if constexpr (NG > 0) {
+        if (ng == NG && D == ATT_MAX_D) {
+            segment_partial<HG, NG, ATT_MAX_D>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+            return;
+        }
+    }
+    segment_partial<HG>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
 }
 
 /* ---- the same segment on the tensor cores (attention_tensor_cores.cuh; SPECLA_CUDA_ATTENTION_TC=1) ----
@@ -727,7 +737,7 @@ static __device__ __forceinline__ void window_start(const int32_t *first_row, in
  * seg_blocks, ... and writes their partials; seg_blocks == 0: UNSPLIT, one block per (t, heads) walks
  * every segment and writes out. Tree mode when parents != NULL (chain walked into dynamic shared
  * memory: 2 * T ints). */
-template <int HG, bool TC>
+template <int HG, bool TC, int FIXED>
 static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     attention_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                      const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D, int n_hgroups,
@@ -761,7 +771,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
     if (seg_blocks > 0) {
         if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) part_rows[tp] = sh.n_rows;
         for (int seg = blockIdx.x; seg < n_seg; seg += seg_blocks) {
-            att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+            att_segment<HG, FIXED, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
             store_partials(sh, acc, ng, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
                            part_acc, part_ml);
             __syncthreads(); /* m, l are reset by the next segment */
@@ -775,7 +785,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
 #pragma unroll
         for (int j = 0; j < ATT_DIMS_PER_THREAD; j++) total[g][j] = 0.0f;
     for (int seg = 0; seg < n_seg; seg++) {
-        att_segment<HG, ATT_KERNEL_FIXED_PAIRS(HG), TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
+        att_segment<HG, FIXED, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ng, scale, seg, acc);
         if (tid < ng) merge_scales(sh.M[tid], sh.L[tid], sh.m[tid], sh.l[tid], &sh.M[tid], &sh.L[tid], &sh.a[tid],
                                    &sh.b[tid]);
         __syncthreads();
@@ -948,6 +958,17 @@ static bool att_tensor_cores(const backend *be, int D) {
            D <= ATT_MAX_D;
 }
 
+/* The attention_kernel of HG heads a block: on the tensor cores (tc) or not, and for a decode step's
+ * blocks with or without the compile-time pair shape (ATT_KERNEL_FIXED_PAIRS). */
+template <int HG> static auto attention_kernel_for(bool tc, bool decode_general) {
+    if constexpr (HG == ATT_DECODE_G) {
+        if (decode_general) return tc ? attention_kernel<HG, ATT_TC_KERNELS, 0> : attention_kernel<HG, false, 0>;
+    }
+    (void)decode_general;
+    return tc ? attention_kernel<HG, ATT_TC_KERNELS, ATT_KERNEL_FIXED_PAIRS(HG)>
+              : attention_kernel<HG, false, ATT_KERNEL_FIXED_PAIRS(HG)>;
+}
+
 /* One attention call with HG query heads per block (the bits of a head do not depend on HG: each
  * (row, head) score, softmax step and V sum is the same sequence of operations whatever else the
  * block holds). */
@@ -981,7 +1002,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
                             nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
-                cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>,
+                cuda_launch(attention_kernel_for<HG>(tc, cb->attention_decode_general),
                             dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
                             cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
                             nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
@@ -993,7 +1014,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         }
         return;
     }
-    cuda_launch(tc ? attention_kernel<HG, ATT_TC_KERNELS> : attention_kernel<HG, false>, dim3(1, nkv * n_hgroups, T),
+    cuda_launch(attention_kernel_for<HG>(tc, cb->attention_decode_general), dim3(1, nkv * n_hgroups, T),
                 dim3(ATT_THREADS), tree_bytes, cuda_stream(be), q,
                 k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh, nkv, D, n_hgroups, scale, 0, 0, 0, NULL, NULL,
                 NULL, out);

@@ -31,6 +31,9 @@ typedef struct cuda_backend {
     /* opt-in arithmetic, read when the backend is created (cuda_backend.cu) */
     int attention_tensor_cores; /* SPECLA_CUDA_ATTENTION_TC: attention.cu's 3xTF32 scores and V sums */
     int gdn_deferred_steps;     /* SPECLA_CUDA_GDN_DEFER: recurrent.cu's gdn_step_deferred */
+    /* SPECLA_CUDA_ATTENTION_DECODE_GENERAL: a decode step's attention kernel on the general segment
+     * code alone (attention.cu; the same operations, half the code) */
+    int attention_decode_general;
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }
