@@ -313,9 +313,34 @@ typedef struct mm_side {
 } mm_side;
 
 /* Read-only loads of the weights (the non-coherent path on the device; the weights never change
- * while a kernel runs, so they may be issued before the grid dependency wait). */
+ * while a kernel runs, so they may be issued before the grid dependency wait).
+ * A build with SPECLA_CUDA_WEIGHTS_EVICT_FIRST=1 (CMake -DSPECLA_CUDA_WEIGHTS_EVICT_FIRST=ON) marks
+ * every weight load and bulk copy evict-first in L2 on sm_80+ CUDA (MM_WEIGHTS_EVICT_FIRST). The
+ * question it asks: a step streams every weight once, 16 GB on the 27B shape against a 50 MB L2, so
+ * unmarked the stream evicts what the step reads again soon (the kernels' code, the norms' and small
+ * matrices' rows, activations, KV rows). A mark changes where lines go, never a value; off until a
+ * GPU has timed it, and a build without it compiles to the loads it had before. */
+#ifndef SPECLA_CUDA_WEIGHTS_EVICT_FIRST
+#define SPECLA_CUDA_WEIGHTS_EVICT_FIRST 0
+#endif
+#if SPECLA_CUDA_WEIGHTS_EVICT_FIRST && MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && \
+    !defined(SPECLA_USE_HIP)
+#define MM_WEIGHTS_EVICT_FIRST 1
+/* the weight loads' L2 policy (a pure asm: the compiler computes it once per kernel) */
+__device__ __forceinline__ uint64_t mm_weights_policy() {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+#else
+#define MM_WEIGHTS_EVICT_FIRST 0
+#endif
 MM_HD uint32_t mm_ld_u32(const void *p) {
-#if MM_DEVICE_CODE
+#if MM_WEIGHTS_EVICT_FIRST
+    uint32_t v;
+    asm("ld.global.nc.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE
     return __ldg((const unsigned *)p);
 #else
     uint32_t v;
@@ -324,7 +349,11 @@ MM_HD uint32_t mm_ld_u32(const void *p) {
 #endif
 }
 MM_HD uint16_t mm_ld_u16(const void *p) {
-#if MM_DEVICE_CODE
+#if MM_WEIGHTS_EVICT_FIRST
+    uint16_t v;
+    asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE
     return __ldg((const unsigned short *)p);
 #else
     uint16_t v;
@@ -334,9 +363,24 @@ MM_HD uint16_t mm_ld_u16(const void *p) {
 }
 
 /* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
+MM_HD uint4 mm_ld_weight_16(const void *p) {
+#if MM_WEIGHTS_EVICT_FIRST
+    uint4 v;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE
+    return __ldg((const uint4 *)p);
+#else
+    uint4 v;
+    memcpy(&v, p, 16);
+    return v;
+#endif
+}
 MM_HD void mm_load16(const void *p, uint32_t out[4]) {
 #if MM_DEVICE_CODE
-    const uint4 v = __ldg((const uint4 *)p);
+    const uint4 v = mm_ld_weight_16(p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 #else
     memcpy(out, p, 16);

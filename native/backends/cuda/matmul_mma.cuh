@@ -84,13 +84,18 @@ template <int TYPE> struct mm_mma_frag {
 
 /* Weight loads that do not allocate in L1: the weights are read once, and L1 then keeps the
  * activation codes, bsums and scales that every row tile of the SM reads again (plain read-only
- * loads where the qualifier does not exist). These asm statements are not volatile, so the compiler
+ * loads where the qualifier does not exist); evict-first in L2 in a build that asks for it
+ * (matmul_blocks.h, MM_WEIGHTS_EVICT_FIRST). These asm statements are not volatile, so the compiler
  * may issue them ahead of the branch that guards them: a caller passes only in-bounds addresses,
  * guarded or not (compute-sanitizer caught the F16 kernel reading a slot past its weight's
  * allocation when a guard alone kept the block index inside the chunk). The weight loops clamp the
  * block index into the chunk: such a speculated load reads a block of the chunk, never used. */
 MM_HD uint32_t mm_ld_stream_u32(const void *p) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+#if MM_WEIGHTS_EVICT_FIRST
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     uint32_t v;
     asm("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
@@ -99,7 +104,13 @@ MM_HD uint32_t mm_ld_stream_u32(const void *p) {
 #endif
 }
 MM_HD uint4 mm_ld_stream_16(const void *p) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+#if MM_WEIGHTS_EVICT_FIRST
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;

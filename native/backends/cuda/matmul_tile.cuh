@@ -111,7 +111,13 @@ MM_HD void mm_tile_copies_wait(void) {
 }
 
 MM_HD uint2 mm_ld_stream_8(const void *p) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
+#if MM_WEIGHTS_EVICT_FIRST
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(p), "l"(mm_weights_policy()));
+    return v;
+#elif MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
     uint2 v;
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
@@ -508,11 +514,21 @@ __device__ __forceinline__ void mm_bar_init(uint64_t *bar, unsigned count) {
 __device__ __forceinline__ void mm_bar_expect(uint64_t *bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mm_smem_addr(bar)), "r"(bytes) : "memory");
 }
+/* evict-first in L2 in a build that asks for it, as every weight load (matmul_blocks.h,
+ * MM_WEIGHTS_EVICT_FIRST) */
 __device__ __forceinline__ void mm_bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+#if MM_WEIGHTS_EVICT_FIRST
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+            mm_smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(mm_smem_addr(bar)), "l"(mm_weights_policy())
+        : "memory");
+#else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      mm_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(mm_smem_addr(bar))
                  : "memory");
+#endif
 }
 /* blocks until the barrier's phase of parity `parity` has completed (its bytes landed) */
 __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
