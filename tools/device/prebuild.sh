@@ -5,19 +5,29 @@
 # for a build (about 70 s of every call); run_gpu.sh still builds its own tree meanwhile for the
 # steps that need one, and builds first, as before, where the stamp is not that of the sources it
 # was given. The CUDA runtime is linked statically, so only the device's driver must accept it.
+#
+# A variant library for an A/B (ab_variants.sh's NAME=lib:PATH) comes from the same sources with
+# other CMake options, into another folder, without touching .prebuilt/libspecla.so:
+#   PREBUILD_DIR=/tmp/specla-prebuild-evict PREBUILD_OUT=.prebuilt/evict \
+#     PREBUILD_CMAKE_ARGS="-DSPECLA_CUDA_WEIGHTS_EVICT_FIRST=ON" bash tools/device/prebuild.sh
+# (its stamp file names the options after the sources' stamp).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 BUILD=${PREBUILD_DIR:-/tmp/specla-prebuild-cuda}
+OUT=${PREBUILD_OUT:-.prebuilt}
+# shellcheck disable=SC2206  # a list of CMake arguments
+extra=(${PREBUILD_CMAKE_ARGS:-})
 before=$(bash tools/device/source_stamp.sh)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  "${extra[@]}" > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 after=$(bash tools/device/source_stamp.sh)
 if [ "$before" != "$after" ]; then
   echo "prebuild.sh: the sources changed during the build; run it again" >&2
   exit 1
 fi
-mkdir -p .prebuilt
-cp "$BUILD/native/libspecla.so" .prebuilt/libspecla.so
-echo "$after" > .prebuilt/stamp
-echo "built .prebuilt/libspecla.so ($after)"
+mkdir -p "$OUT"
+cp "$BUILD/native/libspecla.so" "$OUT/libspecla.so"
+echo "$after${extra[*]:+ ${extra[*]}}" > "$OUT/stamp"
+echo "built $OUT/libspecla.so ($after${extra[*]:+ ${extra[*]}})"
