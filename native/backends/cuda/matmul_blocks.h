@@ -362,7 +362,8 @@ MM_HD uint16_t mm_ld_u16(const void *p) {
 #endif
 }
 
-/* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
+/* 16 weight bytes at p (16-byte aligned) in one read-only vector load that allocates in L1, as the
+ * dp4a kernel's loads always have (matmul_mma.cuh's mm_ld_stream_16 skips L1) */
 MM_HD uint4 mm_ld_weight_16(const void *p) {
 #if MM_WEIGHTS_EVICT_FIRST
     uint4 v;
@@ -378,6 +379,7 @@ MM_HD uint4 mm_ld_weight_16(const void *p) {
     return v;
 #endif
 }
+/* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
 MM_HD void mm_load16(const void *p, uint32_t out[4]) {
 #if MM_DEVICE_CODE
     const uint4 v = mm_ld_weight_16(p);
