@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHT_LOADERS = ("mm_load", "mm_ld_stream_u32", "mm_ld_stream_16", "mm_ld_stream_8", "mm_ld_u32", "mm_ld_u16",
-                  "mm_ld_weight_16", "mm_load16")
+                  "mm_load16")
 NON_COHERENT = re.compile(r"__ldg\s*\(|ld\.global\.nc")
 ACTIVATION_WORDS = re.compile(r"\b(act|sa)\s*\.|\b(codes|bsums|split|scales|minops|inv_scale)\b")
 # a function definition starts at column 0 (the sources' style) and names itself before its '('

@@ -192,10 +192,7 @@ __device__ __forceinline__ void mm_load(mm_frag<TYPE> &f, const uint8_t *group_b
         if (k + g < k_end) {
             const uint8_t *slot = group_base + (int64_t)(k + g) * slot_bytes;
 #pragma unroll
-            for (int p = 0; p < P; p++) {
-                const uint4 v = mm_ld_weight_16((const uint4 *)(slot + p * 16 * MM_GROUP_ROWS) + lane);
-                f.w[g][4 * p] = v.x, f.w[g][4 * p + 1] = v.y, f.w[g][4 * p + 2] = v.z, f.w[g][4 * p + 3] = v.w;
-            }
+            for (int p = 0; p < P; p++) mm_load16((const uint4 *)(slot + p * 16 * MM_GROUP_ROWS) + lane, &f.w[g][4 * p]);
             const uint8_t *side = slot + P * 16 * MM_GROUP_ROWS;
             if (mm_traits<TYPE>::has_d) f.side[g].d = mm_ld_u16((const unsigned short *)side + lane);
             if (TYPE == SPECLA_TYPE_Q5_0) f.side[g].qh = mm_ld_u32((const unsigned *)(side + 2 * MM_GROUP_ROWS) + lane);

@@ -362,27 +362,14 @@ MM_HD uint16_t mm_ld_u16(const void *p) {
 #endif
 }
 
-/* 16 weight bytes at p (16-byte aligned) in one read-only vector load that allocates in L1, as the
- * dp4a kernel's loads always have (matmul_mma.cuh's mm_ld_stream_16 skips L1) */
-MM_HD uint4 mm_ld_weight_16(const void *p) {
-#if MM_WEIGHTS_EVICT_FIRST
-    uint4 v;
-    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(mm_weights_policy()));
-    return v;
-#elif MM_DEVICE_CODE
-    return __ldg((const uint4 *)p);
-#else
-    uint4 v;
-    memcpy(&v, p, 16);
-    return v;
-#endif
-}
 /* 16 bytes at p (16-byte aligned) as 4 little-endian words: one vector load on the device. */
 MM_HD void mm_load16(const void *p, uint32_t out[4]) {
-#if MM_DEVICE_CODE
-    const uint4 v = mm_ld_weight_16(p);
+#if MM_WEIGHTS_EVICT_FIRST
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
+        : "l"(p), "l"(mm_weights_policy()));
+#elif MM_DEVICE_CODE
+    const uint4 v = __ldg((const uint4 *)p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 #else
     memcpy(out, p, 16);
