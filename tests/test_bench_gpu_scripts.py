@@ -213,4 +213,3 @@ def test_bench_gpu_settings_run_in_interleaved_rounds(tmp_path, tiny_model_path)
     batch = [row for row in read_rows(out) if row["mode"] == "batch"]
     assert [row["round"] for row in batch] == [0, 1] and all("setting" not in row for row in batch)
     run_tool("bench_gpu.py", *common, "--settings", "NOEQUALS", expect_rc=2)
-

@@ -121,13 +121,17 @@ static specla_status read_argmax(specla_context *ctx, int32_t *argmax_out, int n
     return be->ops->download(be, argmax_out, ctx->scratch.argmax, sizeof(int32_t) * (size_t)n_rows);
 }
 
-/* The whole batch, then the argmax read back (read_argmax) or, without one, a sync: the backend's
- * status either way. */
+/* The end of a step: the argmax of its n_rows rows read back (read_argmax) or, without one, a sync:
+ * the backend's status either way. */
+static specla_status finish_step(specla_context *ctx, int32_t *argmax_out, int n_rows) {
+    return argmax_out ? read_argmax(ctx, argmax_out, n_rows) : ctx->be->ops->sync(ctx->be);
+}
+
+/* The whole batch, then finish_step. */
 static specla_status run_model(specla_context *ctx, const batch_view *bv, int n_logit_rows, float *logits_out,
                                int32_t *argmax_out) {
-    const backend *be = ctx->be;
     enqueue_model(ctx, bv, n_logit_rows, logits_out, argmax_out != NULL);
-    return argmax_out ? read_argmax(ctx, argmax_out, n_logit_rows) : be->ops->sync(be);
+    return finish_step(ctx, argmax_out, n_logit_rows);
 }
 
 /* A decode step that wants only the argmax is the same sequence of ops at every position (positions
@@ -164,20 +168,19 @@ static int same_step_key(const recorded_step_key *a, const recorded_step_key *b)
     return same_head_key(&a->head, &b->head) && a->n_tokens == b->n_tokens && a->variant == b->variant;
 }
 
-typedef enum { KEYED_STEP_EAGER, KEYED_STEP_RECORDED, KEYED_STEP_REPLAYED } keyed_step_run;
-
 /* Enqueues a step of a keyed kind (verify, causal batch) whose outputs are the argmax of its n_rows
  * rows (none when !want_argmax): the replay of key's recording among r's (backend keys first_key +
  * slot), or, the second time key comes, a recording of it made now and replayed, or, the first time
- * (and when recording fails), the ops eagerly. Says which ran; the caller reads the result. */
-static keyed_step_run enqueue_keyed_step(specla_context *ctx, recorded_steps *r, int first_key,
-                                         const recorded_step_key *key, const batch_view *bv, int n_rows,
-                                         int want_argmax) {
+ * (and when recording fails), the ops eagerly. 1 when an earlier recording was replayed (the host
+ * side of the layers did not run); the caller reads the result. A key's count is never 0, so an
+ * empty slot matches no key. */
+static int enqueue_keyed_step(specla_context *ctx, recorded_steps *r, int first_key, const recorded_step_key *key,
+                              const batch_view *bv, int n_rows, int want_argmax) {
     const backend *be = ctx->be;
     int slot = -1;
     for (int i = 0; i < STEP_SLOTS && slot < 0; i++)
-        if (r->slot[i].n_tokens > 0 && same_step_key(&r->slot[i], key)) slot = i;
-    if (slot >= 0 && be->ops->replay(be, first_key + slot)) return KEYED_STEP_REPLAYED;
+        if (same_step_key(&r->slot[i], key)) slot = i;
+    if (slot >= 0 && be->ops->replay(be, first_key + slot)) return 1;
     int seen = slot >= 0;
     for (int i = 0; i < STEP_KEYS_SEEN && !seen; i++) seen = same_step_key(&r->seen[i], key);
     if (!seen) {
@@ -189,11 +192,11 @@ static keyed_step_run enqueue_keyed_step(specla_context *ctx, recorded_steps *r,
             r->next_slot = (slot + 1) % STEP_SLOTS;
         }
         r->slot[slot] = *key;
-        if (record_and_replay(ctx, first_key + slot, bv, n_rows, want_argmax)) return KEYED_STEP_RECORDED;
+        if (record_and_replay(ctx, first_key + slot, bv, n_rows, want_argmax)) return 0;
         r->slot[slot].n_tokens = 0; /* nothing ran: the same ops eagerly, below */
     }
     enqueue_model(ctx, bv, n_rows, NULL, want_argmax);
-    return KEYED_STEP_EAGER;
+    return 0;
 }
 
 /* A causal batch of more than one token that returns no logits (a prompt's chunks: the last one's
@@ -206,10 +209,9 @@ static int batch_step_recordable(const specla_context *ctx, const specla_batch *
 }
 
 static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
-    const backend *be = ctx->be;
     const recorded_step_key key = {scored_head_key(ctx), bv->T, argmax_out != NULL};
     enqueue_keyed_step(ctx, &ctx->recorded_batch, STEP_BATCH, &key, bv, 1, argmax_out != NULL);
-    return argmax_out ? read_argmax(ctx, argmax_out, 1) : be->ops->sync(be);
+    return finish_step(ctx, argmax_out, 1);
 }
 
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
@@ -250,9 +252,9 @@ static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, 
     const int N = bv->T;
     specla_factor_banks *banks = ctx->tree.banks;
     const recorded_step_key key = {scored_head_key(ctx), N, banks ? factor_banks_write_bank(banks) : 0};
-    const keyed_step_run ran = enqueue_keyed_step(ctx, &ctx->recorded_verify, STEP_VERIFY, &key, bv, N, 1);
+    const int replayed = enqueue_keyed_step(ctx, &ctx->recorded_verify, STEP_VERIFY, &key, bv, N, 1);
     /* a replay ran the recording's ops; the host side of its layers is what recording them left */
-    if (ran == KEYED_STEP_REPLAYED && banks) factor_banks_note_replayed_verify(banks, N);
+    if (replayed && banks) factor_banks_note_replayed_verify(banks, N);
     return read_argmax(ctx, argmax_out, N);
 }
 
