@@ -18,6 +18,13 @@ BUILD=${PREBUILD_DIR:-/tmp/specla-prebuild-cuda}
 OUT=${PREBUILD_OUT:-.prebuilt}
 # shellcheck disable=SC2206  # a list of CMake arguments
 extra=(${PREBUILD_CMAKE_ARGS:-})
+# CMake keeps an option in the build folder's cache, so a variant built in the default folder would
+# come back in the next default build under the sources' bare stamp: a variant takes its own folder
+# and output
+if [ ${#extra[@]} -gt 0 ] && { [ -z "${PREBUILD_DIR:-}" ] || [ "$OUT" = .prebuilt ]; }; then
+  echo "prebuild.sh: PREBUILD_CMAKE_ARGS needs its own PREBUILD_DIR and PREBUILD_OUT (not .prebuilt)" >&2
+  exit 2
+fi
 before=$(bash tools/device/source_stamp.sh)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${extra[@]}" > /dev/null
