@@ -370,7 +370,12 @@ def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model,
     SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1 the decode steps take the general segment code instead
     of the compiled 2-pair shape: the same bits."""
     monkeypatch.setenv("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", decode_general)
-    model = deep_attention_model
+    check_attention_at_depth_is_exact(deep_attention_model)
+
+
+def check_attention_at_depth_is_exact(model):
+    """A 23-token batch and a 23-node tree after DEEP_PREFIX tokens against decoding token by token
+    and each node's path, bit for bit, with the backend settings the caller set."""
     V = model.hparams.n_vocab
     history = prompt(V, DEEP_PREFIX, seed=6)
     tokens = prompt(V, 23, seed=7)
@@ -425,7 +430,7 @@ def test_tensor_core_attention_keeps_speculative_equal_to_plain(gpu_model, atten
 def test_tensor_core_attention_at_depth_is_exact(deep_attention_model, attention_on_tensor_cores):
     """Shared query tiles, per-query segments and the decode blocks on the tensor cores at depth 1152,
     head_dim 256: a batch and a tree give the bits of decoding token by token."""
-    test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model)
+    check_attention_at_depth_is_exact(deep_attention_model)
 
 
 def test_tensor_core_attention_ran_and_stays_near_the_fp32_path(model_files, monkeypatch):

@@ -1,10 +1,9 @@
 """Recorded causal batches on the GPU: the graph path == the eager path, bit for bit.
 
-With SPECLA_CUDA_RECORDED_BATCHES=1 (off by default until a GPU has run this test and timed the
-batches), a causal batch of more than one token that returns no logits (eval_argmax's chunks: the
-last one's argmax, the ones before it nothing) is recorded per (token count, argmax or not, LM head)
-the second time that key comes, and replayed after, at whatever position (docs/gpu-steps.md). Two contexts of
-one model run the same batches, one recording and one eager: every argmax, the launch counts (a
+By default (SPECLA_CUDA_RECORDED_BATCHES=0 turns it off), a causal batch of more than one token
+that returns no logits (eval_argmax's chunks: the last one's argmax, the ones before it nothing) is
+recorded per (token count, argmax or not, LM head) the second time that key comes, and replayed
+after, at whatever position (docs/gpu-steps.md). Two contexts of one model run the same batches, one recording and one eager: every argmax, the launch counts (a
 replay is one launch, so a batch that silently ran eagerly shows), the kernels a replay runs against
 the eager batch's launches, and the state the batches leave (a probe's logits) must agree. Marked
 gpu: skipped with a reason where no device is visible (the CPU backend records nothing)."""
@@ -88,9 +87,10 @@ def test_recorded_batches_equal_eager_bit_for_bit(model, monkeypatch):
         ctx.close()
 
 
-def test_batches_run_eagerly_unless_the_switch_is_on(model, monkeypatch):
-    """SPECLA_CUDA_RECORDED_BATCHES unset (or 0): the third batch of one size still launches its
-    kernels one by one (test_gpu_model.py checks that a value other than 0 or 1 is refused)."""
+def test_batches_are_recorded_by_default_and_eager_with_the_switch_off(model, monkeypatch):
+    """SPECLA_CUDA_RECORDED_BATCHES unset: the third batch of one size replays its recording (one
+    launch); set to 0, it still launches its kernels one by one (test_gpu_model.py checks that a value
+    other than 0 or 1 is refused)."""
     V = model.hparams.n_vocab
     for value in (None, "0"):
         if value is None:
@@ -102,5 +102,8 @@ def test_batches_run_eagerly_unless_the_switch_is_on(model, monkeypatch):
             ctx.launch_counters()
             ctx.eval_argmax([(5 * i + j) % V for j in range(6)])
             launches = ctx.launch_counters()[0]
-        assert launches > 1, f"SPECLA_CUDA_RECORDED_BATCHES={value}: the third batch ran {launches} launch"
+        if value is None:
+            assert launches == 1, f"by default the third batch ran {launches} launches, not its recording"
+        else:
+            assert launches > 1, f"SPECLA_CUDA_RECORDED_BATCHES=0: the third batch ran {launches} launch"
         ctx.close()

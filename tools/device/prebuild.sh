@@ -8,8 +8,8 @@
 #
 # A variant library for an A/B (ab_variants.sh's NAME=lib:PATH) comes from the same sources with
 # other CMake options, into another folder, without touching .prebuilt/libspecla.so:
-#   PREBUILD_DIR=/tmp/specla-prebuild-evict PREBUILD_OUT=.prebuilt/evict \
-#     PREBUILD_CMAKE_ARGS="-DSPECLA_CUDA_WEIGHTS_EVICT_FIRST=ON" bash tools/device/prebuild.sh
+#   PREBUILD_DIR=/tmp/specla-prebuild-noevict PREBUILD_OUT=.prebuilt/noevict \
+#     PREBUILD_CMAKE_ARGS="-DSPECLA_CUDA_WEIGHTS_EVICT_FIRST=OFF" bash tools/device/prebuild.sh
 # (its stamp file names the options after the sources' stamp).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,7 +26,9 @@ if [ ${#extra[@]} -gt 0 ] && { [ -z "${PREBUILD_DIR:-}" ] || [ "$OUT" = .prebuil
   exit 2
 fi
 before=$(bash tools/device/source_stamp.sh)
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+# -U first: an option left in the cache by an earlier configure (or a default the sources changed
+# since) must not outlive the arguments given now
+cmake -U 'SPECLA_*' -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${extra[@]}" > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 after=$(bash tools/device/source_stamp.sh)
