@@ -8,9 +8,9 @@ Method: times come from the host clock around calls that end with the one read-b
 (argmax), after warm-up; each figure is the median of --reps repetitions. Decode is the plain path
 (`Context.eval_argmax`, one token per call). A batch of N is one `specla_forward` of N tokens
 continuing the sequence at the depth, then the context goes back to the depth
-(`save_state` / `truncate`, not timed). Each batch runs twice before its timed repetitions: where
-causal batches are recorded steps (SPECLA_CUDA_RECORDED_BATCHES=1, docs/gpu-steps.md), the second
-run records it and the timed ones replay it. The bandwidth figure divides the bytes of every weight a
+(`save_state` / `truncate`, not timed). Each batch runs twice before its timed repetitions: causal
+batches are recorded steps on CUDA (docs/gpu-steps.md; SPECLA_CUDA_RECORDED_BATCHES=0 runs them
+eagerly), so the second run records it and the timed ones replay it. The bandwidth figure divides the bytes of every weight a
 token reads (all but the embedding table, of which it reads one row) by the decode time, and its
 fraction is against a device-to-device copy measured in the same run (bytes read + written).
 
