@@ -3,9 +3,10 @@
 By default (SPECLA_CUDA_RECORDED_BATCHES=0 turns it off), a causal batch of more than one token
 that returns no logits (eval_argmax's chunks: the last one's argmax, the ones before it nothing) is
 recorded per (token count, argmax or not, LM head) the second time that key comes, and replayed
-after, at whatever position (docs/gpu-steps.md). Two contexts of one model run the same batches, one recording and one eager: every argmax, the launch counts (a
-replay is one launch, so a batch that silently ran eagerly shows), the kernels a replay runs against
-the eager batch's launches, and the state the batches leave (a probe's logits) must agree. Marked
+after, at whatever position (docs/gpu-steps.md). Two contexts of one model run the same batches,
+one recording and one eager: every argmax, the launch counts (a replay is one launch, so a batch
+that silently ran eagerly shows), the kernels a replay runs against the eager batch's launches, and
+the state the batches leave (a probe's logits) must agree. Marked
 gpu: skipped with a reason where no device is visible (the CPU backend records nothing)."""
 
 from __future__ import annotations

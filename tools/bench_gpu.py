@@ -10,9 +10,10 @@ Method: times come from the host clock around calls that end with the one read-b
 continuing the sequence at the depth, then the context goes back to the depth
 (`save_state` / `truncate`, not timed). Each batch runs twice before its timed repetitions: causal
 batches are recorded steps on CUDA (docs/gpu-steps.md; SPECLA_CUDA_RECORDED_BATCHES=0 runs them
-eagerly), so the second run records it and the timed ones replay it. The bandwidth figure divides the bytes of every weight a
-token reads (all but the embedding table, of which it reads one row) by the decode time, and its
-fraction is against a device-to-device copy measured in the same run (bytes read + written).
+eagerly), so the second run records it and the timed ones replay it. The bandwidth figure divides
+the bytes of every weight a token reads (all but the embedding table, of which it reads one row) by
+the decode time, and its fraction is against a device-to-device copy measured in the same run
+(bytes read + written).
 
 --settings VAR=V1:V2:... runs every figure once per value of the environment variable VAR, which
 the backend reads when a context opens (e.g. SPECLA_CUDA_UNFINISHED_MATMUL=0:1), in

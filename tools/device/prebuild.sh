@@ -18,11 +18,10 @@ BUILD=${PREBUILD_DIR:-/tmp/specla-prebuild-cuda}
 OUT=${PREBUILD_OUT:-.prebuilt}
 # shellcheck disable=SC2206  # a list of CMake arguments
 extra=(${PREBUILD_CMAKE_ARGS:-})
-# CMake keeps an option in the build folder's cache, so a variant built in the default folder would
-# come back in the next default build under the sources' bare stamp: a variant takes its own folder
-# and output
-if [ ${#extra[@]} -gt 0 ] && { [ -z "${PREBUILD_DIR:-}" ] || [ "$OUT" = .prebuilt ]; }; then
-  echo "prebuild.sh: PREBUILD_CMAKE_ARGS needs its own PREBUILD_DIR and PREBUILD_OUT (not .prebuilt)" >&2
+# a variant must not replace the default library the device calls carry (its own PREBUILD_DIR, too,
+# spares both builds recompiling every CUDA source each time they alternate)
+if [ ${#extra[@]} -gt 0 ] && [ "$OUT" = .prebuilt ]; then
+  echo "prebuild.sh: PREBUILD_CMAKE_ARGS needs its own PREBUILD_OUT (not .prebuilt)" >&2
   exit 2
 fi
 before=$(bash tools/device/source_stamp.sh)

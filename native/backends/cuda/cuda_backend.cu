@@ -560,10 +560,10 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * SPECLA_CUDA_GDN_DEFER=0: the GDN walk without its deferred step (the same bits; on by default).
      * SPECLA_CUDA_RECORDED_BATCHES=0: causal batches launched kernel by kernel instead of recorded
      * and replayed as the decode and verify steps are (docs/gpu-steps.md; the same bits; on by
-     * default: 3-4 % off a 23-token batch, docs/perf.md, thirty-second pass).
+     * default: a replay saves an eager batch's launch costs).
      * SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1: a decode step's attention kernel without its compiled
-     * 27B pair shape (attention.cu; the same bits); off: 0.4 % faster at depth 76, 1.3 % slower at
-     * depth 4096 (thirty-second pass). */
+     * 27B pair shape (attention.cu; the same bits); off: slower once a decode block has long segments
+     * to walk (docs/perf.md, thirty-second pass). */
     ci->pub.gdn_deferred_steps = 1;
     ci->pub.base.records_batches = 1;
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||

@@ -318,8 +318,8 @@ typedef struct mm_side {
  * CMake -DSPECLA_CUDA_WEIGHTS_EVICT_FIRST=OFF builds the unmarked loads, for comparisons). Why: a
  * step streams every weight once, 16 GB on the 27B shape against a 50 MB L2, so unmarked the stream
  * evicts what the step reads again soon (the kernels' code, the norms' and small matrices' rows,
- * activations, KV rows). A mark changes where lines go, never a value. Measured on an H100: a
- * 23-token batch 4 % faster, a decode step 0.7 % (docs/perf.md, thirty-second pass). */
+ * activations, KV rows). A mark changes where lines go, never a value; the batches gain most
+ * (docs/perf.md, thirty-second pass). */
 #ifndef SPECLA_CUDA_WEIGHTS_EVICT_FIRST
 #define SPECLA_CUDA_WEIGHTS_EVICT_FIRST 1
 #endif
