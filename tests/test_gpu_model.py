@@ -257,6 +257,73 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
 
 
+# One process's rows and decode-step kernel count for test_paired_q4k_q6k_launch_gives_the_same_bits:
+# SPECLA_CUDA_PAIR_LAUNCH is read when the model loads its backend and holds for the process.
+PAIR_ROWS_SCRIPT = """
+import sys
+import numpy as np
+from pyspecla import Model
+path, out = sys.argv[1], sys.argv[2]
+model = Model.load(path, device="cuda")
+V = model.hparams.n_vocab
+rng = np.random.default_rng(6)
+ctx = model.new_context(n_ctx=128, max_batch=64, max_tree_nodes=8)
+rows = [ctx.eval(rng.integers(0, V, 23).tolist(), logits_all=True),
+        ctx.eval(rng.integers(0, V, 40).tolist(), logits_all=True),
+        ctx.eval(rng.integers(0, V, 5).tolist(), logits_all=True)]
+ctx.step_counters()
+rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+kernels = ctx.step_counters()[2]
+rows.append(ctx.verify_tree(rng.integers(0, V, 8).tolist(), [-1, 0, 1, 1, 0, 4, 5, 2], want_logits=True)[1])
+np.savez(out, np.array([kernels]), *rows)
+"""
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3"])
+def test_paired_q4k_q6k_launch_gives_the_same_bits(tmp_path, arch):
+    """SPECLA_CUDA_PAIR_LAUNCH=1, decode and batch (a group's Q4_K and Q6_K matrices in one launch: the
+    input groups of the Q4_K_M file's use_more_bits layers, whose attn_qkv or attn_v is Q6_K) against 0,
+    row for row, bit for bit: prefills of 23 and 40 tokens (3 and 4 token tiles of the staged kernel), a
+    5-token batch, decode steps and a verified tree, on a model of 8 layers (layers 0, 3, 6 and 7 mixed).
+    The three decode steps launch one kernel fewer per mixed layer with the one-token form ("1",
+    "decode") and as many as with 0 without it ("batch"), which shows the switch took effect."""
+    import os
+    import subprocess
+    import sys
+
+    from pyspecla.testing.models import use_more_bits
+
+    n_layer = 8
+    path = write_test_model(tmp_path / f"pair-{arch}.gguf", "tiny8", "q4_k_m", seed=5, arch=arch, n_layer=n_layer)
+    mixed = sum(use_more_bits(i, n_layer) for i in range(n_layer))
+    assert mixed == 4
+    runs, kernels = {}, {}
+    for setting in ("0", "1", "decode", "batch"):
+        env = dict(os.environ)
+        env["SPECLA_CUDA_PAIR_LAUNCH"] = setting
+        out = tmp_path / f"rows-{setting}.npz"
+        done = subprocess.run([sys.executable, "-c", PAIR_ROWS_SCRIPT, str(path), str(out)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with np.load(out) as rows:
+            kernels[setting] = int(rows["arr_0"][0])
+            runs[setting] = [rows[f"arr_{i}"] for i in range(1, len(rows.files))]
+    for setting in ("1", "decode", "batch"):
+        for i, (want, got) in enumerate(zip(runs["0"], runs[setting])):
+            assert np.isfinite(got).all(), f"{setting} call {i}"
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
+    assert kernels["0"] - kernels["1"] == 3 * mixed, kernels
+    assert kernels["decode"] == kernels["1"] and kernels["batch"] == kernels["0"], kernels
+
+
+def test_unknown_pair_launch_setting_is_refused(model_files, monkeypatch):
+    """SPECLA_CUDA_PAIR_LAUNCH, read when a model opens its CUDA backend, refuses a value it does not
+    know, naming itself."""
+    monkeypatch.setenv("SPECLA_CUDA_PAIR_LAUNCH", "both")
+    with pytest.raises(SpeclaError, match="SPECLA_CUDA_PAIR_LAUNCH must be .* got 'both'"):
+        Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
+
+
 # the launches attention_prepare stands for in an attention layer: the query/gate split (qwen35), the
 # q and k norms (qwen35, qwen3), two RoPEs and two cache scatters
 ATTENTION_PREPARE_OPS = {"qwen35": 7, "qwen3": 6, "qwen2": 4}

@@ -11,7 +11,8 @@
  *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with each kernel choice of cuda_matmul_set_tensor_cores
  *       (the default: the staged int8 tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other
  *       8-bit types; the per-warp one for all; the dp4a kernel alone), and a group launch gives the
- *       bits of separate calls;
+ *       bits of separate calls, a group of Q4_K and Q6_K matrices also in one launch for both
+ *       (cuda_matmul_set_pair_launch);
  *   (3) |gpu - cpu| <= bound * sum_i |w_i x_i| per element against specla_op_matmul (the CPU oracle,
  *       scalar kernels unless --oracle-kernels says otherwise), the bound per type printed below;
  *   (4) the GPU's activation blocks are the CPU's bytes (specla_op_quantize_activations), special
@@ -1119,6 +1120,81 @@ static void check_group(int32_t type, int ne0, uint64_t seed) {
     for (auto *s : subj) delete s;
 }
 
+/* A group of Q4_K and Q6_K matrices (the mix of the 27B file's GDN and attention input groups) with
+ * each pair form of cuda_matmul_set_pair_launch: one launch for both types where the form applies
+ * (counted), the bits of separate calls from cuda_matmul_group, and from
+ * cuda_matmul_group_unfinished the same partial sums (and one-chunk outputs) as with no pairing. The
+ * Q6_K matrices come first in the call, so their slots follow the Q4_K ones' out of call order. */
+static void check_pair_group(int ne0, uint64_t seed) {
+    Rng r(seed);
+    const std::vector<float> x = make_activations(ne0, r);
+    const int32_t types[4] = {SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q4_K};
+    const int shapes[4] = {48, 33, 4101, 100};
+    const int n_mats = 4;
+    std::vector<std::vector<uint8_t>> ws;
+    std::vector<Subject *> subj;
+    for (int i = 0; i < n_mats; i++) {
+        ws.push_back(make_weight(types[i], ne0, shapes[i], r));
+        subj.push_back(new Subject(types[i], ne0, shapes[i], ws.back(), x, false));
+    }
+    std::vector<specla_tensor> ts(n_mats);
+    std::vector<const specla_tensor *> tp(n_mats);
+    for (int i = 0; i < n_mats; i++) ts[i] = subj[i]->dev_tensor(), tp[i] = &ts[i];
+    const int saved = cuda_matmul_pair_launch();
+    for (int n_batch : {1, 5, 16, 23, 64}) {
+        std::vector<float *> yp(n_mats);
+        for (int i = 0; i < n_mats; i++) CK(cudaMalloc(&yp[i], (size_t)n_batch * shapes[i] * sizeof(float)));
+        /* the unfinished call's outputs under form `forms`: per matrix its partial sums, or y */
+        auto unfinished = [&](int forms) {
+            cuda_matmul_set_pair_launch(forms);
+            for (int i = 0; i < n_mats; i++) CK(cudaMemset(yp[i], 0xff, (size_t)n_batch * shapes[i] * sizeof(float)));
+            cuda_matmul_sums sums[4];
+            CK(cuda_matmul_group_unfinished(0, n_mats, tp.data(), subj[0]->x_dev, n_batch, yp.data(), subj[0]->ws, sums));
+            CK(cudaDeviceSynchronize());
+            std::vector<std::vector<float>> out(n_mats);
+            for (int i = 0; i < n_mats; i++) {
+                const size_t count = sums[i].partials ? (size_t)n_batch * sums[i].n_chunks * sums[i].rows_padded
+                                                      : (size_t)n_batch * shapes[i];
+                out[i].resize(count);
+                CK(cudaMemcpy(out[i].data(), sums[i].partials ? sums[i].partials : yp[i], count * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+            }
+            return out;
+        };
+        const std::vector<std::vector<float>> unpaired = unfinished(0);
+        for (int forms : {CUDA_MATMUL_PAIR_DECODE | CUDA_MATMUL_PAIR_BATCH, CUDA_MATMUL_PAIR_DECODE, CUDA_MATMUL_PAIR_BATCH}) {
+            const bool pairs = n_batch == 1 ? (forms & CUDA_MATMUL_PAIR_DECODE) != 0
+                                            : (forms & CUDA_MATMUL_PAIR_BATCH) != 0 && cuda_matmul_staged_bulk();
+            cuda_matmul_set_pair_launch(forms);
+            for (int i = 0; i < n_mats; i++) CK(cudaMemset(yp[i], 0xff, (size_t)n_batch * shapes[i] * sizeof(float)));
+            const int64_t before = cuda_matmul_kernel_launches();
+            CK(cuda_matmul_group(0, n_mats, tp.data(), subj[0]->x_dev, n_batch, yp.data(), subj[0]->ws));
+            const int64_t launched = cuda_matmul_kernel_launches() - before;
+            CK(cudaDeviceSynchronize());
+            if (launched != (pairs ? 2 : 3)) /* the quantize kernel, then one launch or one per type */
+                fail("pair group, forms %d, n_batch %d: %lld kernels, expected %d", forms, n_batch, (long long)launched,
+                     pairs ? 2 : 3);
+            for (int i = 0; i < n_mats; i++) {
+                std::vector<float> g((size_t)n_batch * shapes[i]), sep((size_t)n_batch * shapes[i]);
+                CK(cudaMemcpy(g.data(), yp[i], g.size() * sizeof(float), cudaMemcpyDeviceToHost));
+                subj[i]->run(0, n_batch, sep.data());
+                if (memcmp(g.data(), sep.data(), g.size() * sizeof(float)) != 0)
+                    fail("pair group, forms %d: matrix %d (%s %dx%d) n_batch %d differs from its separate call", forms, i,
+                         type_name(types[i]), ne0, shapes[i], n_batch);
+            }
+            const std::vector<std::vector<float>> paired = unfinished(forms);
+            for (int i = 0; i < n_mats; i++)
+                if (paired[i].size() != unpaired[i].size() ||
+                    memcmp(paired[i].data(), unpaired[i].data(), paired[i].size() * sizeof(float)) != 0)
+                    fail("pair group, forms %d: matrix %d (%s %dx%d) n_batch %d: its unfinished sums differ from those "
+                         "without pairing", forms, i, type_name(types[i]), ne0, shapes[i], n_batch);
+        }
+        for (int i = 0; i < n_mats; i++) cudaFree(yp[i]);
+    }
+    cuda_matmul_set_pair_launch(saved);
+    for (auto *s : subj) delete s;
+}
+
 /* (4) the activation blocks against specla_op_quantize_activations */
 static void check_activations(int32_t weight_type, int n, uint64_t seed) {
     Rng r(seed);
@@ -1218,6 +1294,11 @@ static void run_checks() {
                 fflush(stdout);
             }
         if (!g_opt.host_model) check_group(type, g_opt.quick ? 1024 : 5120, seed++);
+    }
+    if (!g_opt.host_model) {
+        const int before = g_failures;
+        check_pair_group(g_opt.quick ? 1024 : 5120, seed++);
+        printf("  Q4_K + Q6_K group in one launch: %s\n", g_failures == before ? "the bits of separate launches" : "FAILED");
     }
     for (int32_t wt : {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_K})
         for (int n : {256, 5120, 17408}) {

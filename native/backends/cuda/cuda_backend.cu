@@ -525,6 +525,23 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
                                tc);
         cuda_matmul_set_tensor_cores(tc[0] - '0');
     }
+    /* SPECLA_CUDA_PAIR_LAUNCH=1 (both), decode, batch or 0 (none, the default) sets
+     * cuda_matmul_set_pair_launch for the process: a group's Q4_K and Q6_K matrices in one launch
+     * (one-token calls, staged 2..64-token calls); the bits are the same in every setting. */
+    const char *pair = getenv("SPECLA_CUDA_PAIR_LAUNCH");
+    if (pair && *pair) {
+        const int forms = !strcmp(pair, "1")        ? CUDA_MATMUL_PAIR_DECODE | CUDA_MATMUL_PAIR_BATCH
+                          : !strcmp(pair, "decode") ? CUDA_MATMUL_PAIR_DECODE
+                          : !strcmp(pair, "batch")  ? CUDA_MATMUL_PAIR_BATCH
+                          : !strcmp(pair, "0")      ? 0
+                                                    : -1;
+        if (forms < 0)
+            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
+                               "backend cuda: SPECLA_CUDA_PAIR_LAUNCH must be 0 (off), 1 (both), decode (one-token "
+                               "calls) or batch (staged batches), got '%s'",
+                               pair);
+        cuda_matmul_set_pair_launch(forms);
+    }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
     /* SPECLA_CUDA_UNFINISHED_MATMUL=1 (both, the default), rms, silu or 0 (none): the readers that

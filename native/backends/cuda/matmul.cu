@@ -237,13 +237,11 @@ __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Uni
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_DP4A_THREADS,
-                                  mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
-    mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
+/* CTA `cta` of a dp4a launch (mm_kernel, or its type's share of mm_pair_kernel). */
+template <int TYPE, int NT> __device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta) {
     constexpr int G = mm_traits<TYPE>::load_group;
     const int lane = threadIdx.x & 31;
-    const int u = blockIdx.x * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    const int u = cta * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (u >= args.n_units) return; /* whole warps */
     if (lane == 0) mm_trace(u, MM_TRACE_START);
@@ -293,6 +291,28 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
     if (lane == 0) mm_trace(u, MM_TRACE_LOOP_DONE);
     mm_finish_unit(M, rg, lane, args.n_batch);
     if (lane == 0) mm_trace(u, MM_TRACE_END);
+}
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_DP4A_THREADS,
+                                  mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
+    mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
+    mm_dp4a_cta<TYPE, NT>(args, blockIdx.x);
+}
+
+/* One launch for two weight types that read the same activation blocks (a group of Q4_K and Q6_K
+ * matrices: docs/cuda-matmul.md, "One launch for a group of two weight types"): the first
+ * a_ctas CTAs run launch `a` of type TA as mm_kernel<TA, NT> would, the rest launch `b` of type TB,
+ * each unit the same operations in the same order, so the same bits. The registers are the larger
+ * body's (the smaller min_blocks), so TA's CTAs run at TB's occupancy when TB needs more. */
+template <int TA, int TB, int NT>
+__global__ void __launch_bounds__(MM_DP4A_THREADS,
+                                  (mm_traits<TA>::min_blocks(NT) < mm_traits<TB>::min_blocks(NT) ? mm_traits<TA>::min_blocks(NT)
+                                                                                                  : mm_traits<TB>::min_blocks(NT)) *
+                                      (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
+    mm_pair_kernel(const mm_launch_args a, const mm_launch_args b, int a_ctas) {
+    if ((int)blockIdx.x < a_ctas) mm_dp4a_cta<TA, NT>(a, blockIdx.x);
+    else mm_dp4a_cta<TB, NT>(b, blockIdx.x - a_ctas);
 }
 
 #define MM_KERNELS
@@ -611,6 +631,54 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
     }
 }
 
+/* One launch for a group's Q4_K and Q6_K matrices (mm_pair_kernel, mm_tile_bulk_pair_kernel):
+ * cuda_matmul_set_pair_launch's forms (the CUDA backend sets them from SPECLA_CUDA_PAIR_LAUNCH).
+ * Off by default until a device A/B says it pays; the bits are the same either way. */
+#define MM_PAIR_DECODE CUDA_MATMUL_PAIR_DECODE
+#define MM_PAIR_BATCH CUDA_MATMUL_PAIR_BATCH
+static int g_pair_launch = 0;
+extern "C" void cuda_matmul_set_pair_launch(int forms) { g_pair_launch = forms & (MM_PAIR_DECODE | MM_PAIR_BATCH); }
+extern "C" int cuda_matmul_pair_launch(void) { return g_pair_launch; }
+/* The pair form a call of n_batch tokens over n inputs takes, where its two types' own launches
+ * would run the kernels the pair kernels are made of (mm_launch_type): MM_PAIR_DECODE, MM_PAIR_BATCH
+ * or 0 (two launches). */
+static int mm_pair_form(int n_batch, int64_t n) {
+    if (n_batch == 1) return g_pair_launch & MM_PAIR_DECODE;
+    if ((g_pair_launch & MM_PAIR_BATCH) && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
+        mm_tile_bulk() && (int64_t)n_batch * n < ((int64_t)1 << 31))
+        return MM_PAIR_BATCH;
+    return 0;
+}
+template <int NT> static cudaError_t mm_start_tile_bulk_pair(cudaStream_t stream, const mm_launch_args &a, const mm_launch_args &b) {
+#if defined(SPECLA_USE_HIP)
+    (void)stream, (void)a, (void)b;
+    return cudaErrorNotSupported; /* mm_tile_bulk() is 0 there */
+#else
+    constexpr int smem = mm_tile_bulk_pair_smem_bytes<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, NT>();
+    static const cudaError_t attr_err = cudaFuncSetAttribute(
+        mm_tile_bulk_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr_err != cudaSuccess) return attr_err;
+    return mm_start_smem(mm_tile_bulk_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, NT>, (unsigned)(a.n_ctas + b.n_ctas),
+                         MM_THREADS, smem, stream, a, b);
+#endif
+}
+/* a: the Q4_K matrices, b: the Q6_K ones */
+static cudaError_t mm_launch_pair(cudaStream_t stream, int form, const mm_launch_args &a, const mm_launch_args &b) {
+    if (form == MM_PAIR_DECODE) {
+        const int a_ctas = (a.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK;
+        const int b_ctas = (b.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK;
+        return mm_start_threads(mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (unsigned)(a_ctas + b_ctas),
+                                MM_DP4A_THREADS, stream, a, b, a_ctas);
+    }
+    /* both types' tile counts agree: mm_tile_traits::max_tiles is 4 for each */
+    switch (mm_tile_tiles<SPECLA_TYPE_Q4_K>(a.n_batch)) {
+    case 1: return mm_start_tile_bulk_pair<1>(stream, a, b);
+    case 2: return mm_start_tile_bulk_pair<2>(stream, a, b);
+    case 3: return mm_start_tile_bulk_pair<3>(stream, a, b);
+    default: return mm_start_tile_bulk_pair<4>(stream, a, b);
+    }
+}
+
 static cudaError_t mm_quantize(cudaStream_t stream, const float *x, int n, int n_batch, int kind, uint8_t *ws,
                                const mm_workspace_layout &l, int zero_counters) {
     /* Q8_K blocks always come with their min operands (the staged tensor-core kernel's Q4_K input) */
@@ -710,13 +778,64 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
     act.bsums = pre.codes ? (const int16_t *)pre.bsums : (const int16_t *)(base + l.bsums_q8_k);
     act.minops = pre.codes ? (const uint8_t *)pre.minops : base + l.minops_q8_k;
     act.split = (const uint16_t *)(base + l.split), act.inv_scale = (const float *)(base + l.inv_scale);
-    static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
-                                         SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
-    for (int32_t type : type_order) {
+    /* matrix i of the call joins `args` as its next matrix, taking the launch's slot `first_slot +
+     * args.n_mats` of the counters and (without sums) of the partial sums */
+    auto add_matrix = [&](mm_launch_args &args, int i, int first_slot) {
+        const mm_plan p = mm_plan_for(w[i]->type, w[i]->ne0, w[i]->ne1);
+        mm_mat_args &m = args.mat[args.n_mats];
+        m.w = (const uint8_t *)w[i]->data;
+        m.y = y[i];
+        const int slot = sums ? i : first_slot + args.n_mats;
+        m.partials = (float *)(base + l.partials) + (size_t)slot * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
+        if (sums) {
+            m.unfinished = 1;
+            sums[i].partials = p.n_chunks > 1 ? m.partials : nullptr;
+            sums[i].n_chunks = p.n_chunks;
+            sums[i].rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
+        }
+        m.counters = counters + (size_t)(first_slot + args.n_mats) * MM_MAX_COUNTERS;
+        m.ne1 = w[i]->ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups;
+        m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
+        m.unit_begin = args.n_units;
+        args.n_units += p.row_groups * p.n_chunks;
+        m.cta_begin = args.n_ctas;
+        args.n_ctas += mm_tile_ctas(p.row_groups, p.n_chunks);
+        args.n_mats++;
+    };
+    auto point_act_at = [&](int32_t type) {
         const int kind = mm_act_kind(type);
         act.codes = (const int8_t *)(base + (kind == MM_ACT_Q8_K ? l.codes_q8_k : l.codes_q8_0));
         act.scales = (const float *)(base + (kind == MM_ACT_Q8_K ? l.scales_q8_k : l.scales_q8_0));
         if (kind == MM_ACT_Q8_K && pre.codes) act.codes = pre.codes, act.scales = pre.scales;
+    };
+
+    /* A group of Q4_K and Q6_K matrices in one launch where mm_pair_launch says so: the Q4_K
+     * matrices take slots 0.., the Q6_K ones the slots after them. */
+    int paired = 0;
+    {
+        int n_q4k = 0, n_q6k = 0;
+        for (int i = 0; i < n_mats; i++) n_q4k += w[i]->type == SPECLA_TYPE_Q4_K, n_q6k += w[i]->type == SPECLA_TYPE_Q6_K;
+        const int form = n_q4k > 0 && n_q6k > 0 && n_q4k + n_q6k <= CUDA_MATMUL_GROUP_LAUNCH ? mm_pair_form(n_batch, n) : 0;
+        if (form) {
+            mm_launch_args a, b;
+            memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+            for (int i = 0; i < n_mats; i++)
+                if (w[i]->type == SPECLA_TYPE_Q4_K) add_matrix(a, i, 0);
+            for (int i = 0; i < n_mats; i++)
+                if (w[i]->type == SPECLA_TYPE_Q6_K) add_matrix(b, i, n_q4k);
+            point_act_at(SPECLA_TYPE_Q4_K); /* Q6_K reads the same Q8_K blocks */
+            a.n_batch = b.n_batch = n_batch, a.n = b.n = n, a.act = b.act = act;
+            err = mm_launch_pair(stream, form, a, b);
+            if (err != cudaSuccess) return err;
+            paired = 1;
+        }
+    }
+
+    static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
+                                         SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
+    for (int32_t type : type_order) {
+        if (paired && (type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K)) continue;
+        point_act_at(type);
         mm_launch_args args;
         memset(&args, 0, sizeof args);
         int split_done = 0; /* this type's terms are in the workspace */
@@ -734,26 +853,7 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
                 memset(&args, 0, sizeof args);
             }
             if (i == n_mats || w[i]->type != type) continue;
-            const mm_plan p = mm_plan_for(type, w[i]->ne0, w[i]->ne1);
-            mm_mat_args &m = args.mat[args.n_mats];
-            m.w = (const uint8_t *)w[i]->data;
-            m.y = y[i];
-            const int slot = sums ? i : args.n_mats;
-            m.partials = (float *)(base + l.partials) + (size_t)slot * n_batch * MM_MAX_PARTIALS_PER_TOKEN;
-            if (sums) {
-                m.unfinished = 1;
-                sums[i].partials = p.n_chunks > 1 ? m.partials : nullptr;
-                sums[i].n_chunks = p.n_chunks;
-                sums[i].rows_padded = (int64_t)p.row_groups * MM_GROUP_ROWS;
-            }
-            m.counters = counters + (size_t)args.n_mats * MM_MAX_COUNTERS;
-            m.ne1 = w[i]->ne1, m.n_blocks = p.n_blocks, m.row_groups = p.row_groups;
-            m.chunk_blocks = p.chunk_blocks, m.n_chunks = p.n_chunks;
-            m.unit_begin = args.n_units;
-            args.n_units += p.row_groups * p.n_chunks;
-            m.cta_begin = args.n_ctas;
-            args.n_ctas += mm_tile_ctas(p.row_groups, p.n_chunks);
-            args.n_mats++;
+            add_matrix(args, i, 0);
         }
     }
     return cudaSuccess;

@@ -542,16 +542,15 @@ __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
 
 #endif
 
-template <int TYPE, int NT>
-__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
-    mm_tile_bulk_kernel(const mm_launch_args args) {
+/* CTA `cta` of a bulk launch (mm_tile_bulk_kernel, or its type's share of mm_tile_bulk_pair_kernel),
+ * with the launch's dynamic shared memory `dyn` (mm_tile_bulk_smem_bytes<TYPE, NT> of it used). */
 #if MM_TILE_BULK_DEVICE
-    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
+template <int TYPE, int NT> __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, int cta, uint8_t *dyn) {
     constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
-    uint64_t *full = (uint64_t *)mm_tile_dyn;
-    uint8_t *stages = mm_tile_dyn + 128, *acts = stages + S * 2 * slot_bytes;
-    const int cta = blockIdx.x, tid = threadIdx.x;
+    uint64_t *full = (uint64_t *)dyn;
+    uint8_t *stages = dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    const int tid = threadIdx.x;
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (cta >= args.n_ctas) return; /* the whole CTA */
     if (tid == 0) mm_trace(cta, MM_TRACE_START);
@@ -621,8 +620,41 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
     if (tid == 0) mm_trace(cta, MM_TRACE_LOOP_DONE);
     mm_tile_finish(M, pair, args.n_batch);
     if (tid == 0) mm_trace(cta, MM_TRACE_END);
+}
+#endif
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>::ctas_per_sm))
+    mm_tile_bulk_kernel(const mm_launch_args args) {
+#if MM_TILE_BULK_DEVICE
+    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
+    mm_tile_bulk_cta<TYPE, NT>(args, blockIdx.x, mm_tile_dyn);
 #else
     (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
+#endif
+}
+
+/* The bulk kernel for a group of two weight types (as mm_pair_kernel for the dp4a kernel): the first
+ * a.n_ctas CTAs run launch `a` of type TA, the rest launch `b` of type TB, each CTA as in its own
+ * type's launch, so the same bits. The dynamic shared memory is the larger type's and the CTAs per SM
+ * the fewer of the two. */
+template <int TA, int TB, int NT> struct mm_tile_bulk_pair_occupancy {
+    static constexpr int a = mm_tile_bulk_occupancy<TA, NT>::ctas_per_sm, b = mm_tile_bulk_occupancy<TB, NT>::ctas_per_sm;
+    static constexpr int ctas_per_sm = a < b ? a : b;
+};
+template <int TA, int TB, int NT> MM_HD constexpr int mm_tile_bulk_pair_smem_bytes() {
+    return mm_tile_bulk_smem_bytes<TA, NT>() > mm_tile_bulk_smem_bytes<TB, NT>() ? mm_tile_bulk_smem_bytes<TA, NT>()
+                                                                                 : mm_tile_bulk_smem_bytes<TB, NT>();
+}
+template <int TA, int TB, int NT>
+__global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_pair_occupancy<TA, TB, NT>::ctas_per_sm))
+    mm_tile_bulk_pair_kernel(const mm_launch_args a, const mm_launch_args b) {
+#if MM_TILE_BULK_DEVICE
+    extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
+    if ((int)blockIdx.x < a.n_ctas) mm_tile_bulk_cta<TA, NT>(a, blockIdx.x, mm_tile_dyn);
+    else mm_tile_bulk_cta<TB, NT>(b, blockIdx.x - a.n_ctas, mm_tile_dyn);
+#else
+    (void)a, (void)b; /* launched on sm_90+ CUDA only (matmul.cu) */
 #endif
 }
 #endif
