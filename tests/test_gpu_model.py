@@ -207,23 +207,50 @@ def test_fused_quantize_of_wide_residual_rows_gives_the_same_bits(tmp_path):
         model.close()
 
 
-# One process's rows of an F16 model for test_staged_f16_matmul_gives_the_same_bits: the matmul's
-# switches are read once per process, so each setting runs in its own.
-F16_ROWS_SCRIPT = """
+# One process's rows for a switch the matmul reads once per process (rows_per_setting): prefills of
+# the given token counts, three decode steps (their kernel count first in the file) and a verified tree.
+ROWS_SCRIPT = """
 import sys
 import numpy as np
 from pyspecla import Model
-path, out = sys.argv[1], sys.argv[2]
+path, out, batches = sys.argv[1], sys.argv[2], [int(n) for n in sys.argv[3].split(",")]
 model = Model.load(path, device="cuda")
 V = model.hparams.n_vocab
 rng = np.random.default_rng(6)
-ctx = model.new_context(n_ctx=96, max_batch=32, max_tree_nodes=8)
-rows = [ctx.eval(rng.integers(0, V, 23).tolist(), logits_all=True),
-        ctx.eval(rng.integers(0, V, 5).tolist(), logits_all=True)]
+ctx = model.new_context(n_ctx=128, max_batch=max(batches), max_tree_nodes=8)
+rows = [ctx.eval(rng.integers(0, V, n).tolist(), logits_all=True) for n in batches]
+ctx.step_counters()
 rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
+kernels = ctx.step_counters()[2]
 rows.append(ctx.verify_tree(rng.integers(0, V, 8).tolist(), [-1, 0, 1, 1, 0, 4, 5, 2], want_logits=True)[1])
-np.savez(out, *rows)
+np.savez(out, np.array([kernels]), *rows)
 """
+
+
+def rows_per_setting(tmp_path, path, variable, settings, batches):
+    """ROWS_SCRIPT in a process of its own for each setting of the environment switch `variable`:
+    {setting: rows}, {setting: the three decode steps' kernels}."""
+    import os
+    import subprocess
+    import sys
+
+    runs, kernels = {}, {}
+    for setting in settings:
+        env = dict(os.environ)
+        env[variable] = setting
+        out = tmp_path / f"rows-{setting}.npz"
+        done = subprocess.run([sys.executable, "-c", ROWS_SCRIPT, str(path), str(out), ",".join(map(str, batches))],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with np.load(out) as rows:
+            kernels[setting] = int(rows["arr_0"][0])
+            runs[setting] = [rows[f"arr_{i}"] for i in range(1, len(rows.files))]
+    baseline = settings[0]
+    for setting in settings[1:]:
+        for i, (want, got) in enumerate(zip(runs[baseline], runs[setting])):
+            assert np.isfinite(got).all(), f"{setting} call {i}"
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
+    return runs, kernels
 
 
 def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
@@ -236,47 +263,8 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     unstaged path of the staged kernel). Equal bits are what the staged form must give; that it ran
     is not observable from here (the switch is read inside the library): the device A/B's timings
     per setting are what show it took effect."""
-    import os
-    import subprocess
-    import sys
-
     path = write_test_model(tmp_path / "wide-f16.gguf", "tiny8", "f16", seed=4, n_layer=4, n_embd=3328, n_ff=2048)
-    runs = {}
-    for setting in ("0", "1", "2"):
-        env = dict(os.environ)
-        env["SPECLA_CUDA_FTC_STAGE"] = setting
-        out = tmp_path / f"rows-{setting}.npz"
-        done = subprocess.run([sys.executable, "-c", F16_ROWS_SCRIPT, str(path), str(out)], env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        with np.load(out) as rows:
-            runs[setting] = [rows[f"arr_{i}"] for i in range(len(rows.files))]
-    for setting in ("1", "2"):
-        for i, (want, got) in enumerate(zip(runs["0"], runs[setting])):
-            assert np.isfinite(got).all(), f"{setting} call {i}"
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
-
-
-# One process's rows and decode-step kernel count for test_paired_q4k_q6k_launch_gives_the_same_bits:
-# SPECLA_CUDA_PAIR_LAUNCH is read when the model loads its backend and holds for the process.
-PAIR_ROWS_SCRIPT = """
-import sys
-import numpy as np
-from pyspecla import Model
-path, out = sys.argv[1], sys.argv[2]
-model = Model.load(path, device="cuda")
-V = model.hparams.n_vocab
-rng = np.random.default_rng(6)
-ctx = model.new_context(n_ctx=128, max_batch=64, max_tree_nodes=8)
-rows = [ctx.eval(rng.integers(0, V, 23).tolist(), logits_all=True),
-        ctx.eval(rng.integers(0, V, 40).tolist(), logits_all=True),
-        ctx.eval(rng.integers(0, V, 5).tolist(), logits_all=True)]
-ctx.step_counters()
-rows += [ctx.eval([t], logits_all=True) for t in (3, 1, 4)]
-kernels = ctx.step_counters()[2]
-rows.append(ctx.verify_tree(rng.integers(0, V, 8).tolist(), [-1, 0, 1, 1, 0, 4, 5, 2], want_logits=True)[1])
-np.savez(out, np.array([kernels]), *rows)
-"""
+    rows_per_setting(tmp_path, path, "SPECLA_CUDA_FTC_STAGE", ("0", "1", "2"), (23, 5))
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3"])
@@ -287,31 +275,13 @@ def test_paired_q4k_q6k_launch_gives_the_same_bits(tmp_path, arch):
     5-token batch, decode steps and a verified tree, on a model of 8 layers (layers 0, 3, 6 and 7 mixed).
     The three decode steps launch one kernel fewer per mixed layer with the one-token form ("1",
     "decode") and as many as with 0 without it ("batch"), which shows the switch took effect."""
-    import os
-    import subprocess
-    import sys
-
     from pyspecla.testing.models import use_more_bits
 
     n_layer = 8
     path = write_test_model(tmp_path / f"pair-{arch}.gguf", "tiny8", "q4_k_m", seed=5, arch=arch, n_layer=n_layer)
     mixed = sum(use_more_bits(i, n_layer) for i in range(n_layer))
     assert mixed == 4
-    runs, kernels = {}, {}
-    for setting in ("0", "1", "decode", "batch"):
-        env = dict(os.environ)
-        env["SPECLA_CUDA_PAIR_LAUNCH"] = setting
-        out = tmp_path / f"rows-{setting}.npz"
-        done = subprocess.run([sys.executable, "-c", PAIR_ROWS_SCRIPT, str(path), str(out)], env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        with np.load(out) as rows:
-            kernels[setting] = int(rows["arr_0"][0])
-            runs[setting] = [rows[f"arr_{i}"] for i in range(1, len(rows.files))]
-    for setting in ("1", "decode", "batch"):
-        for i, (want, got) in enumerate(zip(runs["0"], runs[setting])):
-            assert np.isfinite(got).all(), f"{setting} call {i}"
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{setting} call {i}"
+    _, kernels = rows_per_setting(tmp_path, path, "SPECLA_CUDA_PAIR_LAUNCH", ("0", "1", "decode", "batch"), (23, 40, 5))
     assert kernels["0"] - kernels["1"] == 3 * mixed, kernels
     assert kernels["decode"] == kernels["1"] and kernels["batch"] == kernels["0"], kernels
 
