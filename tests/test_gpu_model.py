@@ -207,7 +207,7 @@ def test_fused_quantize_of_wide_residual_rows_gives_the_same_bits(tmp_path):
         model.close()
 
 
-# One process's rows for a switch the matmul reads once per process (rows_per_setting): prefills of
+# One process's rows for a process-wide matmul switch (rows_per_setting): prefills of
 # the given token counts, three decode steps (their kernel count first in the file) and a verified tree.
 ROWS_SCRIPT = """
 import sys
@@ -286,14 +286,6 @@ def test_paired_q4k_q6k_launch_gives_the_same_bits(tmp_path, arch):
     assert kernels["decode"] == kernels["1"] and kernels["batch"] == kernels["0"], kernels
 
 
-def test_unknown_pair_launch_setting_is_refused(model_files, monkeypatch):
-    """SPECLA_CUDA_PAIR_LAUNCH, read when a model opens its CUDA backend, refuses a value it does not
-    know, naming itself."""
-    monkeypatch.setenv("SPECLA_CUDA_PAIR_LAUNCH", "both")
-    with pytest.raises(SpeclaError, match="SPECLA_CUDA_PAIR_LAUNCH must be .* got 'both'"):
-        Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
-
-
 # the launches attention_prepare stands for in an attention layer: the query/gate split (qwen35), the
 # q and k norms (qwen35, qwen3), two RoPEs and two cache scatters
 ATTENTION_PREPARE_OPS = {"qwen35": 7, "qwen3": 6, "qwen2": 4}
@@ -318,7 +310,8 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
                          + [("SPECLA_CUDA_ATTENTION_TC", s) for s in ("2", "on")]
                          + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
                          + [("SPECLA_CUDA_RECORDED_BATCHES", s) for s in ("2", "yes")]
-                         + [("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", s) for s in ("2", "on")])
+                         + [("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", s) for s in ("2", "on")]
+                         + [("SPECLA_CUDA_PAIR_LAUNCH", s) for s in ("2", "both")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")
