@@ -525,7 +525,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
                                tc);
         cuda_matmul_set_tensor_cores(tc[0] - '0');
     }
-    /* SPECLA_CUDA_PAIR_LAUNCH=1 (both), decode, batch or 0 (none, the default) sets
+    /* SPECLA_CUDA_PAIR_LAUNCH=1 (both, the default), decode, batch or 0 (none) sets
      * cuda_matmul_set_pair_launch for the process: a group's Q4_K and Q6_K matrices in one launch
      * (one-token calls, staged 2..64-token calls); the bits are the same in every setting. */
     const char *pair = getenv("SPECLA_CUDA_PAIR_LAUNCH");

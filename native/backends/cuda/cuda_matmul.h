@@ -136,8 +136,8 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
 void cuda_matmul_set_tensor_cores(int mode);
 /* Which calls run a group's Q4_K and Q6_K matrices (together at most CUDA_MATMUL_GROUP_LAUNCH) in
  * one launch instead of one per type, for the process: CUDA_MATMUL_PAIR_DECODE one-token calls,
- * CUDA_MATMUL_PAIR_BATCH the 2..64-token calls of the staged kernel's bulk-copy form, both, or 0
- * (the default). The bits are the same either way. */
+ * CUDA_MATMUL_PAIR_BATCH the 2..64-token calls of the staged kernel's bulk-copy form, both (the
+ * default), or 0. The bits are the same either way. */
 #define CUDA_MATMUL_PAIR_DECODE 1
 #define CUDA_MATMUL_PAIR_BATCH 2
 void cuda_matmul_set_pair_launch(int forms);

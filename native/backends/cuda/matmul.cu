@@ -633,10 +633,11 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
 
 /* One launch for a group's Q4_K and Q6_K matrices (mm_pair_kernel, mm_tile_bulk_pair_kernel):
  * cuda_matmul_set_pair_launch's forms (the CUDA backend sets them from SPECLA_CUDA_PAIR_LAUNCH).
- * Off by default until a device A/B says it pays; the bits are the same either way. */
+ * Both forms by default: together they made every step of the 27B Q4_K_M file faster on an H100
+ * (docs/perf.md, thirty-third pass). The bits are the same either way. */
 #define MM_PAIR_DECODE CUDA_MATMUL_PAIR_DECODE
 #define MM_PAIR_BATCH CUDA_MATMUL_PAIR_BATCH
-static int g_pair_launch = 0;
+static int g_pair_launch = MM_PAIR_DECODE | MM_PAIR_BATCH;
 extern "C" void cuda_matmul_set_pair_launch(int forms) { g_pair_launch = forms & (MM_PAIR_DECODE | MM_PAIR_BATCH); }
 extern "C" int cuda_matmul_pair_launch(void) { return g_pair_launch; }
 /* The pair form a call of n_batch tokens over n inputs takes, where its two types' own launches
