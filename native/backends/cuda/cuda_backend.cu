@@ -495,6 +495,21 @@ static specla_status read_switch(const char *name, int *value) {
     return SPECLA_OK;
 }
 
+/* A backend setting from the environment that names one of n choices: *value becomes values[i]
+ * for names[i] (left as it is when unset or empty); any other value fails, naming the setting and
+ * its choices as `choices` words them. */
+static specla_status read_choice(const char *name, int n, const char *const *names, const int *values,
+                                 const char *choices, int *value) {
+    const char *s = getenv(name);
+    if (!s || !*s) return SPECLA_OK;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *value = values[i];
+            return SPECLA_OK;
+        }
+    return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: %s must be %s, got '%s'", name, choices, s);
+}
+
 extern "C" specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out) {
     *out = NULL;
     int count = 0;
@@ -516,31 +531,27 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
     /* SPECLA_CUDA_TENSOR_CORES=0|1|2 sets cuda_matmul_set_tensor_cores for the process (default 1), for
      * comparisons: the 8-bit types' bits are the same in every mode, F16/BF16 weights run the fma
      * path with 0 and the f16/bf16 tensor-core kernel otherwise (another order: other bits). */
-    const char *tc = getenv("SPECLA_CUDA_TENSOR_CORES");
-    if (tc && *tc) {
-        if ((tc[0] != '0' && tc[0] != '1' && tc[0] != '2') || tc[1] != '\0')
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_TENSOR_CORES must be 0 (off), 1 (staged) or 2 (per-warp), "
-                               "got '%s'",
-                               tc);
-        cuda_matmul_set_tensor_cores(tc[0] - '0');
+    {
+        static const char *const names[] = {"0", "1", "2"};
+        static const int values[] = {CUDA_MATMUL_TC_OFF, CUDA_MATMUL_TC_STAGED, CUDA_MATMUL_TC_PER_WARP};
+        int mode = -1;
+        if (read_choice("SPECLA_CUDA_TENSOR_CORES", 3, names, values, "0 (off), 1 (staged) or 2 (per-warp)", &mode) !=
+            SPECLA_OK)
+            return SPECLA_ERR_INVALID_ARGUMENT;
+        if (mode >= 0) cuda_matmul_set_tensor_cores(mode);
     }
     /* SPECLA_CUDA_PAIR_LAUNCH=1 (both, the default), decode, batch or 0 (none) sets
      * cuda_matmul_set_pair_launch for the process: a group's Q4_K and Q6_K matrices in one launch
      * (one-token calls, staged 2..64-token calls); the bits are the same in every setting. */
-    const char *pair = getenv("SPECLA_CUDA_PAIR_LAUNCH");
-    if (pair && *pair) {
-        const int forms = !strcmp(pair, "1")        ? CUDA_MATMUL_PAIR_DECODE | CUDA_MATMUL_PAIR_BATCH
-                          : !strcmp(pair, "decode") ? CUDA_MATMUL_PAIR_DECODE
-                          : !strcmp(pair, "batch")  ? CUDA_MATMUL_PAIR_BATCH
-                          : !strcmp(pair, "0")      ? 0
-                                                    : -1;
-        if (forms < 0)
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_PAIR_LAUNCH must be 0 (off), 1 (both), decode (one-token "
-                               "calls) or batch (staged batches), got '%s'",
-                               pair);
-        cuda_matmul_set_pair_launch(forms);
+    {
+        static const char *const names[] = {"1", "decode", "batch", "0"};
+        static const int values[] = {CUDA_MATMUL_PAIR_DECODE | CUDA_MATMUL_PAIR_BATCH, CUDA_MATMUL_PAIR_DECODE,
+                                     CUDA_MATMUL_PAIR_BATCH, 0};
+        int forms = -1;
+        if (read_choice("SPECLA_CUDA_PAIR_LAUNCH", 4, names, values,
+                        "0 (off), 1 (both), decode (one-token calls) or batch (staged batches)", &forms) != SPECLA_OK)
+            return SPECLA_ERR_INVALID_ARGUMENT;
+        if (forms >= 0) cuda_matmul_set_pair_launch(forms);
     }
     cuda_instance *ci = (cuda_instance *)calloc(1, sizeof *ci);
     if (!ci) return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "backend cuda: out of memory");
@@ -549,21 +560,15 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * The bits are the same in every setting (tests/test_gpu_model.py compares them); the other
      * settings are there for comparisons. */
     ci->unfinished_matmuls = UNFINISHED_RMS | UNFINISHED_SILU;
-    const char *unfinished = getenv("SPECLA_CUDA_UNFINISHED_MATMUL");
-    if (unfinished && *unfinished) {
-        const int readers = !strcmp(unfinished, "1")      ? UNFINISHED_RMS | UNFINISHED_SILU
-                            : !strcmp(unfinished, "rms")  ? UNFINISHED_RMS
-                            : !strcmp(unfinished, "silu") ? UNFINISHED_SILU
-                            : !strcmp(unfinished, "0")    ? 0
-                                                          : -1;
-        if (readers < 0) {
+    {
+        static const char *const names[] = {"1", "rms", "silu", "0"};
+        static const int values[] = {UNFINISHED_RMS | UNFINISHED_SILU, UNFINISHED_RMS, UNFINISHED_SILU, 0};
+        if (read_choice("SPECLA_CUDA_UNFINISHED_MATMUL", 4, names, values,
+                        "0 (off), 1 (both readers), rms (add_rms_norm) or silu (silu_mul)",
+                        &ci->unfinished_matmuls) != SPECLA_OK) {
             free(ci);
-            return specla_fail(SPECLA_ERR_INVALID_ARGUMENT,
-                               "backend cuda: SPECLA_CUDA_UNFINISHED_MATMUL must be 0 (off), 1 (both readers), rms "
-                               "(add_rms_norm) or silu (silu_mul), got '%s'",
-                               unfinished);
+            return SPECLA_ERR_INVALID_ARGUMENT;
         }
-        ci->unfinished_matmuls = readers;
     }
     /* SPECLA_CUDA_FUSED_QUANTIZE=0 turns the fused quantize ("the fused quantize" above) off;
      * SPECLA_CUDA_FUSED_ATTENTION_PREPARE=0 runs attention_prepare as the ops it stands for instead of
