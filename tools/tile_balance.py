@@ -5,9 +5,9 @@ groups a CTA. A CPU estimate, no GPU: for every launch it prints the most row-gr
 holds, ceil(CTAs / 132) x row groups a CTA, over the even share (row groups x chunks summed over
 the launch's matrices) / 132, assuming every CTA resident at once. The chunk counts follow
 mm_plan_for (native/backends/cuda/matmul_blocks.h: about 1024 units a matrix for Q4_K, 960 for
-Q6_K, a chunk never splitting a 256-block); a launch is one weight type's matrices of one call
-(matmul_group launches a kernel per type), as layer_gated_deltanet.c and layer_attention.c group
-them.
+Q6_K, a chunk never splitting a 256-block); a launch is one call's matrices of one weight type, or
+its Q4_K and Q6_K matrices together (matmul.cu's pair launch, the default), as
+layer_gated_deltanet.c and layer_attention.c group them.
 
     python3 tools/tile_balance.py
 """
@@ -30,34 +30,37 @@ def plan(qtype: str, ne0: int, ne1: int) -> tuple[int, int]:
     return row_groups, math.ceil(n_blocks / chunk_blocks)
 
 
-# one kernel each: (what, type, [(ne0, ne1), ...])
+# one kernel each: (what, [(type, ne0, ne1), ...]); the use_more_bits layers' input groups mix
+# Q6_K (attn_v, GDN qkv) with Q4_K and take one pair launch
 LAUNCHES = [
-    ("ffn_gate + ffn_up", "Q4_K", [(E, FF), (E, FF)]),
-    ("ffn_down", "Q4_K", [(FF, E)]),
-    ("ffn_down", "Q6_K", [(FF, E)]),
-    ("attn_q + attn_k", "Q4_K", [(E, HEADS * 2 * D), (E, KV_HEADS * D)]),
-    ("attn_v", "Q6_K", [(E, KV_HEADS * D)]),
-    ("attn_output", "Q4_K", [(HEADS * D, E)]),
-    ("GDN qkv + z + beta + alpha", "Q4_K", [(E, GDN_QKV), (E, GDN_Z), (E, GDN_HEADS), (E, GDN_HEADS)]),
-    ("GDN qkv", "Q6_K", [(E, GDN_QKV)]),
-    ("GDN z + beta + alpha", "Q4_K", [(E, GDN_Z), (E, GDN_HEADS), (E, GDN_HEADS)]),
-    ("ssm_out", "Q4_K", [(GDN_Z, E)]),
+    ("ffn_gate + ffn_up", [("Q4_K", E, FF), ("Q4_K", E, FF)]),
+    ("ffn_down", [("Q4_K", FF, E)]),
+    ("ffn_down", [("Q6_K", FF, E)]),
+    ("attn_q + attn_k + attn_v", [("Q4_K", E, HEADS * 2 * D), ("Q4_K", E, KV_HEADS * D), ("Q4_K", E, KV_HEADS * D)]),
+    ("attn_q + attn_k + attn_v", [("Q4_K", E, HEADS * 2 * D), ("Q4_K", E, KV_HEADS * D), ("Q6_K", E, KV_HEADS * D)]),
+    ("attn_output", [("Q4_K", HEADS * D, E)]),
+    ("GDN qkv + z + beta + alpha", [("Q4_K", E, GDN_QKV), ("Q4_K", E, GDN_Z), ("Q4_K", E, GDN_HEADS),
+                                    ("Q4_K", E, GDN_HEADS)]),
+    ("GDN qkv + z + beta + alpha", [("Q6_K", E, GDN_QKV), ("Q4_K", E, GDN_Z), ("Q4_K", E, GDN_HEADS),
+                                          ("Q4_K", E, GDN_HEADS)]),
+    ("ssm_out", [("Q4_K", GDN_Z, E)]),
 ]
 
 
-def balance(qtype: str, mats: list[tuple[int, int]], per_cta: int) -> float:
-    plans = [plan(qtype, ne0, ne1) for ne0, ne1 in mats]
+def balance(mats: list[tuple[str, int, int]], per_cta: int) -> float:
+    plans = [plan(*m) for m in mats]
     ctas = sum(math.ceil(rg / per_cta) * chunks for rg, chunks in plans)
     even = sum(rg * chunks for rg, chunks in plans) / SMS
     return math.ceil(ctas / SMS) * per_cta / even
 
 
 def main() -> int:
-    print(f"{'launch (27B, 23 tokens)':34s} {'row groups x chunks':28s} {'1 a CTA':>8s} {'2 a CTA':>8s} {'3 a CTA':>8s}")
-    for what, qtype, mats in LAUNCHES:
-        shape = " + ".join(f"{rg}x{c}" for rg, c in (plan(qtype, *m) for m in mats))
-        figures = " ".join(f"{balance(qtype, mats, r):8.2f}" for r in (1, 2, 3))
-        print(f"{what + ', ' + qtype:34s} {shape:28s} {figures}")
+    print(f"{'launch (27B, 23 tokens)':40s} {'row groups x chunks':28s} {'1 a CTA':>8s} {'2 a CTA':>8s} {'3 a CTA':>8s}")
+    for what, mats in LAUNCHES:
+        shape = " + ".join(f"{rg}x{c}" for rg, c in (plan(*m) for m in mats))
+        figures = " ".join(f"{balance(mats, r):8.2f}" for r in (1, 2, 3))
+        types = "+".join(sorted({m[0] for m in mats}))
+        print(f"{what + ', ' + types:40s} {shape:28s} {figures}")
     return 0
 
 
