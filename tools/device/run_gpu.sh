@@ -7,7 +7,7 @@
 #       where tools/device/prebuild.sh made it from these sources: carry=[".whl", ".prebuilt"])
 #   (b) meanwhile, build llama.cpp's llama-bench with CUDA          -> llama-build.log
 #   (c) meanwhile, write the 27B-shaped speed-only Q4_K_M GGUF      (kept in $HOME for later calls)
-#   (d) python -m pytest -m gpu tests                               -> pytest-gpu.log
+#   (d) python -m pytest -m gpu tests (its 25 slowest tests listed) -> pytest-gpu.log
 #   (e) each benchmark command (BENCH_COMMANDS below, or arguments) -> bench.jsonl, bench.log
 #   (f) llama-bench on the same file                                -> llama-bench.jsonl
 # Every step is time-stamped in run.log (with nvidia-smi and the device properties first); a
@@ -187,7 +187,7 @@ RESERVE_S=170
 if [ "${SKIP_PYTEST:-0}" = 1 ]; then
   log "SKIP pytest -m gpu: SKIP_PYTEST=1"; SUMMARY+=("pytest -m gpu: skipped (SKIP_PYTEST=1)")
 else
-step "pytest -m gpu" "$PYTEST_S" "$OUT/pytest-gpu.log" python3 -m pytest -m gpu tests -q -ra -p no:cacheprovider
+step "pytest -m gpu" "$PYTEST_S" "$OUT/pytest-gpu.log" python3 -m pytest -m gpu tests -q -ra --durations=25 -p no:cacheprovider
 fi
 
 if [ -n "$MODEL_PID" ]; then
