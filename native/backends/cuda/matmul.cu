@@ -633,8 +633,8 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
 
 /* One launch for a group's Q4_K and Q6_K matrices (mm_pair_kernel, mm_tile_bulk_pair_kernel):
  * cuda_matmul_set_pair_launch's forms (the CUDA backend sets them from SPECLA_CUDA_PAIR_LAUNCH).
- * Both forms by default: together they made every step of the 27B Q4_K_M file faster on an H100
- * (docs/perf.md, thirty-third pass). The bits are the same either way. */
+ * Both forms by default: on an H100 the launch boundary removed was worth more than the occupancy
+ * the Q4_K share loses (docs/perf.md, thirty-third pass). The bits are the same either way. */
 #define MM_PAIR_DECODE CUDA_MATMUL_PAIR_DECODE
 #define MM_PAIR_BATCH CUDA_MATMUL_PAIR_BATCH
 static int g_pair_launch = MM_PAIR_DECODE | MM_PAIR_BATCH;
@@ -810,7 +810,7 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
         if (kind == MM_ACT_Q8_K && pre.codes) act.codes = pre.codes, act.scales = pre.scales;
     };
 
-    /* A group of Q4_K and Q6_K matrices in one launch where mm_pair_launch says so: the Q4_K
+    /* A group of Q4_K and Q6_K matrices in one launch where mm_pair_form says so: the Q4_K
      * matrices take slots 0.., the Q6_K ones the slots after them. */
     int paired = 0;
     {
