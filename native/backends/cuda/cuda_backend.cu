@@ -483,18 +483,6 @@ static const backend_ops cuda_ops_table = {
     /* topk_log_softmax */ after_held<cuda_topk_log_softmax>::call,
 };
 
-/* An on/off backend switch from the environment into *value (left as it is when unset or empty);
- * any value but 0 or 1 fails, naming the switch. */
-static specla_status read_switch(const char *name, int *value) {
-    const char *s = getenv(name);
-    if (!s || !*s) return SPECLA_OK;
-    if ((s[0] != '0' && s[0] != '1') || s[1] != '\0')
-        return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: %s must be 0 (off) or 1 (on), got '%s'", name,
-                           s);
-    *value = s[0] == '1';
-    return SPECLA_OK;
-}
-
 /* A backend setting from the environment that names one of n choices: *value becomes values[i]
  * for names[i] (left as it is when unset or empty); any other value fails, naming the setting and
  * its choices as `choices` words them. */
@@ -508,6 +496,14 @@ static specla_status read_choice(const char *name, int n, const char *const *nam
             return SPECLA_OK;
         }
     return specla_fail(SPECLA_ERR_INVALID_ARGUMENT, "backend cuda: %s must be %s, got '%s'", name, choices, s);
+}
+
+/* An on/off backend switch from the environment into *value (left as it is when unset or empty);
+ * any value but 0 or 1 fails, naming the switch. */
+static specla_status read_switch(const char *name, int *value) {
+    static const char *const names[] = {"0", "1"};
+    static const int values[] = {0, 1};
+    return read_choice(name, 2, names, values, "0 (off) or 1 (on)", value);
 }
 
 extern "C" specla_status cuda_backend_create(int device, const backend_limits *limits, backend **out) {

@@ -487,9 +487,13 @@ static cudaError_t mm_start(void (*kernel)(KArgs...), unsigned grid, cudaStream_
                             typename launch_param<KArgs>::type... args) {
     return mm_start_threads(kernel, grid, MM_THREADS, stream, args...);
 }
-/* The dp4a kernel over n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA. */
+/* The CTAs of a dp4a launch: its n_units warp units, MM_DP4A_WARPS_PER_BLOCK per CTA. */
+static int mm_dp4a_ctas(const mm_launch_args &args) {
+    return (args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK;
+}
+/* The dp4a kernel over the launch's units. */
 static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t stream, const mm_launch_args &args) {
-    const unsigned grid = (unsigned)((args.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK);
+    const unsigned grid = (unsigned)mm_dp4a_ctas(args);
     return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
@@ -520,6 +524,14 @@ static int mm_tile_bulk(void) {
 }
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
+
+/* Whether an n_batch-token call over n inputs on Q4_K or Q6_K takes the staged tensor-core kernel
+ * (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
+ * MMA, and its activation offsets fit 32 bits. */
+static int mm_takes_staged(int n_batch, int64_t n) {
+    return n_batch >= 2 && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
+           (int64_t)n_batch * n < ((int64_t)1 << 31);
+}
 
 /* Whether the F16/BF16 tensor-core kernel's warps go chunk by chunk (mm_unit_chunk_major), unless
  * SPECLA_CUDA_FTC_CHUNK_MAJOR=0 (an A/B; the bits are the same). */
@@ -580,8 +592,7 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
     if constexpr (mm_traits<TYPE>::int8) {
         if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
-                /* its activation offsets are 32-bit */
-                if (g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && (int64_t)args.n_batch * args.n < ((int64_t)1 << 31)) {
+                if (mm_takes_staged(args.n_batch, args.n)) {
                     const unsigned ctas = (unsigned)args.n_ctas;
                     if (mm_tile_bulk()) {
                         switch (mm_tile_tiles<TYPE>(args.n_batch)) {
@@ -645,9 +656,7 @@ extern "C" int cuda_matmul_pair_launch(void) { return g_pair_launch; }
  * or 0 (two launches). */
 static int mm_pair_form(int n_batch, int64_t n) {
     if (n_batch == 1) return g_pair_launch & MM_PAIR_DECODE;
-    if ((g_pair_launch & MM_PAIR_BATCH) && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
-        mm_tile_bulk() && (int64_t)n_batch * n < ((int64_t)1 << 31))
-        return MM_PAIR_BATCH;
+    if ((g_pair_launch & MM_PAIR_BATCH) && mm_takes_staged(n_batch, n) && mm_tile_bulk()) return MM_PAIR_BATCH;
     return 0;
 }
 template <int NT> static cudaError_t mm_start_tile_bulk_pair(cudaStream_t stream, const mm_launch_args &a, const mm_launch_args &b) {
@@ -666,8 +675,7 @@ template <int NT> static cudaError_t mm_start_tile_bulk_pair(cudaStream_t stream
 /* a: the Q4_K matrices, b: the Q6_K ones */
 static cudaError_t mm_launch_pair(cudaStream_t stream, int form, const mm_launch_args &a, const mm_launch_args &b) {
     if (form == MM_PAIR_DECODE) {
-        const int a_ctas = (a.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK;
-        const int b_ctas = (b.n_units + MM_DP4A_WARPS_PER_BLOCK - 1) / MM_DP4A_WARPS_PER_BLOCK;
+        const int a_ctas = mm_dp4a_ctas(a), b_ctas = mm_dp4a_ctas(b);
         return mm_start_threads(mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (unsigned)(a_ctas + b_ctas),
                                 MM_DP4A_THREADS, stream, a, b, a_ctas);
     }
