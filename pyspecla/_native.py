@@ -385,6 +385,10 @@ _SIGNATURES = {
         [ctypes.POINTER(OpOptions), c_float_p, _i64, _i64, c_float_p, _i64, _i64, _i32, _p, _p, c_int32_p, _i32,
          c_int32_p, _i32],
     ),
+    "specla_ddtree_build": (
+        ctypes.c_int,
+        [_i32, _p, _p, _i32, _i32, _i32, ctypes.c_double, _i32, _p, _p, _p, _p, _p, _i32, _p],
+    ),
     "specla_hld_size": (_i32, [_i32]),
     "specla_hld_build": (ctypes.c_int, [c_int32_p, _i32, _i32, c_int32_p, _i32]),
     "specla_factor_banks_create": (ctypes.c_int, [ctypes.POINTER(RecurrentShape), ctypes.POINTER(_p)]),

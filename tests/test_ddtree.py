@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pyspecla import _native
 from pyspecla.errors import UsageError
+from pyspecla.reference.ddtree import build_ddtree as reference_build_ddtree
 from pyspecla.speculative.accept import emitted_tokens, greedy_accept
 from pyspecla.speculative.tree import DraftTree, build_chain, build_ddtree
 
@@ -181,9 +184,12 @@ def check_tree(tree: DraftTree, root, tokens, logprobs, budget, tau, chain_seed)
 
 
 def build_and_check(root, tokens, logprobs, budget, tau, chain_seed) -> DraftTree:
+    """The library's tree (build_ddtree) against the rules, the exhaustive enumeration and the
+    Python heap builder it replaced (pyspecla.reference.ddtree), node for node and bit for bit."""
     tree = build_ddtree(root, tokens, logprobs, budget, tau=tau, chain_seed=chain_seed)
     check_tree(tree, root, tokens, logprobs, budget, tau, chain_seed)
     assert tree_paths(tree) == reference_paths(logprobs, budget, tau, chain_seed)
+    assert reference_build_ddtree(root, tokens, logprobs, budget, tau=tau, chain_seed=chain_seed) == tree
     return tree
 
 
@@ -572,6 +578,55 @@ def test_build_ddtree_errors(kwargs, match):
     with pytest.raises(UsageError, match=match) as error:
         build_ddtree(**arguments)
     assert str(error.value).startswith("build_ddtree: ")
+
+
+def library_build(tokens, logprobs, budget=4, capacity=None, floor=-math.inf, root=ROOT):
+    """specla_ddtree_build called as a C program would: (status, message, node count, the int arrays
+    tokens / parents / depths / ranks, the scores)."""
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    logprobs = np.ascontiguousarray(logprobs, dtype=np.float64)
+    capacity = budget + 1 if capacity is None else capacity
+    ints = np.zeros((5, max(capacity, 1)), dtype=np.int32)
+    scores = np.zeros(max(capacity, 1), dtype=np.float64)
+    status = _native.lib.specla_ddtree_build(root, tokens.ctypes.data, logprobs.ctypes.data, tokens.shape[0],
+                                             tokens.shape[1], budget, floor, 1, ints[0].ctypes.data,
+                                             ints[1].ctypes.data, ints[2].ctypes.data, scores.ctypes.data,
+                                             ints[3].ctypes.data, capacity, ints[4].ctypes.data)
+    return status, _native.last_error() if status else "", int(ints[4, 0]), ints[:4], scores
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(tokens=GOOD_TOKENS - 64), r"top_tokens\[0, 0\] = -\d+ is not a token id"),
+    (dict(logprobs=np.where(GOOD_LOGPROBS == GOOD_LOGPROBS[2, 1], np.nan, GOOD_LOGPROBS)),
+     r"top_logprobs\[2, 1\] is not finite"),
+    (dict(logprobs=GOOD_LOGPROBS + 100.0), r"top_logprobs\[0, 0\] = .* is positive"),
+    (dict(logprobs=GOOD_LOGPROBS[:, ::-1]), "top_logprobs row 0 is not sorted descending"),
+    (dict(budget=-1), "budget = -1 is out of range"),
+    (dict(capacity=4), "capacity = 4 cannot hold the root and a budget of 4 nodes"),
+    (dict(floor=math.nan), "floor_score is NaN"),
+    (dict(root=-3), "root_token = -3 is not a token id"),
+    (dict(tokens=GOOD_TOKENS[:0], logprobs=GOOD_LOGPROBS[:0]), "the top-K table is 0 x 3"),
+])
+def test_library_builder_refuses_bad_arguments(change, match):
+    """The C entry point checks what the enumeration relies on (a program linking libspecla calls it
+    without pyspecla's checks): a refusal names the argument and writes no tree."""
+    arguments = dict(tokens=GOOD_TOKENS, logprobs=GOOD_LOGPROBS)
+    arguments.update(change)
+    status, message, n_nodes, _, _ = library_build(**arguments)
+    assert status == _native.ERR_INVALID_ARGUMENT
+    assert re.search(match, message), message
+    assert message.startswith("specla_ddtree_build: ") and n_nodes == 0
+
+
+def test_library_builder_takes_the_tables_as_given():
+    """Called directly with good tables, the library gives the Python builder's tree."""
+    status, _, n, ints, scores = library_build(GOOD_TOKENS, GOOD_LOGPROBS, budget=7)
+    assert status == _native.OK
+    want = reference_build_ddtree(ROOT, GOOD_TOKENS, GOOD_LOGPROBS, 7, tau=None)
+    assert n == want.n_nodes == 8
+    for i, name in enumerate(("tokens", "parents", "depths", "ranks")):
+        assert np.array_equal(ints[i, :n], getattr(want, name)), name
+    assert np.array_equal(scores[:n].view(np.uint64), want.scores.view(np.uint64))
 
 
 @pytest.mark.parametrize("kwargs, match", [

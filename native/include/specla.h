@@ -397,6 +397,22 @@ SPECLA_API specla_status specla_op_gather_rows(const specla_op_options *opt, flo
  * (or before plain decoding resumes) specla_finish_speculative_state() folds what is pending.
  * ------------------------------------------------------------------------------------------- */
 
+/* The DDTree of one draft block (docs/ddtree-dflash.md §2): from the block's per-depth top-K,
+ * top_tokens / top_logprobs [n_depths][k] (row d - 1 for depth d, columns by descending log-prob,
+ * log-probs finite and <= 0), the root and at most `budget` more nodes of the K-ary tree of rank
+ * paths, chosen best-first by path score (the sum of the path's log-probs, in float64, parent's
+ * score + own), ties to the lower depth, then the smaller rank path; a node scoring below
+ * floor_score (-INFINITY: none) ends the tree. With chain_seed the rank-0 chain goes first, as far
+ * as the budget, the depths and the floor allow. Writes the tree in insertion order (topological:
+ * node 0 the root with parent -1, depth 0, score 0, rank -1) into the five arrays of `capacity`
+ * (>= budget + 1) entries and its node count into *n_nodes. pyspecla's build_ddtree calls this;
+ * pyspecla/reference/ddtree.py is the same enumeration in Python, the tests' oracle. */
+SPECLA_API specla_status specla_ddtree_build(int32_t root_token, const int32_t *top_tokens,
+                                             const double *top_logprobs, int32_t n_depths, int32_t k, int32_t budget,
+                                             double floor_score, int32_t chain_seed, int32_t *tokens,
+                                             int32_t *parents, int32_t *depths, double *scores, int32_t *ranks,
+                                             int32_t capacity, int32_t *n_nodes);
+
 /* The heavy-light (HLD) schedule of a tree, packed in one int32 array that kernels read as data.
  * Built by specla_hld_build from a parent array in topological order (parents[0] = -1,
  * 0 <= parents[t] < t). Every array is padded to `capacity` entries (-1 beyond the used ones), so

@@ -23,17 +23,21 @@ node exactly once, in exactly that global order. Consequences the tests check:
   the budget, still ancestor-closed (an ancestor never scores below its descendant).
 
 Node order is insertion order (topological, not DFS); node 0 is the root (the last committed token)
-with depth 0, score 0.0 and rank -1. A bad argument raises UsageError naming it."""
+with depth 0, score 0.0 and rank -1. A bad argument raises UsageError naming it.
+
+The library builds the tree (specla_ddtree_build, native/src/ddtree.c): the loop does it every step
+while the GPU waits for the verify, and in Python it took 1.5-2 % of a step (docs/perf.md,
+thirty-fourth pass). pyspecla/reference/ddtree.py keeps the enumeration in Python as its oracle."""
 
 from __future__ import annotations
 
-import heapq
 import math
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _native
 from ..errors import UsageError
 
 __all__ = ["DraftTree", "build_chain", "build_ddtree"]
@@ -189,78 +193,46 @@ def _tau_floor(tau, q_star: float) -> float:
 def build_ddtree(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarray, budget: int,
                  tau: float | None = None, chain_seed: bool = True) -> DraftTree:
     """The DDTree of one draft block: at most `budget` nodes besides the root, chosen best-first by
-    path score inside the window score >= top_logprobs[0, 0] - tau (see the module docstring)."""
-    root_token, tokens, logprobs = _top_tables(root_token, top_tokens, top_logprobs, "build_ddtree")
+    path score inside the window score >= top_logprobs[0, 0] - tau (see the module docstring),
+    built by the library (specla_ddtree_build). The tables a drafter returns (int32 tokens, float
+    log-probs) go to the library unchecked and it checks their values; anything else, and any table
+    the library refuses, goes through _top_tables first, whose message names the entry at fault."""
     budget = _count(budget, "budget", "build_ddtree")
     if not isinstance(chain_seed, (bool, np.bool_)):
         raise UsageError(f"build_ddtree: chain_seed must be a bool, got {chain_seed!r}")
+    tokens, logprobs = np.asarray(top_tokens), np.asarray(top_logprobs)
+    fast = (tokens.dtype == np.int32 and logprobs.dtype in (np.float32, np.float64) and tokens.ndim == 2
+            and logprobs.shape == tokens.shape and tokens.size > 0 and type(root_token) is int
+            and 0 <= root_token <= _INT32_MAX)
+    if fast:
+        tokens = np.ascontiguousarray(tokens)
+        logprobs = np.ascontiguousarray(logprobs, dtype=np.float64)
+    else:
+        root_token, tokens, logprobs = _top_tables(root_token, top_tokens, top_logprobs, "build_ddtree")
     n_depths, k = tokens.shape
     floor = _tau_floor(tau, float(logprobs[0, 0]))
-
-    node_tokens, parents, depths, scores, ranks = [root_token], [-1], [0], [0.0], [-1]
-    paths: list[tuple[int, ...]] = [()]
-    inserted: set[tuple[int, ...]] = {()}
-
-    def insert(path: tuple[int, ...], parent: int, score: float) -> int:
-        if path in inserted:  # the enumeration pushes every node once; this would be a bug
-            raise AssertionError(f"build_ddtree: node {path} inserted twice")
-        inserted.add(path)
-        depth, rank = len(path), path[-1]
-        node_tokens.append(int(tokens[depth - 1, rank]))
-        parents.append(parent)
-        depths.append(depth)
-        scores.append(score)
-        ranks.append(rank)
-        paths.append(path)
-        return len(paths) - 1
-
-    # Heap entries: (-score, depth, rank path, parent node index, parent score). The tuple order is
-    # the tie rule; rank paths are distinct, so the comparison never reaches the trailing ints.
-    heap: list[tuple[float, int, tuple[int, ...], int, float]] = []
-
-    def push(path: tuple[int, ...], parent: int, parent_score: float) -> None:
-        depth, rank = len(path), path[-1]
-        if depth > n_depths or rank >= k:
-            return
-        score = parent_score + float(logprobs[depth - 1, rank])
-        heapq.heappush(heap, (-score, depth, path, parent, parent_score))
-
-    def push_successors(node: int) -> None:
-        """The node's next-ranked sibling and its rank-0 child (its LCRS children)."""
-        path = paths[node]
-        parent = parents[node]
-        push(path[:-1] + (path[-1] + 1,), parent, scores[parent])
-        push(path + (0,), node, scores[node])
-
-    if budget == 0:
-        return _tree(node_tokens, parents, depths, scores, ranks)
-
-    if chain_seed:
-        node, path = 0, ()
-        while len(paths) - 1 < budget and len(path) < n_depths:
-            path = path + (0,)
-            score = scores[node] + float(logprobs[len(path) - 1, 0])
-            if score < floor:
-                break
-            node = insert(path, node, score)
-        # The chain nodes' LCRS children that are not chain nodes: every rank-1 sibling, and the
-        # rank-0 child of the last chain node (out of the window when the chain stopped at tau).
-        for chain_node in range(1, len(paths)):
-            chain_path = paths[chain_node]
-            push(chain_path[:-1] + (1,), parents[chain_node], scores[parents[chain_node]])
-        push(paths[node] + (0,), node, scores[node])
-    else:
-        push((0,), 0, 0.0)
-
-    while heap and len(paths) - 1 < budget:
-        negative_score, _, path, parent, _ = heapq.heappop(heap)
-        score = -negative_score
-        if score < floor:
-            break  # pops come in descending score order: nothing later is in the window
-        node = insert(path, parent, score)
-        push_successors(node)
-
-    return _tree(node_tokens, parents, depths, scores, ranks)
+    capacity = budget + 1
+    # one int32 buffer for tokens, parents, depths, ranks and the node count (an address each is the
+    # costly part of a ctypes call), the scores in another
+    ints = np.empty(4 * capacity + 1, dtype=np.int32)
+    scores = np.empty(capacity, dtype=np.float64)
+    base, stride = ints.ctypes.data, 4 * capacity
+    status = _native.lib.specla_ddtree_build(
+        root_token, tokens.ctypes.data, logprobs.ctypes.data, n_depths, k, budget, floor, bool(chain_seed), base,
+        base + stride, base + 2 * stride, scores.ctypes.data, base + 3 * stride, capacity, base + 4 * stride)
+    if status != _native.OK:
+        if fast:  # the library refused a value: _top_tables names it as the Python checks do
+            _top_tables(root_token, tokens, logprobs, "build_ddtree")
+        _native.check(status)
+    n = int(ints[-1])
+    ints.setflags(write=False)
+    scores.setflags(write=False)
+    tree = object.__new__(DraftTree)
+    for name, values in (("tokens", ints[:n]), ("parents", ints[capacity:capacity + n]),
+                         ("depths", ints[2 * capacity:2 * capacity + n]), ("scores", scores[:n]),
+                         ("ranks", ints[3 * capacity:3 * capacity + n])):
+        object.__setattr__(tree, name, values)
+    return tree
 
 
 def build_chain(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarray, max_depth: int) -> DraftTree:
