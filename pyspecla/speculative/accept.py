@@ -41,16 +41,18 @@ def greedy_accept(tree: DraftTree, posterior: np.ndarray) -> tuple[list[int], in
     if not np.issubdtype(posterior.dtype, np.integer):
         raise UsageError(f"greedy_accept: posterior must hold integer token ids, got dtype {posterior.dtype}")
 
-    child_by_token = _children_by_token(tree)
+    # One pass in node order: a node's children all come after it (topological order), so the
+    # first later node that hangs off the current one and carries its posterior is the lowest-index
+    # match, and the next match can only come after it. (The loop runs this every step while the
+    # GPU waits; a dict of every node's children cost several times as much.)
+    parents, tokens, after = tree.parents.tolist(), tree.tokens.tolist(), posterior.tolist()
     path = [0]
-    current = 0
-    while True:
-        child = child_by_token.get((current, int(posterior[current])))
-        if child is None:
-            break
-        path.append(child)
-        current = child
-    return path, int(posterior[current])
+    current, wanted = 0, after[0]
+    for node in range(1, len(parents)):
+        if parents[node] == current and tokens[node] == wanted:
+            path.append(node)
+            current, wanted = node, after[node]
+    return path, int(wanted)
 
 
 def sampled_accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[int], int]:
