@@ -3,14 +3,17 @@
 # one device call beside llama.cpp's llama-bench (which run_gpu.sh builds in the background and runs
 # last):
 #
-#   BUDGET_S=480 LLAMA_RESERVE_S=35 bash tools/device/run_gpu.sh "bash tools/device/measure.sh COMMIT"
+#   SKIP_PYTEST=1 BUDGET_S=560 LLAMA_RESERVE_S=35 BENCH_STEP_S=470 \
+#     bash tools/device/run_gpu.sh "bash tools/device/measure.sh COMMIT"
 #
-# (about 400 s of wall time at 774475e). The GPU-timed parts run first, while llama.cpp builds:
+# (about 400 s of wall time at 774475e; 345 s at 1bbee97, before the 1024-token e2e run was added,
+# about 50 s more). The GPU-timed parts run first, while llama.cpp builds:
 # bench_gpu (decode, the N-token curve at depth 0 and 4096), bench_specla (the SpecLA ops, 1 and 48
 # layers), cuda_matmul_check (every check, then the draft's and two small attention matrices),
 # cuda_ops_check (attention, elementwise and logits ops against the CPU's, bit identities). The
 # host-timed parts (bench_gpu_spec's accept, bench_gpu_e2e's tree / accept / host) wait for that build
-# to end, at most 150 s, so that they run on an idle host. The synthetic DFlash draft of the 27B shape
+# to end, at most 150 s, so that they run on an idle host; the e2e runs 256 tokens at 4, 6 and 8
+# accepted a step, then 1024 at 6, recorded. The synthetic DFlash draft of the 27B shape
 # is written on the device meanwhile (31 s) for the e2e run with the draft's cost. Rows go to $ROWS
 # with commit COMMIT (the device's .git is the session's first commit, so it is passed in). The draft-cost
 # run takes recorded steps on and off (the draft's proposals follow the target context's setting).
@@ -63,6 +66,11 @@ python3 tools/bench_gpu_spec.py --model "$MODEL" --device cuda --depths 0,4096 -
 stage "bench_gpu_e2e, oracle drafter"
 python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 4,6,8 -n 256 --modes plain,ddtree+specla \
   --reps 2 --commit "$commit" --out "$ROWS" 2>&1 | tail -12
+# 256 tokens give a seeded sample of 47 steps (5.43 accepted at the target of 6); 1024 tokens give 164
+# steps and 6.27, the figure issue 14's goal of 4x at 6 is read at (docs/perf.md, thirty-fourth pass)
+stage "bench_gpu_e2e, oracle drafter, 1024 tokens at the target of 6"
+python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --targets 6 -n 1024 --modes plain,ddtree+specla \
+  --recorded on --reps 2 --commit "$commit" --out "$ROWS" 2>&1 | tail -4
 stage "bench_gpu_e2e with the draft's cost"
 wait
 if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
