@@ -618,6 +618,20 @@ def test_library_builder_refuses_bad_arguments(change, match):
     assert message.startswith("specla_ddtree_build: ") and n_nodes == 0
 
 
+def test_tables_in_any_memory_layout_give_the_same_tree():
+    """Transposed (Fortran-ordered), strided and list tables reach the library row by row."""
+    tokens, logprobs = realistic_tables(3, 15, 4, vocab=5000)
+    logprobs = logprobs.astype(np.float32).astype(np.float64)  # the same numbers as float32 or float64
+    want = build_ddtree(ROOT, tokens, logprobs, 22, tau=6.0)
+    assert want.n_nodes == 23
+    for t, lp in ((np.asfortranarray(tokens), np.asfortranarray(logprobs)),
+                  (np.asfortranarray(tokens.astype(np.int64)), np.asfortranarray(logprobs.astype(np.float32))),
+                  (np.asfortranarray(tokens), np.asfortranarray(logprobs.astype(np.float32))),
+                  (np.repeat(tokens, 2, axis=1)[:, ::2], np.repeat(logprobs, 2, axis=1)[:, ::2]),
+                  (tokens.tolist(), logprobs.tolist())):
+        assert build_ddtree(ROOT, t, lp, 22, tau=6.0) == want
+
+
 def test_library_builder_takes_the_tables_as_given():
     """Called directly with good tables, the library gives the Python builder's tree."""
     status, _, n, ints, scores = library_build(GOOD_TOKENS, GOOD_LOGPROBS, budget=7)

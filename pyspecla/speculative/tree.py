@@ -204,11 +204,11 @@ def build_ddtree(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarr
     fast = (tokens.dtype == np.int32 and logprobs.dtype in (np.float32, np.float64) and tokens.ndim == 2
             and logprobs.shape == tokens.shape and tokens.size > 0 and type(root_token) is int
             and 0 <= root_token <= _INT32_MAX)
-    if fast:
-        tokens = np.ascontiguousarray(tokens)
-        logprobs = np.ascontiguousarray(logprobs, dtype=np.float64)
-    else:
+    if not fast:
         root_token, tokens, logprobs = _top_tables(root_token, top_tokens, top_logprobs, "build_ddtree")
+    # the library reads both tables row by row (a transposed or strided table is copied)
+    tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+    logprobs = np.ascontiguousarray(logprobs, dtype=np.float64)
     n_depths, k = tokens.shape
     floor = _tau_floor(tau, float(logprobs[0, 0]))
     capacity = budget + 1
