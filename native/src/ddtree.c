@@ -2,9 +2,9 @@
  * nodes of the K-ary tree of rank paths, best-first by path score, within a budget and a score
  * floor, the rank-0 chain first when seeded. It runs on the host every speculative step, between the
  * draft's read-back and the verify's launch, while the GPU waits: in Python it took 0.19-0.25 ms of
- * a 12 ms step on the H100 machine's host (docs/perf.md, thirty-fourth pass), here a few
- * microseconds. pyspecla/reference/ddtree.py is the oracle: the same enumeration with Python's heapq,
- * compared node for node by tests/test_ddtree.py.
+ * a 12 ms step on the H100 machine's host, through this function 0.07 ms, pyspecla's call included
+ * (docs/perf.md, thirty-fourth pass). pyspecla/reference/ddtree.py is the oracle: the same
+ * enumeration with Python's heapq, compared node for node by tests/test_ddtree.py.
  *
  * Enumeration (why it visits every node once, in key order, is in the reference's docstring): a heap
  * ordered by key = (-score, depth, rank path) starts from the frontier of what is inserted; each pop
