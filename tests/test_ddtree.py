@@ -632,6 +632,20 @@ def test_tables_in_any_memory_layout_give_the_same_tree():
         assert build_ddtree(ROOT, t, lp, 22, tau=6.0) == want
 
 
+def test_library_builder_refuses_null_pointers():
+    tokens = np.ascontiguousarray(GOOD_TOKENS)
+    logprobs = np.ascontiguousarray(GOOD_LOGPROBS, dtype=np.float64)
+    ints, scores = np.zeros((5, 5), dtype=np.int32), np.zeros(5)
+    outputs = [ints[0].ctypes.data, ints[1].ctypes.data, ints[2].ctypes.data, scores.ctypes.data, ints[3].ctypes.data]
+    lib = _native.lib
+    status = lib.specla_ddtree_build(ROOT, None, logprobs.ctypes.data, 4, 3, 4, -math.inf, 1, *outputs, 5,
+                                     ints[4].ctypes.data)
+    assert status == _native.ERR_INVALID_ARGUMENT and "an array argument is NULL" in _native.last_error()
+    status = lib.specla_ddtree_build(ROOT, tokens.ctypes.data, logprobs.ctypes.data, 4, 3, 4, -math.inf, 1,
+                                     *outputs, 5, None)
+    assert status == _native.ERR_INVALID_ARGUMENT and "n_nodes is NULL" in _native.last_error()
+
+
 def test_library_builder_takes_the_tables_as_given():
     """Called directly with good tables, the library gives the Python builder's tree."""
     status, _, n, ints, scores = library_build(GOOD_TOKENS, GOOD_LOGPROBS, budget=7)
