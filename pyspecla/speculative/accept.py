@@ -41,18 +41,8 @@ def greedy_accept(tree: DraftTree, posterior: np.ndarray) -> tuple[list[int], in
     if not np.issubdtype(posterior.dtype, np.integer):
         raise UsageError(f"greedy_accept: posterior must hold integer token ids, got dtype {posterior.dtype}")
 
-    # One pass in node order: a node's children all come after it (topological order), so the
-    # first later node that hangs off the current one and carries its posterior is the lowest-index
-    # match, and the next match can only come after it. (The loop runs this every step while the
-    # GPU waits; a dict of every node's children cost several times as much.)
-    parents, tokens, after = tree.parents.tolist(), tree.tokens.tolist(), posterior.tolist()
-    path = [0]
-    current, wanted = 0, after[0]
-    for node in range(1, len(parents)):
-        if parents[node] == current and tokens[node] == wanted:
-            path.append(node)
-            current, wanted = node, after[node]
-    return path, int(wanted)
+    after = posterior.tolist()
+    return _walk(tree, lambda node: after[node])
 
 
 def sampled_accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[int], int]:
@@ -62,24 +52,24 @@ def sampled_accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[
     token chosen there is the bonus. Each accepted node's token is the token chosen at its parent."""
     if not isinstance(tree, DraftTree):
         raise UsageError(f"sampled_accept: tree must be a DraftTree, got {type(tree).__name__}")
-    child_by_token = _children_by_token(tree)
+    return _walk(tree, lambda node: int(choose(node)))
+
+
+def _walk(tree: DraftTree, token_after: Callable[[int], int]) -> tuple[list[int], int]:
+    """(path, bonus) of both accepts: from the root, move to the child that carries token_after(the
+    current node), asked once per node reached in path order, while one exists. One pass in node
+    order: a node's children all come after it (topological order), so the first later node that
+    hangs off the current one and carries its token is the lowest-index match, and the next match
+    can only come after it. (The loop runs this every step while the GPU waits; a dict of every
+    node's children cost several times as much.)"""
+    parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
     path = [0]
-    current = 0
-    while True:
-        token = int(choose(current))
-        child = child_by_token.get((current, token))
-        if child is None:
-            return path, token
-        path.append(child)
-        current = child
-
-
-def _children_by_token(tree: DraftTree) -> dict[tuple[int, int], int]:
-    """First child (lowest index) per (parent, token): later duplicates never win."""
-    child_by_token: dict[tuple[int, int], int] = {}
-    for i in range(1, tree.n_nodes):
-        child_by_token.setdefault((int(tree.parents[i]), int(tree.tokens[i])), i)
-    return child_by_token
+    current, wanted = 0, token_after(0)
+    for node in range(1, len(parents)):
+        if parents[node] == current and tokens[node] == wanted:
+            path.append(node)
+            current, wanted = node, token_after(node)
+    return path, int(wanted)
 
 
 def emitted_tokens(tree: DraftTree, path: list[int], bonus: int) -> list[int]:

@@ -227,12 +227,8 @@ def build_ddtree(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarr
     n = int(ints[-1])
     ints.setflags(write=False)
     scores.setflags(write=False)
-    tree = object.__new__(DraftTree)
-    for name, values in (("tokens", ints[:n]), ("parents", ints[capacity:capacity + n]),
-                         ("depths", ints[2 * capacity:2 * capacity + n]), ("scores", scores[:n]),
-                         ("ranks", ints[3 * capacity:3 * capacity + n])):
-        object.__setattr__(tree, name, values)
-    return tree
+    return _tree(ints[:n], ints[capacity:capacity + n], ints[2 * capacity:2 * capacity + n], scores[:n],
+                 ints[3 * capacity:3 * capacity + n])
 
 
 def build_chain(root_token: int, top_tokens: np.ndarray, top_logprobs: np.ndarray, max_depth: int) -> DraftTree:
@@ -250,12 +246,16 @@ def _tree(tokens, parents, depths, scores, ranks) -> DraftTree:
     """A builder's tree, made without DraftTree's checks: the builders above produce a root, parents
     in topological order and consistent depths by construction (tests/test_ddtree.py checks them on
     every tree it builds), and on a GPU step the checks cost as much as the build itself. The arrays
-    are fresh and read-only, as DraftTree's own."""
+    are read-only and the tree's own, as DraftTree's: lists and writeable arrays are copied, the
+    library builder's read-only views of the buffers it filled for this tree are taken as they are."""
     tree = object.__new__(DraftTree)
     for name, values, dtype in (("tokens", tokens, np.int32), ("parents", parents, np.int32),
                                 ("depths", depths, np.int32), ("scores", scores, np.float64),
                                 ("ranks", ranks, np.int32)):
-        array = np.array(values, dtype=dtype)
-        array.setflags(write=False)
+        if isinstance(values, np.ndarray) and values.dtype == dtype and not values.flags.writeable:
+            array = values
+        else:
+            array = np.array(values, dtype=dtype)
+            array.setflags(write=False)
         object.__setattr__(tree, name, array)
     return tree
