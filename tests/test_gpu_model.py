@@ -169,24 +169,6 @@ def test_wide_residual_rows_read_as_partial_sums_give_the_same_bits(tmp_path, qu
         model.close()
 
 
-@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
-def test_split_residual_norm_gives_the_same_bits(tmp_path, quant):
-    """SPECLA_CUDA_SPLIT_NORM=1 (a wide residual norm that reads a matmul's partial sums spread over
-    several blocks a row, the last block to arrive finishing the row) against 0 (add_rms_sums_kernel,
-    one block a row), row for row, bit for bit, with the fused quantize on (Q4_K_M: the norm writes
-    the next matmuls' Q8_K blocks) and for Q8_0 (16 chunks a row: two rounds of the chunk loads).
-    Residual rows of 3328 floats: four blocks a row, the last one holding 64 quads; prefills of 23
-    rows run 23 rows' counters at once. The same kernels are launched."""
-    path = write_test_model(tmp_path / f"split-{quant}.gguf", "tiny8", quant, seed=4, n_layer=4, n_embd=3328,
-                            n_ff=2048)
-    model = Model.load(str(path), device="cuda")
-    try:
-        kernels = same_bits_across_settings(model, "SPECLA_CUDA_SPLIT_NORM", "0", "1")
-        assert kernels["0"] == kernels["1"], kernels
-    finally:
-        model.close()
-
-
 def same_bits_with_fused_quantize(model):
     """SPECLA_CUDA_FUSED_QUANTIZE=1 (the ops before the layer matmuls also write the Q8_K blocks of
     their output, and the matmul after them skips its quantize kernel) against 0, op by op."""
@@ -329,8 +311,7 @@ def test_fused_attention_prepare_gives_the_same_bits(gpu_model):
                          + [("SPECLA_CUDA_GDN_DEFER", s) for s in ("2", "true")]
                          + [("SPECLA_CUDA_RECORDED_BATCHES", s) for s in ("2", "yes")]
                          + [("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", s) for s in ("2", "on")]
-                         + [("SPECLA_CUDA_PAIR_LAUNCH", s) for s in ("2", "both")]
-                         + [("SPECLA_CUDA_SPLIT_NORM", s) for s in ("2", "on")])
+                         + [("SPECLA_CUDA_PAIR_LAUNCH", s) for s in ("2", "both")])
 def test_unknown_backend_setting_is_refused(model_files, monkeypatch, variable, setting):
     """A backend switch read when a context opens refuses a value it does not know, naming itself."""
     model = Model.load(model_files["qwen35", "q4_k_m"], device="cuda")

@@ -167,7 +167,6 @@ static void destroy(backend *be) {
         if (ci->steps[i]) cudaGraphExecDestroy(ci->steps[i]);
     if (ci->pub.workspace) cudaFree(ci->pub.workspace);
     if (ci->prequantized) cudaFree(ci->prequantized);
-    if (ci->pub.norm_arrivals) cudaFree(ci->pub.norm_arrivals);
     if (ci->ordering) (void)cudaEventDestroy(ci->ordering);
     if (ci->pub.stream) cudaStreamDestroy(ci->pub.stream);
     free(ci);
@@ -582,10 +581,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * default: a replay saves an eager batch's launch costs).
      * SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1: a decode step's attention kernel without its compiled
      * 27B pair shape (attention.cu; the same bits); off: slower once a decode block has long segments
-     * to walk (docs/perf.md, thirty-second pass).
-     * SPECLA_CUDA_SPLIT_NORM=1: a residual norm of rows wider than 512 that reads a matmul's partial
-     * sums spreads each row over several blocks (elementwise.cu's add_rms_split_kernel; the same
-     * bits); off by default until the device measures it. */
+     * to walk (docs/perf.md, thirty-second pass). */
     ci->pub.gdn_deferred_steps = 1;
     ci->pub.base.records_batches = 1;
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||
@@ -593,8 +589,7 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
         read_switch("SPECLA_CUDA_ATTENTION_TC", &ci->pub.attention_tensor_cores) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_GDN_DEFER", &ci->pub.gdn_deferred_steps) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_RECORDED_BATCHES", &ci->pub.base.records_batches) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", &ci->pub.attention_decode_general) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_SPLIT_NORM", &ci->pub.split_norms) != SPECLA_OK) {
+        read_switch("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", &ci->pub.attention_decode_general) != SPECLA_OK) {
         free(ci);
         return SPECLA_ERR_INVALID_ARGUMENT;
     }
@@ -655,17 +650,6 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
                                (double)pre_bytes / 1e6);
         }
         ci->prequantized_bytes = pre_bytes;
-    }
-    /* the split residual norm's per-row arrival counters, zero at rest (without them, or when they
-     * cannot be had, the norm keeps one block a row) */
-    if (ci->pub.split_norms && limits->max_rows > 0) {
-        const size_t arrival_bytes = sizeof(unsigned) * (size_t)limits->max_rows;
-        if (cudaMalloc(&ci->pub.norm_arrivals, arrival_bytes) != cudaSuccess ||
-            cudaMemset(ci->pub.norm_arrivals, 0, arrival_bytes) != cudaSuccess) {
-            (void)cudaGetLastError();
-            if (ci->pub.norm_arrivals) cudaFree(ci->pub.norm_arrivals);
-            ci->pub.norm_arrivals = NULL;
-        }
     }
     *out = &ci->pub.base;
     return SPECLA_OK;

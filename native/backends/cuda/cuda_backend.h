@@ -34,11 +34,6 @@ typedef struct cuda_backend {
     /* SPECLA_CUDA_ATTENTION_DECODE_GENERAL: a decode step's attention kernel on the general segment
      * code alone (attention.cu; the same operations, half the code) */
     int attention_decode_general;
-    /* SPECLA_CUDA_SPLIT_NORM: a wide residual norm reading partial sums over several blocks a row
-     * (elementwise.cu's add_rms_split_kernel; the same bits), with its per-row arrival counters
-     * (max_rows of them, zero at rest) */
-    int split_norms;
-    unsigned *norm_arrivals;
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }

@@ -417,89 +417,6 @@ static __global__ void __launch_bounds__(RMS_SUMS_THREADS)
     }
 }
 
-/* add_rms_sums_kernel's work spread over RMS_THREADS-thread blocks, `segments` = ceil(n / 1024) of
- * them a row (SPECLA_CUDA_SPLIT_NORM=1; 5 for the 27B shape's 5120), with the same bits. One block
- * for a decode step's row leaves 131 SMs idle while it reads the row's partial sums (140 KB at 7
- * chunks) in two rounds; here each block adds the chunks of its own 256 quads (thread t: quad
- * 256 blockIdx.x + t, every chunk's load in flight at once), stores delta and x, and arrives at the
- * row's counter. The last block to arrive does the rest: it reads the row's x back through L2 and
- * takes the squares in the 256-lane order of add_rms_sums_kernel (thread l: quads l, l + 256, ...
- * ascending; then rms_group_total), writes y and, with q.codes, quantizes the row's Q8_K blocks
- * (warp w: blocks w, w + 8, ...; a block's codes do not depend on the warp). So every value is
- * computed by add_rms_sums_kernel's operations in its order. The counters (`arrivals`, one per
- * row) are zero at rest: the backend zeroes them once and the last block re-arms its row's. */
-#define RMS_SPLIT_SEGMENTS (RMS_SUMS_MAX_WIDTH / 4 / RMS_THREADS) /* blocks a row at most: 6 */
-static __global__ void __launch_bounds__(RMS_THREADS)
-    add_rms_split_kernel(float *x, float *delta, const float *weight, int n, float eps, float *y,
-                         cuda_matmul_sums dsums, cuda_matmul_q8k q, unsigned *arrivals) {
-    grid_begin();
-    __shared__ float4 xs[RMS_SUMS_MAX_WIDTH / 4];
-    __shared__ float partials[RMS_WARPS];
-    __shared__ bool last;
-    const int row = blockIdx.y;
-    const int64_t off = (int64_t)row * n;
-    x += off;
-    y += off;
-    delta += off;
-    const int n_quads = n / 4;
-
-    /* this block's quads: the chunks added in chunk order, delta and x stored */
-    {
-        const int qd = blockIdx.x * RMS_THREADS + threadIdx.x;
-        const int64_t elements[1] = {4 * (int64_t)qd};
-        const bool mine[1] = {qd < n_quads};
-        float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), dv[1];
-        if (mine[0]) xv = load_quad(x, 4 * qd, n, true);
-        mm_sums_load_n<float4, 1, MM_SUMS_LOADS>(dsums, row, elements, mine, dv);
-        if (mine[0]) {
-            store_quad(delta, 4 * qd, n, true, dv[0]);
-            store_quad(x, 4 * qd, n, true, add_quad(xv, dv[0]));
-        }
-    }
-    /* every thread's x stores visible to the whole device before the block's arrival */
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(arrivals + row, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-
-    /* the last block: the whole row's x (through L2: other SMs wrote it) and weight */
-    float4 xv[RMS_SPLIT_SEGMENTS], wv[RMS_SPLIT_SEGMENTS];
-#pragma unroll
-    for (int k = 0; k < RMS_SPLIT_SEGMENTS; k++) {
-        const int qd = threadIdx.x + k * RMS_THREADS;
-        if (qd < n_quads) {
-            xv[k] = __ldcg(reinterpret_cast<const float4 *>(x) + qd);
-            if (weight) wv[k] = load_quad(weight, 4 * qd, n, true);
-        }
-    }
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RMS_SPLIT_SEGMENTS; k++)
-        if (threadIdx.x + k * RMS_THREADS < n_quads) s = add_squares(s, xv[k]);
-    const float sum = rms_group_total<RMS_THREADS>(s, partials);
-    const float scale = rms_scale(sum, n, eps);
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int k = 0; k < RMS_SPLIT_SEGMENTS; k++) {
-        const int qd = threadIdx.x + k * RMS_THREADS;
-        if (qd < n_quads) {
-            const float4 yv = scaled_quad(xv[k], scale, weight, weight ? wv[k] : zero, false, zero);
-            store_quad(y, 4 * qd, n, true, yv);
-            if (q.codes) xs[qd] = yv;
-        }
-    }
-    if (threadIdx.x == 0) arrivals[row] = 0; /* ready for the next launch */
-    if (!q.codes) return;
-    /* the fused quantize (n a multiple of 256), as add_rms_sums_kernel's */
-    __syncthreads();
-    const int lane = threadIdx.x % SPECLA_WARP;
-    for (int k = threadIdx.x / SPECLA_WARP; k < n / 256; k += RMS_WARPS)
-        mm_warp_quantize_q8k_block(q, xs[64 * k + 2 * lane], xs[64 * k + 2 * lane + 1], (int64_t)row * (n / 256) + k,
-                                   lane);
-}
-
 /* gated_rms_norm on rows of GATED_Q8K_WIDTH floats (a GDN head's S = 128) whose output ssm_out reads
  * next, with its Q8_K blocks (the fused quantize, matmul_quantize.cuh): a warp per two rows, one
  * 256-block, lane l holding elements 8l .. 8l + 7 of it (row 2 blk for l < 16, 2 blk + 1 above). The
@@ -599,13 +516,8 @@ extern "C" int cuda_add_rms_norm_sums(const backend *be, float *x, float *delta,
         return 0;
     case RMS_SUMS_WIDE: {
         const cuda_matmul_q8k blocks = n % 256 == 0 ? q : cuda_matmul_q8k{}; /* whole blocks a row only */
-        const cuda_backend *cb = cuda_of(be);
-        if (cb->split_norms && cb->norm_arrivals && n_rows <= cb->limits.max_rows)
-            cuda_launch(add_rms_split_kernel, dim3((n / 4 + RMS_THREADS - 1) / RMS_THREADS, n_rows), dim3(RMS_THREADS),
-                        0, cuda_stream(be), x, delta, weight, n, eps, y, dsums, blocks, cb->norm_arrivals);
-        else
-            cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta,
-                        weight, n, eps, y, dsums, blocks);
+        cuda_launch(add_rms_sums_kernel, dim3(n_rows), dim3(RMS_SUMS_THREADS), 0, cuda_stream(be), x, delta, weight, n,
+                    eps, y, dsums, blocks);
         cuda_note_launch(be, "add_rms_norm");
         return blocks.codes != nullptr;
     }
