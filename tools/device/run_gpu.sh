@@ -33,7 +33,10 @@
 # SKIP_PYTEST=1 (no GPU tests: a call that only measures), PYTEST_S (240: the GPU tests' limit; the
 # suite ran past 180 s on an H100 beside the background build at f5c61a1), BENCH_STEP_S (300: the
 # most one benchmark command may run; an A/B of several variants needs more), LLAMA_RESERVE_S (150:
-# the seconds the benchmark commands leave for llama-bench's run, which takes about 20).
+# the seconds the benchmark commands leave for llama-bench's run, which takes about 20),
+# PREBUILT_ONLY=1 (with a carried .prebuilt/libspecla.so of these sources: no background build, every
+# step uses the carried library; 60-100 s less on a fresh machine, for calls whose commands need no
+# build tree: not cuda_ops_check, cuda_matmul_check, measure.sh or ab_variants.sh).
 
 # The benchmark hook. Each entry is one shell command run from the repository root with:
 #   MODEL            the speed-only GGUF of step (c)
@@ -163,9 +166,15 @@ RESERVE_S=200
 BUILD_CMD="cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECLA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 &&
   cmake --build '$BUILD' -j $(nproc)"
 BUILD_PID=
+PREBUILT=0
 if [ -f .prebuilt/libspecla.so ] && [ -f .prebuilt/stamp ] &&
    [ "$(bash tools/device/source_stamp.sh)" = "$(cat .prebuilt/stamp)" ]; then
+  PREBUILT=1
   export SPECLA_LIBRARY=$ROOT/.prebuilt/libspecla.so
+fi
+if [ "$PREBUILT" = 1 ] && [ "${PREBUILT_ONLY:-0}" = 1 ]; then
+  log "using the carried .prebuilt/libspecla.so ($(cat .prebuilt/stamp)) for every step: PREBUILT_ONLY=1, no build"
+elif [ "$PREBUILT" = 1 ]; then
   log "using the carried .prebuilt/libspecla.so ($(cat .prebuilt/stamp)); START build libspecla (CUDA sm_90) in the background"
   rm -f "$HOME/.build.rc"
   ( t0=$(date +%s)
