@@ -6,8 +6,8 @@
 #   SKIP_PYTEST=1 BUDGET_S=560 LLAMA_RESERVE_S=35 BENCH_STEP_S=470 \
 #     bash tools/device/run_gpu.sh "bash tools/device/measure.sh COMMIT"
 #
-# (about 400 s of wall time at 774475e; 345 s at 1bbee97, before the 1024-token e2e run was added,
-# about 50 s more). The GPU-timed parts run first, while llama.cpp builds:
+# (348 s of wall time on an H200 at 8d1e586, before the two profiles at the end were added, about
+# 30-40 s more). The GPU-timed parts run first, while llama.cpp builds:
 # bench_gpu (decode, the N-token curve at depth 0 and 4096), bench_specla (the SpecLA ops, 1 and 48
 # layers), cuda_matmul_check (every check, then the draft's and two small attention matrices),
 # cuda_ops_check (attention, elementwise and logits ops against the CPU's, bit identities). The
@@ -17,6 +17,7 @@
 # is written on the device meanwhile (31 s) for the e2e run with the draft's cost. Rows go to $ROWS
 # with commit COMMIT (the device's .git is the session's first commit, so it is passed in). The draft-cost
 # run takes recorded steps on and off (the draft's proposals follow the target context's setting).
+# Last, profile_gpu_step's per-kernel rows of a decode step and of the verify (kernels serialized).
 set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
@@ -80,4 +81,14 @@ if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
 else
   echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
 fi
+# Where the time goes, kernel by kernel: a decode step at depth 76 and the 23-node SpecLA verify at
+# depth 16, serialized (SPECLA_CUDA_PDL=0: with launch overlap a kernel's span includes its wait).
+# The rows go to $ROWS; the log keeps each profile's step row and its 12 largest kernels.
+for what in "--depth 76" "--tree --depth 16"; do
+  stage "profile_gpu_step $what, serialized"
+  # shellcheck disable=SC2086  # $what is two or three words of options
+  SPECLA_CUDA_PDL=0 python3 tools/profile_gpu_step.py --model "$MODEL" $what --tokens 8 --commit "$commit" \
+    --out "$ROWS" > "$HOME/measure-profile.out" 2>&1
+  head -13 "$HOME/measure-profile.out" | cut -c1-240
+done
 stage "end"
