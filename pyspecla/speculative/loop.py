@@ -117,9 +117,10 @@ def usable_proposal(top_tokens, top_logprobs, n_vocab: int) -> tuple[np.ndarray,
     logprobs = np.asarray(top_logprobs, dtype=np.float64)
     if tokens.ndim != 2 or tokens.shape != logprobs.shape or len(tokens) == 0:
         return tokens, logprobs  # the tree builder names a malformed proposal
-    if np.isfinite(logprobs).all() and tokens.min() >= 0 and tokens.max() < n_vocab:
+    finite = np.isfinite(logprobs)
+    if finite.all() and tokens.min() >= 0 and tokens.max() < n_vocab:
         return tokens, logprobs  # every step but a broken draft's: three reductions, no row search
-    bad = ~np.isfinite(logprobs).all(axis=1) | ((tokens < 0) | (tokens >= n_vocab)).any(axis=1)
+    bad = ~finite.all(axis=1) | ((tokens < 0) | (tokens >= n_vocab)).any(axis=1)
     if bad.any():
         cut = int(np.argmax(bad))
         return tokens[:cut], logprobs[:cut]
