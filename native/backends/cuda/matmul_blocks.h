@@ -276,13 +276,6 @@ MM_HD int mm_act_kind(int32_t type) {
  * staged kernel 4 CTAs (528 pairs of row groups): 960 gives attn_qkv (320 row groups) 3 chunks, 960
  * units, and ffn_down (160) 6 chunks, 960 units, where 2048 gave 2240 and 1920 units, three and two
  * waves, and 1024 gave ffn_down 1120, two waves again (35.6 us against 29.8 at 2048). */
-/* An experiment's build option (0: off, the default): at most this many chunks a row for F16/BF16,
- * so that a matrix of few row groups (the 27B DFlash draft's k and v: 32 row groups, 54 chunks of 3
- * blocks at the 2048 target) runs fewer, longer units with a shorter split-K finish. It changes the
- * F16/BF16 order, still a function of type and shape alone. */
-#ifndef MM_FLOAT_MAX_CHUNKS
-#define MM_FLOAT_MAX_CHUNKS 0
-#endif
 MM_HD int mm_target_units(int32_t type) {
     return type == SPECLA_TYPE_Q4_K ? MM_TARGET_UNITS_Q4_K : type == SPECLA_TYPE_Q6_K ? MM_TARGET_UNITS_Q6_K : MM_TARGET_UNITS;
 }
@@ -298,9 +291,6 @@ MM_HD mm_plan mm_plan_for(int32_t type, int32_t ne0, int32_t ne1) {
     p.n_blocks = ne0 / mm_unit_elements(type);
     p.row_groups = (ne1 + MM_GROUP_ROWS - 1) / MM_GROUP_ROWS;
     int c = (mm_target_units(type) + p.row_groups - 1) / p.row_groups;
-#if MM_FLOAT_MAX_CHUNKS > 0
-    if ((type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) && c > MM_FLOAT_MAX_CHUNKS) c = MM_FLOAT_MAX_CHUNKS;
-#endif
     if (c > p.n_blocks) c = p.n_blocks;
     if (c < 1) c = 1;
     p.chunk_blocks = (p.n_blocks + c - 1) / c;
