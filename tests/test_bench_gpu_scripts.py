@@ -100,6 +100,17 @@ def test_bench_gpu_e2e_quick_on_the_cpu(tmp_path, tiny_model_path):
         assert 0 < row["host_work_share"] < 1
 
 
+def test_bench_gpu_e2e_commit_at_accept_on_the_cpu(tmp_path, tiny_model_path):
+    """The mode asked for by name only: SpecLA with the accepted path folded at accept."""
+    out = tmp_path / "e2e.jsonl"
+    run_tool("bench_gpu_e2e.py", "--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--quick", "-n", "12",
+             "--threads", "1", "--targets", "6", "--recorded", "on", "--modes", "plain,ddtree+specla-now",
+             "--out", str(out))
+    rows = read_rows(out)
+    assert sorted(row["mode"] for row in rows) == ["ddtree+specla-now", "plain"]
+    assert all(row["same_as_plain"] for row in rows)
+
+
 @pytest.mark.parametrize("script,flags", [("bench_gpu_spec.py", ["--quick"]), ("bench_gpu_e2e.py", ["--quick"]),
                                           ("bench_gpu.py", [])])
 def test_a_missing_model_is_named(tmp_path, script, flags):

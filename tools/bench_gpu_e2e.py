@@ -18,7 +18,8 @@ the spine; p is solved from 1 + sum_{i=1..15} p^i = target, and every row report
 
 Modes: `plain` (Context.eval_argmax one token at a time: the plain path; a GPU replays its
 recorded decode step), `ddtree+specla` (HLD chains + deferred factor commit) and `ddtree-dense`
-(dense per-node checkpoints + restore), each with recorded steps on and off
+(dense per-node checkpoints + restore), the default three, and on request `ddtree+specla-now` (HLD
+chains, the accepted path folded at accept rather than in the next verify), each with recorded steps on and off
 (new_context(recorded_steps=...): graph replay vs eager, for plain decode steps, the speculative
 steps' verifies and a --draft-cost draft's proposals alike, docs/gpu-steps.md; the CPU records nothing, the rows are there
 all the same). Every context is made with the same parameters (tree capacity, methods),
@@ -69,7 +70,12 @@ MODES = {  # name: (specla, verify_method, commit_method); None = plain decoding
     "plain": None,
     "ddtree+specla": (True, "hld_chains", "deferred_factors"),
     "ddtree-dense": (False, "dense_checkpoints", "checkpoint_restore"),
+    # SpecLA with the accepted path folded at accept (not inside the next verify): its device work
+    # is queued before the host's proposal and tree for the next step, so it can run while the
+    # host works; on request only (--modes)
+    "ddtree+specla-now": (True, "hld_chains", "factors_now"),
 }
+DEFAULT_MODES = ("plain", "ddtree+specla", "ddtree-dense")
 SPINE_DEPTH = 15  # SpecConfig.max_depth: the rank-0 spine a DDTree seeds with
 N_PROMPT = 32  # prompt tokens of a run (--n-prompt; quick: 8)
 BUDGET = 22  # DDTree nodes besides the root (--budget)
@@ -225,7 +231,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed runs of each configuration (24 tokens) before the repetitions (default 1)")
     parser.add_argument("--recorded", default="on,off", help="recorded steps: on, off or on,off (default both)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--draft-cost", default=None, metavar="DRAFT.gguf",
                         help="a DFlash draft for the target: each speculative step also runs its proposal "
                              "(tokens dropped) so the figures include the draft's cost (DraftCostOracle)")
