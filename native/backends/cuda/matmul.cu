@@ -237,14 +237,8 @@ __device__ __forceinline__ void mm_run_warp_unit(const mm_launch_args &args, Uni
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
-/* CTA `cta` of a dp4a launch (mm_kernel, or its type's share of mm_pair_kernel). With AHEAD (Q4_K at
- * one token only; SPECLA_CUDA_DP4A_ACT_AHEAD) the lane also holds part of the next block's activations
- * (mm_q4k_ahead) while it computes the current one, as it holds the next block's weights: the same
- * operations on the same values, loaded earlier. */
-template <int TYPE, int NT, bool AHEAD = false>
-__device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta) {
-    static_assert(!AHEAD || (TYPE == SPECLA_TYPE_Q4_K && NT == 1 && mm_traits<TYPE>::load_group == 1),
-                  "the activations ahead are a one-token Q4_K form");
+/* CTA `cta` of a dp4a launch (mm_kernel, or its type's share of mm_pair_kernel). */
+template <int TYPE, int NT> __device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta) {
     constexpr int G = mm_traits<TYPE>::load_group;
     const int lane = threadIdx.x & 31;
     const int u = cta * MM_DP4A_WARPS_PER_BLOCK + (threadIdx.x >> 5);
@@ -265,27 +259,6 @@ __device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta)
         mm_load(cur, group_base, k_begin, k_end, lane);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (t0 == 0 && lane == 0) mm_trace(u, MM_TRACE_WAITED);
-        if constexpr (AHEAD) {
-            mm_q4k_ahead now, next;
-            mm_q4k_load_ahead(now, args.act, args.n, 0, k_begin);
-            for (int k = k_begin; k < k_end; k++) {
-                if (k + 1 < k_end) {
-                    mm_load(nxt, group_base, k + 1, k_end, lane);
-                    mm_q4k_load_ahead(next, args.act, args.n, 0, k + 1);
-                }
-#if defined(MM_LOAD_ONLY)
-                uint32_t fold = now.codes[0];
-#pragma unroll
-                for (int i = 0; i < 4 * mm_traits<TYPE>::pieces; i++) fold ^= cur.w[0][i];
-                acc[0] += __uint_as_float(fold & 0x3f7fffffu);
-#else
-                acc[0] = mm_block_q4_k_parts<MM_Q4K_AHEAD>(cur.w[0], now.codes, args.act.codes + (int64_t)k * 256,
-                                                           now.pairs, now.da, acc[0]);
-#endif
-                cur = nxt;
-                now = next;
-            }
-        } else {
         for (int k = k_begin; k < k_end; k += G) {
             if (k + G < k_end) mm_load(nxt, group_base, k + G, k_end, lane);
 #pragma unroll
@@ -308,7 +281,6 @@ __device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta)
             }
             cur = nxt;
         }
-        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const int b = t0 + t;
@@ -321,16 +293,11 @@ __device__ __forceinline__ void mm_dp4a_cta(const mm_launch_args &args, int cta)
     if (lane == 0) mm_trace(u, MM_TRACE_END);
 }
 
-/* Warps per SM the one-token Q4_K kernel with the activations ahead is sized for. Its 25 more live
- * words do not fit the plain form's 168 registers (12 warps, three a scheduler: ptxas spills 104
- * bytes), and 9 or 10 warps leave some scheduler three, so 8: 214 registers, no spills. */
-#define MM_DP4A_AHEAD_WARPS_PER_SM 8
-template <int TYPE, int NT, bool AHEAD = false>
+template <int TYPE, int NT>
 __global__ void __launch_bounds__(MM_DP4A_THREADS,
-                                  AHEAD ? MM_DP4A_AHEAD_WARPS_PER_SM / MM_DP4A_WARPS_PER_BLOCK
-                                        : mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
+                                  mm_traits<TYPE>::min_blocks(NT) * (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
     mm_kernel(const mm_launch_args args) { /* min_blocks counts CTAs of MM_WARPS_PER_BLOCK warps */
-    mm_dp4a_cta<TYPE, NT, AHEAD>(args, blockIdx.x);
+    mm_dp4a_cta<TYPE, NT>(args, blockIdx.x);
 }
 
 /* One launch for two weight types that read the same activation blocks (a group of Q4_K and Q6_K
@@ -338,13 +305,13 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
  * a_ctas CTAs run launch `a` of type TA as mm_kernel<TA, NT> would, the rest launch `b` of type TB,
  * each unit the same operations in the same order, so the same bits. The registers are the larger
  * body's (the smaller min_blocks), so TA's CTAs run at TB's occupancy when TB needs more. */
-template <int TA, int TB, int NT, bool AHEAD = false>
+template <int TA, int TB, int NT>
 __global__ void __launch_bounds__(MM_DP4A_THREADS,
                                   (mm_traits<TA>::min_blocks(NT) < mm_traits<TB>::min_blocks(NT) ? mm_traits<TA>::min_blocks(NT)
                                                                                                   : mm_traits<TB>::min_blocks(NT)) *
                                       (MM_WARPS_PER_BLOCK / MM_DP4A_WARPS_PER_BLOCK))
     mm_pair_kernel(const mm_launch_args a, const mm_launch_args b, int a_ctas) {
-    if ((int)blockIdx.x < a_ctas) mm_dp4a_cta<TA, NT, AHEAD>(a, blockIdx.x);
+    if ((int)blockIdx.x < a_ctas) mm_dp4a_cta<TA, NT>(a, blockIdx.x);
     else mm_dp4a_cta<TB, NT>(b, blockIdx.x - a_ctas);
 }
 
@@ -499,28 +466,6 @@ static int mm_env_flag(const char *name, int fallback) {
     return v ? strcmp(v, "0") != 0 : fallback;
 }
 
-/* The current device's SM count, read once per device (0 when it cannot be read). */
-static int mm_device_sms(void) {
-    static int sms_of[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-    if (sms_of[dev] == 0 && cudaDeviceGetAttribute(&sms_of[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        sms_of[dev] = 0;
-    return sms_of[dev];
-}
-/* Whether a one-token Q4_K launch of `units` warps takes the kernel with part of the next block's
- * activations held ahead (mm_dp4a_cta's AHEAD), by SPECLA_CUDA_DP4A_ACT_AHEAD: 0 never (the
- * default until measured), 1 always, 2 where its units fit one wave of that kernel's 8 warps an SM
- * (the plain kernel holds 12). The same bits either way. */
-static int mm_dp4a_ahead(int units) {
-    static const int mode = [] {
-        const char *v = getenv("SPECLA_CUDA_DP4A_ACT_AHEAD");
-        return v ? atoi(v) : 0;
-    }();
-    if (mode == 1) return 1;
-    return mode == 2 && units <= MM_DP4A_AHEAD_WARPS_PER_SM * mm_device_sms();
-}
-
 /* A launch of `threads`-thread CTAs with `smem` bytes of dynamic shared memory each on `stream`
  * (launch.h), counted: every kernel launch of this file and matmul_chain.cuh goes through it. */
 template <typename... KArgs>
@@ -673,11 +618,8 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
             }
         }
     }
-    if (args.n_batch == 1) {
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K)
-            if (mm_dp4a_ahead(mm_dp4a_ctas(args))) return mm_start_dp4a(mm_kernel<TYPE, 1, true>, stream, args);
+    if (args.n_batch == 1)
         return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
-    }
     else if (args.n_batch == 2)
         return mm_start_dp4a(mm_kernel<TYPE, 2>, stream, args);
     else if (args.n_batch <= 4)
@@ -734,9 +676,6 @@ template <int NT> static cudaError_t mm_start_tile_bulk_pair(cudaStream_t stream
 static cudaError_t mm_launch_pair(cudaStream_t stream, int form, const mm_launch_args &a, const mm_launch_args &b) {
     if (form == MM_PAIR_DECODE) {
         const int a_ctas = mm_dp4a_ctas(a), b_ctas = mm_dp4a_ctas(b);
-        if (mm_dp4a_ahead(0)) /* the pair kernel holds 8 warps an SM (Q6_K's registers) in either form */
-            return mm_start_threads(mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1, true>,
-                                    (unsigned)(a_ctas + b_ctas), MM_DP4A_THREADS, stream, a, b, a_ctas);
         return mm_start_threads(mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (unsigned)(a_ctas + b_ctas),
                                 MM_DP4A_THREADS, stream, a, b, a_ctas);
     }

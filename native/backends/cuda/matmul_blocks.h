@@ -470,12 +470,10 @@ MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
 }
 
 /* Q4_K: s = sum_j sc_j dot_j (integer), t = sum_j m_j (bsum_2j + bsum_2j+1) (integer);
- * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). The codes of sub-blocks j < AHEAD come
- * from `ahead` (8 words each, loaded earlier by the caller: mm_q4k_ahead), the others from `a`; where
- * the words come from changes no operation, so every AHEAD gives the same bits. */
-template <int AHEAD>
-MM_HD float mm_block_q4_k_parts(const uint32_t *w, const uint32_t *ahead, const int8_t *a, const int32_t *pairs,
-                                float da, float acc) {
+ * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). */
+MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
+    int32_t pairs[8];
+    mm_bsum_pairs(bsums, pairs);
     int32_t s = 0, t = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -483,12 +481,7 @@ MM_HD float mm_block_q4_k_parts(const uint32_t *w, const uint32_t *ahead, const 
         mm_scale_min(w + 1, j, &sc, &m);
         const int p = j / 2, shift = 4 * (j % 2);
         uint32_t av[8];
-        if (j < AHEAD) {
-#pragma unroll
-            for (int i = 0; i < 8; i++) av[i] = ahead[8 * j + i];
-        } else {
-            mm_load32(a + 32 * j, av);
-        }
+        mm_load32(a + 32 * j, av);
         int32_t dot = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -502,12 +495,6 @@ MM_HD float mm_block_q4_k_parts(const uint32_t *w, const uint32_t *ahead, const 
     acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
     return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
 }
-MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
-    int32_t pairs[8];
-    mm_bsum_pairs(bsums, pairs);
-    return mm_block_q4_k_parts<0>(w, nullptr, a, pairs, da, acc);
-}
-
 
 /* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
  * CPU's sc_g (dot_g - 32 bsum_g), computed so: the 6-bit levels q_i stay unsigned bytes (an unsigned
@@ -597,24 +584,6 @@ MM_HD void mm_min_operands(const int16_t *bsums, uint8_t out[16]) {
         out[j] = (uint8_t)(pair & 127);
         out[8 + j] = (uint8_t)(int8_t)(pair >> 7);
     }
-}
-
-/* What the one-token Q4_K kernel loads of token b's activation block k one block ahead
- * (SPECLA_CUDA_DP4A_ACT_AHEAD): the codes of its first MM_Q4K_AHEAD sub-blocks, its eight bsum pairs
- * and its scale. Loaded inside the block step, these reads are the first thing a block waits for:
- * an L2 round trip at every block (Nsight's warp samples, docs/perf.md, thirty-sixth pass). */
-#define MM_Q4K_AHEAD 2
-typedef struct mm_q4k_ahead {
-    uint32_t codes[8 * MM_Q4K_AHEAD];
-    int32_t pairs[8];
-    float da;
-} mm_q4k_ahead;
-MM_HD void mm_q4k_load_ahead(mm_q4k_ahead &h, const mm_acts &act, int64_t n, int b, int k) {
-    const int64_t e = (int64_t)b * n + (int64_t)k * 256;
-#pragma unroll
-    for (int j = 0; j < MM_Q4K_AHEAD; j++) mm_load32(act.codes + e + 32 * j, h.codes + 8 * j);
-    mm_bsum_pairs(act.bsums + (int64_t)b * (n / 16) + (int64_t)k * 16, h.pairs);
-    h.da = act.scales[(int64_t)b * (n / 256) + k];
 }
 
 /* acc after block k of token b (a weight block `w`, `side` in registers): the whole per-block step. */
