@@ -62,6 +62,7 @@ elif ! build_cpu_oracle "$root" "$cpu_lib" "$HOME/ab-cpu-lib.log"; then
 fi
 
 checks=() # KIND:NAME:PID of the background checker builds
+patched=0 # whether a patch variant was built in the build tree
 declare -A variant_env # NAME -> "VAR=VALUE ..." for the env: variants (main's library, another setting)
 # variant NAME: library LIB run with SETTINGS (VAR=VALUE[,VAR=VALUE...]), LABEL's library
 env_variant() {
@@ -97,6 +98,7 @@ for spec in "$@"; do
   done
   if [ ${#applied[@]} -ne ${#list[@]} ]; then list=("${applied[@]}"); revert; continue; fi
   t0=$(date +%s)
+  patched=1
   if cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-$name.log" 2>&1; then
     cp "$SPECLA_LIBRARY" "$libs/$name.so"
     names+=("$name")
@@ -128,7 +130,11 @@ for spec in "$@"; do
   fi
   revert
 done
-cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "rebuilding main FAILED"
+# main's library again in the build tree, which the patched builds left behind; only env: and lib:
+# variants (a PREBUILT_ONLY=1 call, no build tree) leave nothing to rebuild
+if [ "$patched" = 1 ]; then
+  cmake --build "$build" -j "$(nproc)" > "$HOME/ab-build-main.log" 2>&1 || echo "rebuilding main FAILED"
+fi
 
 for entry in "${checks[@]}"; do
   IFS=: read -r kind name pid <<< "$entry"

@@ -107,7 +107,9 @@ def main(argv=None) -> int:
     keep = ("Duration", "Registers", "Block Size", "Grid Size", "Issued Warp", "Active Warps", "Eligible Warps",
             "No Eligible", "Warp Cycles Per Issued", "Achieved Occupancy", "Theoretical Occupancy")
     for line in details.stdout.splitlines():
-        if line.strip().startswith(keep) or "  void " in line or ("warps_issue_stalled" in line and " 0" not in line[-6:]):
+        # the kernel's name, its launch and occupancy figures, and the stall reasons it has at all
+        stalled = "warps_issue_stalled" in line and number(line.split()[-1]) > 0
+        if line.strip().startswith(keep) or "  void " in line or stalled:
             print(line.rstrip())
     source = subprocess.run(["ncu", "-i", report + ".ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
                             capture_output=True, text=True)
