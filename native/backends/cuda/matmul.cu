@@ -316,6 +316,7 @@ __global__ void __launch_bounds__(MM_DP4A_THREADS,
 }
 
 #define MM_KERNELS
+#include "matmul_ring.cuh"
 #include "matmul_mma.cuh"
 #include "matmul_tile.cuh"
 #include "matmul_float_tc.cuh"
@@ -497,6 +498,42 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
     return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
+/* The ring depth of the one-token Q4_K kernel (matmul_ring.cuh) by SPECLA_CUDA_DP4A_RING: 2, 3 or 4
+ * stages; unset, 0 or anything else: mm_kernel (the default until measured). CUDA sm_80+ only. The
+ * same bits either way. */
+static int mm_ring_depth(void) {
+#if defined(SPECLA_USE_HIP)
+    return 0;
+#else
+    static const int depth = [] {
+        const char *v = getenv("SPECLA_CUDA_DP4A_RING");
+        const int d = v ? atoi(v) : 0;
+        return d >= 2 && d <= 4 ? d : 0;
+    }();
+    return cuda_device_major() >= 8 ? depth : 0;
+#endif
+}
+/* Launches the ring kernel for a one-token Q4_K call where its depth is set and every matrix's chunk
+ * fits the activations it stages (*err: the launch's status); false where mm_kernel runs it. */
+static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, cudaError_t *err) {
+#if defined(SPECLA_USE_HIP)
+    (void)stream, (void)args, (void)err;
+    return false;
+#else
+    const int depth = mm_ring_depth();
+    if (depth == 0) return false;
+    int chunk = 0;
+    for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
+    if (chunk > MM_RING_MAX_CHUNK) return false;
+    const size_t smem = (size_t)mm_ring_smem_bytes(depth, chunk);
+    const unsigned grid = (unsigned)mm_dp4a_ctas(args);
+    if (depth == 2) *err = mm_start_smem(mm_ring_kernel<2>, grid, MM_DP4A_THREADS, smem, stream, args);
+    else if (depth == 3) *err = mm_start_smem(mm_ring_kernel<3>, grid, MM_DP4A_THREADS, smem, stream, args);
+    else *err = mm_start_smem(mm_ring_kernel<4>, grid, MM_DP4A_THREADS, smem, stream, args);
+    return true;
+#endif
+}
+
 /* The staged kernel's sm_90 form (matmul_tile.cuh: weights by bulk copy into shared-memory stages),
  * whose dynamic shared memory passes 48 KB for Q6_K: the limit is raised once per instantiation. */
 template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas, cudaStream_t stream, const mm_launch_args &args) {
@@ -618,9 +655,13 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
             }
         }
     }
-    if (args.n_batch == 1)
+    if (args.n_batch == 1) {
+        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+            cudaError_t err = cudaSuccess;
+            if (mm_try_ring(stream, args, &err)) return err;
+        }
         return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
-    else if (args.n_batch == 2)
+    } else if (args.n_batch == 2)
         return mm_start_dp4a(mm_kernel<TYPE, 2>, stream, args);
     else if (args.n_batch <= 4)
         return mm_start_dp4a(mm_kernel<TYPE, 4>, stream, args);

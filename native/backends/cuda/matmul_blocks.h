@@ -470,10 +470,10 @@ MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
 }
 
 /* Q4_K: s = sum_j sc_j dot_j (integer), t = sum_j m_j (bsum_2j + bsum_2j+1) (integer);
- * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). */
-MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
-    int32_t pairs[8];
-    mm_bsum_pairs(bsums, pairs);
+ * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). `pairs` holds the eight bsum pairs;
+ * the block's 256 codes are read at `a`, in global memory or where a caller staged them in shared
+ * memory (matmul_ring.cuh): the same operations either way. */
+MM_HD float mm_block_q4_k_pairs(const uint32_t *w, const int8_t *a, const int32_t *pairs, float da, float acc) {
     int32_t s = 0, t = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -494,6 +494,11 @@ MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const in
     const float d = mm_half((uint16_t)(w[0] & 0xffffu)), dmin = mm_half((uint16_t)(w[0] >> 16));
     acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
     return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
+}
+MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
+    int32_t pairs[8];
+    mm_bsum_pairs(bsums, pairs);
+    return mm_block_q4_k_pairs(w, a, pairs, da, acc);
 }
 
 /* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
