@@ -267,6 +267,19 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     rows_per_setting(tmp_path, path, "SPECLA_CUDA_FTC_STAGE", ("0", "1", "2"), (23, 5))
 
 
+def test_ring_q4k_decode_gives_the_same_bits(tmp_path):
+    """SPECLA_CUDA_DP4A_RING=4 (the one-token Q4_K kernel with a ring of weight stages in shared
+    memory and its chunk's activations staged once, matmul_ring.cuh; also what an unset switch
+    gives) and 2 against 0 (mm_kernel), row for row, bit for bit: the decode steps and the rows the
+    other calls share with them, on a Q4_K_M qwen35 model whose ffn_down (16384 -> 1280: 40 row
+    groups, 64 blocks) takes chunks of 3 blocks, so the depth-2 ring wraps inside a chunk. That the
+    ring ran is not observable from here (the switch is read inside the library): the device A/B's
+    timings per setting show it (docs/perf.md, thirty-seventh pass)."""
+    path = write_test_model(tmp_path / "ring-q4k.gguf", "tiny8", "q4_k_m", seed=6, n_layer=4, n_embd=1280,
+                            n_ff=16384)
+    rows_per_setting(tmp_path, path, "SPECLA_CUDA_DP4A_RING", ("0", "4", "2"), (23, 5))
+
+
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3"])
 def test_paired_q4k_q6k_launch_gives_the_same_bits(tmp_path, arch):
     """SPECLA_CUDA_PAIR_LAUNCH=1, decode and batch (a group's Q4_K and Q6_K matrices in one launch: the

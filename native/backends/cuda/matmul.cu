@@ -499,15 +499,16 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
 }
 
 /* The ring depth of the one-token Q4_K kernel (matmul_ring.cuh) by SPECLA_CUDA_DP4A_RING: 2, 3 or 4
- * stages; unset, 0 or anything else: mm_kernel (the default until measured). CUDA sm_80+ only. The
- * same bits either way. */
+ * stages; unset: 4 (on an H100 it took 1.1-1.3 % off a recorded decode step, docs/perf.md,
+ * thirty-seventh pass); 0 or anything else: mm_kernel, for an A/B. CUDA sm_80+ only. The same bits
+ * either way. */
 static int mm_ring_depth(void) {
 #if defined(SPECLA_USE_HIP)
     return 0;
 #else
     static const int depth = [] {
         const char *v = getenv("SPECLA_CUDA_DP4A_RING");
-        const int d = v ? atoi(v) : 0;
+        const int d = v ? atoi(v) : 4;
         return d >= 2 && d <= 4 ? d : 0;
     }();
     return cuda_device_major() >= 8 ? depth : 0;

@@ -1,14 +1,15 @@
 /* The one-token Q4_K matmul with its weights several blocks ahead and its activations staged once
- * (mm_ring_kernel; CUDA sm_80+, SPECLA_CUDA_DP4A_RING=D for D in 2..4, off by default until
- * measured). Included by matmul.cu after its dp4a kernel, whose units, plan, stores and split-K
- * finish it shares.
+ * (mm_ring_kernel; CUDA sm_80+, the default there at D = 4 stages; SPECLA_CUDA_DP4A_RING=2 or 3
+ * picks another depth, 0 mm_kernel). Included by matmul.cu after its dp4a kernel, whose units,
+ * plan, stores and split-K finish it shares.
  *
  * Why: Nsight's warp samples of the one-token Q4_K kernel (mm_kernel) put 31 % of its stalls at a
  * block's first dp4a, waiting on that block's activation codes, loaded at the block's start, while
  * its weights come one block ahead in registers. Holding either further ahead alone gained nothing
  * (docs/perf.md: the weights by per-warp bulk copies in the seventh pass, the activations a block
  * ahead in the thirty-sixth): with one of the two latencies hidden the warp waited on the other.
- * This form hides both at once:
+ * This form hides both at once (on an H100: 1.1-1.3 % off a recorded decode step, ffn_up's call
+ * 24.8 -> 23.7 us; docs/perf.md, thirty-seventh pass):
  *   - the lane's share of its unit's next D blocks of weights (9 x 16 bytes a block, the prepared
  *     layout's pieces, which only that lane reads) is in flight into a ring of D shared-memory
  *     stages by cp.async, the first D issued before the grid wait (weights are constant), each
