@@ -269,8 +269,8 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
 
 def test_ring_q4k_decode_gives_the_same_bits(tmp_path):
     """SPECLA_CUDA_DP4A_RING=4 (the one-token Q4_K kernel with a ring of weight stages in shared
-    memory and its chunk's activations staged once, matmul_ring.cuh; also what an unset switch
-    gives) and 2 against 0 (mm_kernel), row for row, bit for bit: the decode steps and the rows the
+    memory and its chunk's activations staged once, matmul_ring.cuh, for every launch; an unset
+    switch takes it where a launch needs no more waves than mm_kernel) and 2 against 0 (mm_kernel), row for row, bit for bit: the decode steps and the rows the
     other calls share with them, on a Q4_K_M qwen35 model whose ffn_down (16384 -> 1280: 40 row
     groups, 64 blocks) takes chunks of 3 blocks, so the depth-2 ring wraps inside a chunk. That the
     ring ran is not observable from here (the switch is read inside the library): the device A/B's

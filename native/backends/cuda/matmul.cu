@@ -498,38 +498,74 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
     return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
-/* The ring depth of the one-token Q4_K kernel (matmul_ring.cuh) by SPECLA_CUDA_DP4A_RING: 2, 3 or 4
- * stages; unset: 4 (on an H100 it took 1.1-1.3 % off a recorded decode step, docs/perf.md,
- * thirty-seventh pass); 0 or anything else: mm_kernel, for an A/B. CUDA sm_80+ only. The same bits
- * either way. */
-static int mm_ring_depth(void) {
+/* The one-token Q4_K ring kernel's setting (matmul_ring.cuh), SPECLA_CUDA_DP4A_RING: unset, 4 stages
+ * wherever a launch's units take no more waves than mm_kernel's (on an H100, where every 27B launch
+ * qualifies, it took 1.1-1.3 % off a recorded decode step, docs/perf.md, thirty-seventh pass; on a
+ * card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its stages hold 4 units an SM
+ * where mm_kernel holds 12); 2, 3 or 4: that depth for every launch (an A/B); 0 or anything else:
+ * mm_kernel. CUDA sm_80+ only. The same bits either way. */
+typedef struct mm_ring_setting {
+    int depth;  /* 0: mm_kernel */
+    int forced; /* the variable named the depth */
+} mm_ring_setting;
+static mm_ring_setting mm_ring_setting_now(void) {
 #if defined(SPECLA_USE_HIP)
-    return 0;
+    return mm_ring_setting{0, 0};
 #else
-    static const int depth = [] {
+    static const mm_ring_setting setting = [] {
         const char *v = getenv("SPECLA_CUDA_DP4A_RING");
-        const int d = v ? atoi(v) : 4;
-        return d >= 2 && d <= 4 ? d : 0;
+        if (!v) return mm_ring_setting{4, 0};
+        const int d = atoi(v);
+        return mm_ring_setting{d >= 2 && d <= 4 ? d : 0, 1};
     }();
-    return cuda_device_major() >= 8 ? depth : 0;
+    return cuda_device_major() >= 8 ? setting : mm_ring_setting{0, 0};
 #endif
 }
-/* Launches the ring kernel for a one-token Q4_K call where its depth is set and every matrix's chunk
- * fits the activations it stages (*err: the launch's status); false where mm_kernel runs it. */
+#if !defined(SPECLA_USE_HIP)
+/* The current device's SM count and shared memory an SM, read once per device (0 when unreadable). */
+static void mm_device_sm_shape(int *sms, int *smem_per_sm) {
+    static int sms_of[64], smem_of[64];
+    int dev = 0;
+    *sms = 0, *smem_per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+    if (sms_of[dev] == 0) {
+        int n = 0, bytes = 0;
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+            return;
+        sms_of[dev] = n, smem_of[dev] = bytes;
+    }
+    *sms = sms_of[dev], *smem_per_sm = smem_of[dev];
+}
+#endif
+/* Launches the ring kernel for a one-token Q4_K call where the setting takes it and every matrix's
+ * chunk fits the activations it stages (*err: the launch's status); false where mm_kernel runs it. */
 static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, cudaError_t *err) {
 #if defined(SPECLA_USE_HIP)
     (void)stream, (void)args, (void)err;
     return false;
 #else
-    const int depth = mm_ring_depth();
-    if (depth == 0) return false;
+    const mm_ring_setting setting = mm_ring_setting_now();
+    if (setting.depth == 0) return false;
     int chunk = 0;
     for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
     if (chunk > MM_RING_MAX_CHUNK) return false;
-    const size_t smem = (size_t)mm_ring_smem_bytes(depth, chunk);
+    const size_t smem = (size_t)mm_ring_smem_bytes(setting.depth, chunk);
+    if (!setting.forced) { /* no more waves than mm_kernel: its warps an SM against the ring's CTAs an
+                              SM by shared memory (1 KB a CTA reserved), registers (96) and the CTA cap */
+        int sms = 0, smem_per_sm = 0;
+        mm_device_sm_shape(&sms, &smem_per_sm);
+        constexpr int64_t mm_per_sm = (int64_t)mm_traits<SPECLA_TYPE_Q4_K>::min_blocks(1) * MM_WARPS_PER_BLOCK;
+        int64_t ring_per_sm = smem_per_sm / (int64_t)(smem + 1024);
+        if (ring_per_sm > 21) ring_per_sm = 21; /* 65536 registers / (96 x 32) */
+        if (sms <= 0 || ring_per_sm <= 0) return false;
+        const int64_t units = args.n_units;
+        if ((units + sms * ring_per_sm - 1) / (sms * ring_per_sm) > (units + sms * mm_per_sm - 1) / (sms * mm_per_sm))
+            return false;
+    }
     const unsigned grid = (unsigned)mm_dp4a_ctas(args);
-    if (depth == 2) *err = mm_start_smem(mm_ring_kernel<2>, grid, MM_DP4A_THREADS, smem, stream, args);
-    else if (depth == 3) *err = mm_start_smem(mm_ring_kernel<3>, grid, MM_DP4A_THREADS, smem, stream, args);
+    if (setting.depth == 2) *err = mm_start_smem(mm_ring_kernel<2>, grid, MM_DP4A_THREADS, smem, stream, args);
+    else if (setting.depth == 3) *err = mm_start_smem(mm_ring_kernel<3>, grid, MM_DP4A_THREADS, smem, stream, args);
     else *err = mm_start_smem(mm_ring_kernel<4>, grid, MM_DP4A_THREADS, smem, stream, args);
     return true;
 #endif

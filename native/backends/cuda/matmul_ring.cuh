@@ -1,6 +1,7 @@
 /* The one-token Q4_K matmul with its weights several blocks ahead and its activations staged once
- * (mm_ring_kernel; CUDA sm_80+, the default there at D = 4 stages; SPECLA_CUDA_DP4A_RING=2 or 3
- * picks another depth, 0 mm_kernel). Included by matmul.cu after its dp4a kernel, whose units,
+ * (mm_ring_kernel; CUDA sm_80+, the default there at D = 4 stages wherever a launch takes no more
+ * waves than mm_kernel's, matmul.cu's mm_try_ring; SPECLA_CUDA_DP4A_RING=2, 3 or 4 takes that depth
+ * for every launch, 0 mm_kernel). Included by matmul.cu after its dp4a kernel, whose units,
  * plan, stores and split-K finish it shares.
  *
  * Why: Nsight's warp samples of the one-token Q4_K kernel (mm_kernel) put 31 % of its stalls at a
