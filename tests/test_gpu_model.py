@@ -268,13 +268,14 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
 
 
 def test_ring_q4k_decode_gives_the_same_bits(tmp_path):
-    """SPECLA_CUDA_DP4A_RING=4 (the one-token Q4_K kernel with a ring of weight stages in shared
-    memory and its chunk's activations staged once, matmul_ring.cuh, for every launch; an unset
-    switch takes it where a launch needs no more waves than mm_kernel) and 2 against 0 (mm_kernel), row for row, bit for bit: the decode steps and the rows the
-    other calls share with them, on a Q4_K_M qwen35 model whose ffn_down (16384 -> 1280: 40 row
-    groups, 64 blocks) takes chunks of 3 blocks, so the depth-2 ring wraps inside a chunk. That the
-    ring ran is not observable from here (the switch is read inside the library): the device A/B's
-    timings per setting show it (docs/perf.md, thirty-seventh pass)."""
+    """SPECLA_CUDA_DP4A_RING=4 and 2 (the one-token Q4_K kernel with a ring of weight stages in
+    shared memory and its chunk's activations staged once, matmul_ring.cuh, forced on every launch;
+    unset, it runs where a launch needs no more waves than mm_kernel) against 0 (mm_kernel), row for
+    row, bit for bit: the decode steps and the rows the other calls share with them, on a Q4_K_M
+    qwen35 model whose ffn_down (16384 -> 1280: 40 row groups, 64 blocks) takes chunks of 3 blocks,
+    so the depth-2 ring wraps inside a chunk. That the ring ran is not observable from here (the
+    switch is read inside the library): the device A/B's timings per setting show it (docs/perf.md,
+    thirty-seventh pass)."""
     path = write_test_model(tmp_path / "ring-q4k.gguf", "tiny8", "q4_k_m", seed=6, n_layer=4, n_embd=1280,
                             n_ff=16384)
     rows_per_setting(tmp_path, path, "SPECLA_CUDA_DP4A_RING", ("0", "4", "2"), (23, 5))

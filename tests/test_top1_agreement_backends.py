@@ -1,5 +1,5 @@
 """tools/top1_agreement_backends.py on the CPU: rows per pair, a runtime against itself agrees at every
-position with identical logits, and a bad --pairs or --models names the flag."""
+position with identical logits, and a bad --pairs, --models or --preset names the flag."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def test_rows_per_pair_and_a_runtime_against_itself(tmp_path):
     assert same["agree"] == 24 and same["max_rel_logit_diff"] == 0.0
 
 
-@pytest.mark.parametrize("flag, value", [("--pairs", "cpu:rocm"), ("--pairs", "cpu"), ("--models", "qwen35:q9")])
+@pytest.mark.parametrize("flag, value", [("--pairs", "cpu:rocm"), ("--pairs", "cpu"), ("--models", "qwen35:q9"),
+                                         ("--preset", "huge")])
 def test_bad_flags_are_named(flag, value):
     with pytest.raises(SystemExit) as err:
         tool.main([flag, value])

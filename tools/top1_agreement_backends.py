@@ -51,8 +51,8 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def parse_models(text: str) -> list[tuple[str, str]]:
-    from pyspecla.testing.models import ARCHS, QUANTS
+def parse_models(text: str, preset: str) -> list[tuple[str, str]]:
+    from pyspecla.testing.models import ARCHS, QUANTS, presets_for
 
     models = []
     for item in text.split(","):
@@ -60,17 +60,11 @@ def parse_models(text: str) -> list[tuple[str, str]]:
         if len(parts) != 2 or parts[0] not in ARCHS or parts[1] not in QUANTS:
             raise SystemExit(f"--models: {item!r} is not ARCH:QUANT (arch one of {', '.join(ARCHS)}, "
                              f"quant one of {', '.join(QUANTS)})")
+        if preset not in presets_for(parts[0]):
+            raise SystemExit(f"--preset: {preset!r} is not a {parts[0]} preset "
+                             f"(one of {', '.join(presets_for(parts[0]))})")
         models.append((parts[0], parts[1]))
     return models
-
-
-def gpu_present() -> bool:
-    from pyspecla import _native
-
-    try:
-        return _native.cuda_device_count() > 0
-    except Exception:  # a library built without the CUDA backend
-        return False
 
 
 def runtime_logits(path: str, runtime: str, prompts: list[list[int]]) -> np.ndarray:
@@ -108,15 +102,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.prompts < 1 or args.tokens < 1:
         raise SystemExit("--prompts and --tokens must be at least 1")
-    pairs, models = parse_pairs(args.pairs), parse_models(args.models)
-    if any("cuda" in pair for pair in pairs) and not gpu_present():
-        print("top1_agreement_backends: no CUDA device (or a library without the CUDA backend): "
-              "the pairs with cuda are skipped", file=sys.stderr)
+    pairs, models = parse_pairs(args.pairs), parse_models(args.models, args.preset)
+    from pyspecla import _native
+    from pyspecla.testing.models import presets_for, write_test_model
+
+    if any("cuda" in pair for pair in pairs) and _native.cuda_device_count() == 0:
+        print("top1_agreement_backends: no CUDA device visible to this build: the pairs with cuda are skipped",
+              file=sys.stderr)
         pairs = [pair for pair in pairs if "cuda" not in pair]
     if not pairs:
         raise SystemExit("top1_agreement_backends: no pair left to run")
-
-    from pyspecla.testing.models import write_test_model
 
     device = device_name() if any("cuda" in pair for pair in pairs) else "cpu"
     rows = []
@@ -124,11 +119,7 @@ def main(argv=None) -> int:
         for arch, quant in models:
             path = str(write_test_model(Path(folder) / f"{args.preset}-{arch}-{quant}.gguf", args.preset, quant,
                                         seed=args.seed, arch=arch))
-            from pyspecla import Model
-
-            probe = Model.load(path, device="cpu")
-            n_vocab = probe.hparams.n_vocab
-            probe.close()
+            n_vocab = presets_for(arch)[args.preset].n_vocab
             prompts = [np.random.default_rng(20 + s).integers(0, n_vocab, args.tokens).tolist()
                        for s in range(args.prompts)]
             logits = {name: runtime_logits(path, name, prompts) for name in {n for pair in pairs for n in pair}}

@@ -500,10 +500,10 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
 
 /* The one-token Q4_K ring kernel's setting (matmul_ring.cuh), SPECLA_CUDA_DP4A_RING: unset, 4 stages
  * wherever a launch's units take no more waves than mm_kernel's (on an H100, where every 27B launch
- * qualifies, it took 1.1-1.3 % off a recorded decode step, docs/perf.md, thirty-seventh pass; on a
- * card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its stages hold 4 units an SM
- * where mm_kernel holds 12); 2, 3 or 4: that depth for every launch (an A/B); 0 or anything else:
- * mm_kernel. CUDA sm_80+ only. The same bits either way. */
+ * qualifies by mm_plan_for's arithmetic, it took 0.9-1.3 % off a recorded decode step, docs/perf.md,
+ * thirty-seventh pass; on a card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its
+ * stages hold 4 units an SM where mm_kernel holds 12); 2, 3 or 4: that depth for every launch (an
+ * A/B); 0 or anything else: mm_kernel. CUDA sm_80+ only. The same bits either way. */
 typedef struct mm_ring_setting {
     int depth;  /* 0: mm_kernel */
     int forced; /* the variable named the depth */
@@ -522,20 +522,36 @@ static mm_ring_setting mm_ring_setting_now(void) {
 #endif
 }
 #if !defined(SPECLA_USE_HIP)
-/* The current device's SM count and shared memory an SM, read once per device (0 when unreadable). */
-static void mm_device_sm_shape(int *sms, int *smem_per_sm) {
-    static int sms_of[64], smem_of[64];
+/* Resident CTAs an SM of `kernel` at one warp a CTA and `smem` bytes each, as the runtime's
+ * occupancy calculator counts them (registers, shared memory with its per-CTA reserve, the CTA cap);
+ * 0 when it cannot tell. */
+static int mm_ctas_per_sm(void (*kernel)(mm_launch_args), size_t smem) {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MM_DP4A_THREADS, smem) == cudaSuccess ? n : 0;
+}
+/* Whether a launch of `units` ring units of depth D with chunks of up to `chunk` blocks takes no more
+ * waves than mm_kernel's: per device, depth and chunk, read once. */
+template <int D> static bool mm_ring_fits(int units, int chunk) {
+    static int ring_of[64][MM_RING_MAX_CHUNK + 1], mm_of[64], sms_of[64]; /* per device; 0: not read yet */
     int dev = 0;
-    *sms = 0, *smem_per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
     if (sms_of[dev] == 0) {
-        int n = 0, bytes = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
-            return;
-        sms_of[dev] = n, smem_of[dev] = bytes;
+        int sms = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return false;
+        mm_of[dev] = mm_ctas_per_sm(mm_kernel<SPECLA_TYPE_Q4_K, 1>, 0);
+        sms_of[dev] = sms;
     }
-    *sms = sms_of[dev], *smem_per_sm = smem_of[dev];
+    if (ring_of[dev][chunk] == 0) ring_of[dev][chunk] = mm_ctas_per_sm(mm_ring_kernel<D>, mm_ring_smem_bytes(D, chunk));
+    const int64_t ring_wave = (int64_t)sms_of[dev] * ring_of[dev][chunk], mm_wave = (int64_t)sms_of[dev] * mm_of[dev];
+    if (ring_wave <= 0 || mm_wave <= 0) return false;
+    return (units + ring_wave - 1) / ring_wave <= (units + mm_wave - 1) / mm_wave;
+}
+template <int D>
+static bool mm_start_ring(cudaStream_t stream, const mm_launch_args &args, int chunk, bool forced, cudaError_t *err) {
+    if (!forced && !mm_ring_fits<D>(args.n_units, chunk)) return false;
+    *err = mm_start_smem(mm_ring_kernel<D>, (unsigned)mm_dp4a_ctas(args), MM_DP4A_THREADS,
+                         (size_t)mm_ring_smem_bytes(D, chunk), stream, args);
+    return true;
 }
 #endif
 /* Launches the ring kernel for a one-token Q4_K call where the setting takes it and every matrix's
@@ -550,24 +566,10 @@ static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, cudaErr
     int chunk = 0;
     for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
     if (chunk > MM_RING_MAX_CHUNK) return false;
-    const size_t smem = (size_t)mm_ring_smem_bytes(setting.depth, chunk);
-    if (!setting.forced) { /* no more waves than mm_kernel: its warps an SM against the ring's CTAs an
-                              SM by shared memory (1 KB a CTA reserved), registers (96) and the CTA cap */
-        int sms = 0, smem_per_sm = 0;
-        mm_device_sm_shape(&sms, &smem_per_sm);
-        constexpr int64_t mm_per_sm = (int64_t)mm_traits<SPECLA_TYPE_Q4_K>::min_blocks(1) * MM_WARPS_PER_BLOCK;
-        int64_t ring_per_sm = smem_per_sm / (int64_t)(smem + 1024);
-        if (ring_per_sm > 21) ring_per_sm = 21; /* 65536 registers / (96 x 32) */
-        if (sms <= 0 || ring_per_sm <= 0) return false;
-        const int64_t units = args.n_units;
-        if ((units + sms * ring_per_sm - 1) / (sms * ring_per_sm) > (units + sms * mm_per_sm - 1) / (sms * mm_per_sm))
-            return false;
-    }
-    const unsigned grid = (unsigned)mm_dp4a_ctas(args);
-    if (setting.depth == 2) *err = mm_start_smem(mm_ring_kernel<2>, grid, MM_DP4A_THREADS, smem, stream, args);
-    else if (setting.depth == 3) *err = mm_start_smem(mm_ring_kernel<3>, grid, MM_DP4A_THREADS, smem, stream, args);
-    else *err = mm_start_smem(mm_ring_kernel<4>, grid, MM_DP4A_THREADS, smem, stream, args);
-    return true;
+    const bool forced = setting.forced != 0;
+    if (setting.depth == 2) return mm_start_ring<2>(stream, args, chunk, forced, err);
+    if (setting.depth == 3) return mm_start_ring<3>(stream, args, chunk, forced, err);
+    return mm_start_ring<4>(stream, args, chunk, forced, err);
 #endif
 }
 

@@ -9,7 +9,7 @@
  * its weights come one block ahead in registers. Holding either further ahead alone gained nothing
  * (docs/perf.md: the weights by per-warp bulk copies in the seventh pass, the activations a block
  * ahead in the thirty-sixth): with one of the two latencies hidden the warp waited on the other.
- * This form hides both at once (on an H100: 1.1-1.3 % off a recorded decode step, ffn_up's call
+ * This form hides both at once (on an H100: 0.9-1.3 % off a recorded decode step, ffn_up's call
  * 24.8 -> 23.7 us; docs/perf.md, thirty-seventh pass):
  *   - the lane's share of its unit's next D blocks of weights (9 x 16 bytes a block, the prepared
  *     layout's pieces, which only that lane reads) is in flight into a ring of D shared-memory
@@ -23,7 +23,7 @@
  * shared memory allows (D = 4: 21 KB a warp, 10 warps an SM). HIP and sm_75 keep mm_kernel. */
 
 #define MM_RING_MAX_CHUNK 16 /* activation blocks a warp stages; longer chunks keep mm_kernel */
-#define MM_RING_PIECES 9     /* Q4_K: 16-byte pieces a lane holds of a block */
+#define MM_RING_PIECES (mm_traits<SPECLA_TYPE_Q4_K>::pieces) /* 16-byte pieces a lane holds of a block */
 
 /* shared memory a ring kernel of depth D needs for chunks of up to `chunk` blocks: the weight
  * stages, then the codes (256 bytes a block), the bsum pairs (8 words) and the scales */
