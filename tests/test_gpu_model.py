@@ -267,18 +267,26 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     rows_per_setting(tmp_path, path, "SPECLA_CUDA_FTC_STAGE", ("0", "1", "2"), (23, 5))
 
 
-def test_ring_q4k_decode_gives_the_same_bits(tmp_path):
-    """SPECLA_CUDA_DP4A_RING=4 and 2 (the one-token Q4_K kernel with a ring of weight stages in
-    shared memory and its chunk's activations staged once, matmul_ring.cuh, forced on every launch;
-    unset, it runs where a launch needs no more waves than mm_kernel) against 0 (mm_kernel), row for
-    row, bit for bit: the decode steps and the rows the other calls share with them, on a Q4_K_M
-    qwen35 model whose ffn_down (16384 -> 1280: 40 row groups, 64 blocks) takes chunks of 3 blocks,
-    so the depth-2 ring wraps inside a chunk. That the ring ran is not observable from here (the
-    switch is read inside the library): the device A/B's timings per setting show it (docs/perf.md,
-    thirty-seventh pass)."""
-    path = write_test_model(tmp_path / "ring-q4k.gguf", "tiny8", "q4_k_m", seed=6, n_layer=4, n_embd=1280,
+def test_ring_decode_gives_the_same_bits(tmp_path):
+    """SPECLA_CUDA_DP4A_RING=4, 3 and 2 (the one-token Q4_K and Q6_K kernels, and their pair launch,
+    with a ring of weight stages in shared memory and the chunk's activations staged once,
+    matmul_ring.cuh, forced on every such launch; unset, the deepest depth with which a launch needs
+    no more waves than the dp4a kernel) against 0 (mm_kernel, mm_pair_kernel), row for row, bit for
+    bit: the decode steps and the rows the other calls share with them, on a Q4_K_M qwen35 model whose
+    ffn_down (16384 -> 1280: 40 row groups, 64 blocks) takes chunks of 3 blocks, Q4_K in layers 0
+    and 1 and Q6_K in the use_more_bits layers 2 and 3, whose input groups mix the two types (the
+    pair launch: layer 2's GDN qkv, layer 3's attention v), so the depth-2 ring wraps inside a chunk
+    of either type. That the ring ran is not
+    observable from here (the switch is read inside the library): the device A/B's timings per
+    setting show it (docs/perf.md)."""
+    from pyspecla.testing.models import use_more_bits
+
+    n_layer = 4
+    assert [i for i in range(n_layer) if use_more_bits(i, n_layer)] == [2, 3]
+    path = write_test_model(tmp_path / "ring.gguf", "tiny8", "q4_k_m", seed=6, n_layer=n_layer, n_embd=1280,
                             n_ff=16384)
-    rows_per_setting(tmp_path, path, "SPECLA_CUDA_DP4A_RING", ("0", "4", "2"), (23, 5))
+    _, kernels = rows_per_setting(tmp_path, path, "SPECLA_CUDA_DP4A_RING", ("0", "4", "3", "2"), (23, 5))
+    assert len(set(kernels.values())) == 1, kernels  # one kernel for each dp4a launch it replaces
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3"])

@@ -498,14 +498,15 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
     return mm_start_threads(kernel, grid, MM_DP4A_THREADS, stream, args);
 }
 
-/* The one-token Q4_K ring kernel's setting (matmul_ring.cuh), SPECLA_CUDA_DP4A_RING: unset, 4 stages
- * wherever a launch's units take no more waves than mm_kernel's (on an H100, where every 27B launch
- * qualifies by mm_plan_for's arithmetic, it took 0.9-1.3 % off a recorded decode step, docs/perf.md,
- * thirty-seventh pass; on a card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its
- * stages hold 4 units an SM where mm_kernel holds 12); 2, 3 or 4: that depth for every launch (an
- * A/B); 0 or anything else: mm_kernel. CUDA sm_80+ only. The same bits either way. */
+/* The one-token ring kernels' setting (matmul_ring.cuh: Q4_K, Q6_K and their pair launch),
+ * SPECLA_CUDA_DP4A_RING: unset, the deepest of 4, 3 or 2 stages with which a launch's units take no
+ * more waves than those of the dp4a kernel it replaces (mm_kernel, mm_pair_kernel; on an H100 the
+ * Q4_K form at 4 stages took 0.9-1.3 % off a recorded decode step, docs/perf.md, thirty-seventh
+ * pass; on a card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its stages hold 4
+ * units an SM where mm_kernel holds 12); 2, 3 or 4: that depth for every such launch (an A/B); 0 or
+ * anything else: the dp4a kernels. CUDA sm_80+ only. The same bits either way. */
 typedef struct mm_ring_setting {
-    int depth;  /* 0: mm_kernel */
+    int depth;  /* 0: the dp4a kernels; unforced, the deepest depth tried */
     int forced; /* the variable named the depth */
 } mm_ring_setting;
 static mm_ring_setting mm_ring_setting_now(void) {
@@ -521,55 +522,90 @@ static mm_ring_setting mm_ring_setting_now(void) {
     return cuda_device_major() >= 8 ? setting : mm_ring_setting{0, 0};
 #endif
 }
+/* the longest chunk of a launch's matrices, in blocks */
+static int mm_launch_chunk(const mm_launch_args &args) {
+    int chunk = 0;
+    for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
+    return chunk;
+}
 #if !defined(SPECLA_USE_HIP)
 /* Resident CTAs an SM of `kernel` at one warp a CTA and `smem` bytes each, as the runtime's
  * occupancy calculator counts them (registers, shared memory with its per-CTA reserve, the CTA cap);
  * 0 when it cannot tell. */
-static int mm_ctas_per_sm(void (*kernel)(mm_launch_args), size_t smem) {
+static int mm_ctas_per_sm(const void *kernel, size_t smem) {
     int n = 0;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, MM_DP4A_THREADS, smem) == cudaSuccess ? n : 0;
 }
-/* Whether a launch of `units` ring units of depth D with chunks of up to `chunk` blocks takes no more
- * waves than mm_kernel's: per device, depth and chunk, read once. */
-template <int D> static bool mm_ring_fits(int units, int chunk) {
-    static int ring_of[64][MM_RING_MAX_CHUNK + 1], mm_of[64], sms_of[64]; /* per device; 0: not read yet */
+enum { MM_RING_KIND_Q4_K, MM_RING_KIND_Q6_K, MM_RING_KIND_PAIR, MM_RING_KINDS };
+/* Whether `ctas` one-warp CTAs of the ring kernel `ring` (of kind and depth, `smem` bytes each for
+ * chunks of up to `chunk` blocks) take no more waves than those of the dp4a kernel `base` it
+ * replaces: per device, kind, depth and chunk, read once. */
+static bool mm_ring_fits(int kind, int depth, const void *ring, const void *base, int64_t ctas, int chunk, size_t smem) {
+    static int ring_of[64][MM_RING_KINDS][3][MM_RING_MAX_CHUNK + 1], base_of[64][MM_RING_KINDS], sms_of[64]; /* 0: not read yet */
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
     if (sms_of[dev] == 0) {
         int sms = 0;
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return false;
-        mm_of[dev] = mm_ctas_per_sm(mm_kernel<SPECLA_TYPE_Q4_K, 1>, 0);
         sms_of[dev] = sms;
     }
-    if (ring_of[dev][chunk] == 0) ring_of[dev][chunk] = mm_ctas_per_sm(mm_ring_kernel<D>, mm_ring_smem_bytes(D, chunk));
-    const int64_t ring_wave = (int64_t)sms_of[dev] * ring_of[dev][chunk], mm_wave = (int64_t)sms_of[dev] * mm_of[dev];
-    if (ring_wave <= 0 || mm_wave <= 0) return false;
-    return (units + ring_wave - 1) / ring_wave <= (units + mm_wave - 1) / mm_wave;
+    if (base_of[dev][kind] == 0) base_of[dev][kind] = mm_ctas_per_sm(base, 0);
+    int &ring_per_sm = ring_of[dev][kind][depth - 2][chunk];
+    if (ring_per_sm == 0) ring_per_sm = mm_ctas_per_sm(ring, smem);
+    const int64_t ring_wave = (int64_t)sms_of[dev] * ring_per_sm, base_wave = (int64_t)sms_of[dev] * base_of[dev][kind];
+    if (ring_wave <= 0 || base_wave <= 0) return false;
+    return (ctas + ring_wave - 1) / ring_wave <= (ctas + base_wave - 1) / base_wave;
 }
-template <int D>
+template <int TYPE, int D>
 static bool mm_start_ring(cudaStream_t stream, const mm_launch_args &args, int chunk, bool forced, cudaError_t *err) {
-    if (!forced && !mm_ring_fits<D>(args.n_units, chunk)) return false;
-    *err = mm_start_smem(mm_ring_kernel<D>, (unsigned)mm_dp4a_ctas(args), MM_DP4A_THREADS,
-                         (size_t)mm_ring_smem_bytes(D, chunk), stream, args);
+    const size_t smem = (size_t)mm_ring_smem_bytes(TYPE, D, chunk);
+    const int kind = TYPE == SPECLA_TYPE_Q4_K ? MM_RING_KIND_Q4_K : MM_RING_KIND_Q6_K;
+    if (!forced && !mm_ring_fits(kind, D, (const void *)mm_ring_kernel<TYPE, D>, (const void *)mm_kernel<TYPE, 1>,
+                                 mm_dp4a_ctas(args), chunk, smem))
+        return false;
+    *err = mm_start_smem(mm_ring_kernel<TYPE, D>, (unsigned)mm_dp4a_ctas(args), MM_DP4A_THREADS, smem, stream, args);
+    return true;
+}
+/* a: the Q4_K matrices, b: the Q6_K ones; Q6_K's stages are the larger, chunk the longer of the two */
+template <int D>
+static bool mm_start_ring_pair(cudaStream_t stream, const mm_launch_args &a, const mm_launch_args &b, int chunk, bool forced,
+                               cudaError_t *err) {
+    const int a_ctas = mm_dp4a_ctas(a), b_ctas = mm_dp4a_ctas(b);
+    const size_t smem = (size_t)mm_ring_smem_bytes(SPECLA_TYPE_Q6_K, D, chunk);
+    if (!forced && !mm_ring_fits(MM_RING_KIND_PAIR, D, (const void *)mm_ring_pair_kernel<D>,
+                                 (const void *)mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (int64_t)a_ctas + b_ctas,
+                                 chunk, smem))
+        return false;
+    *err = mm_start_smem(mm_ring_pair_kernel<D>, (unsigned)(a_ctas + b_ctas), MM_DP4A_THREADS, smem, stream, a, b, a_ctas);
     return true;
 }
 #endif
-/* Launches the ring kernel for a one-token Q4_K call where the setting takes it and every matrix's
- * chunk fits the activations it stages (*err: the launch's status); false where mm_kernel runs it. */
-static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, cudaError_t *err) {
+/* Launches a ring kernel for a one-token Q4_K or Q6_K call (b: NULL), or for a pair launch's Q4_K
+ * matrices `args` and Q6_K matrices `*b`, where the setting takes it and every matrix's chunk fits
+ * the activations it stages (*err: the launch's status); false where the dp4a kernel runs it. */
+template <int TYPE>
+static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, const mm_launch_args *b, cudaError_t *err) {
 #if defined(SPECLA_USE_HIP)
-    (void)stream, (void)args, (void)err;
+    (void)stream, (void)args, (void)b, (void)err;
     return false;
 #else
     const mm_ring_setting setting = mm_ring_setting_now();
     if (setting.depth == 0) return false;
-    int chunk = 0;
-    for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
+    int chunk = mm_launch_chunk(args);
+    if (b && mm_launch_chunk(*b) > chunk) chunk = mm_launch_chunk(*b);
     if (chunk > MM_RING_MAX_CHUNK) return false;
     const bool forced = setting.forced != 0;
-    if (setting.depth == 2) return mm_start_ring<2>(stream, args, chunk, forced, err);
-    if (setting.depth == 3) return mm_start_ring<3>(stream, args, chunk, forced, err);
-    return mm_start_ring<4>(stream, args, chunk, forced, err);
+    for (int d = setting.depth; d >= (forced ? setting.depth : 2); d--) { /* unforced: the deepest that fits */
+        bool started;
+        if (b) started = d == 4 ? mm_start_ring_pair<4>(stream, args, *b, chunk, forced, err)
+                       : d == 3 ? mm_start_ring_pair<3>(stream, args, *b, chunk, forced, err)
+                                : mm_start_ring_pair<2>(stream, args, *b, chunk, forced, err);
+        else started = d == 4 ? mm_start_ring<TYPE, 4>(stream, args, chunk, forced, err)
+                     : d == 3 ? mm_start_ring<TYPE, 3>(stream, args, chunk, forced, err)
+                              : mm_start_ring<TYPE, 2>(stream, args, chunk, forced, err);
+        if (started) return true;
+    }
+    return false;
 #endif
 }
 
@@ -695,9 +731,9 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
         }
     }
     if (args.n_batch == 1) {
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+        if constexpr (TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K) {
             cudaError_t err = cudaSuccess;
-            if (mm_try_ring(stream, args, &err)) return err;
+            if (mm_try_ring<TYPE>(stream, args, nullptr, &err)) return err;
         }
         return mm_start_dp4a(mm_kernel<TYPE, 1>, stream, args);
     } else if (args.n_batch == 2)
@@ -755,6 +791,8 @@ template <int NT> static cudaError_t mm_start_tile_bulk_pair(cudaStream_t stream
 /* a: the Q4_K matrices, b: the Q6_K ones */
 static cudaError_t mm_launch_pair(cudaStream_t stream, int form, const mm_launch_args &a, const mm_launch_args &b) {
     if (form == MM_PAIR_DECODE) {
+        cudaError_t err = cudaSuccess;
+        if (mm_try_ring<SPECLA_TYPE_Q4_K>(stream, a, &b, &err)) return err;
         const int a_ctas = mm_dp4a_ctas(a), b_ctas = mm_dp4a_ctas(b);
         return mm_start_threads(mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (unsigned)(a_ctas + b_ctas),
                                 MM_DP4A_THREADS, stream, a, b, a_ctas);
