@@ -595,6 +595,12 @@ static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, const m
     if (b && mm_launch_chunk(*b) > chunk) chunk = mm_launch_chunk(*b);
     if (chunk > MM_RING_MAX_CHUNK) return false;
     const bool forced = setting.forced != 0;
+    /* a Q6_K launch of its own keeps mm_kernel unless the depth is forced: on an H100 its ring form
+     * was slower, one call each of ffn_down 33.5 against 32.5 us, the LM head 350 against 345 and
+     * attn_qkv 21.3 against 20.9 (docs/perf.md, thirty-eighth pass), where mm_kernel<Q6_K> holds its
+     * next block in registers at 237 of them; in the pair launch the ring lets the Q4_K share run at
+     * its own occupancy instead of Q6_K's */
+    if (TYPE == SPECLA_TYPE_Q6_K && !b && !forced) return false;
     for (int d = setting.depth; d >= (forced ? setting.depth : 2); d--) { /* unforced: the deepest that fits */
         bool started;
         if (b) started = d == 4 ? mm_start_ring_pair<4>(stream, args, *b, chunk, forced, err)
