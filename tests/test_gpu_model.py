@@ -268,17 +268,17 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
 
 
 def test_ring_decode_gives_the_same_bits(tmp_path):
-    """SPECLA_CUDA_DP4A_RING=4, 3 and 2 (the one-token Q4_K and Q6_K kernels, and their pair launch,
-    with a ring of weight stages in shared memory and the chunk's activations staged once,
-    matmul_ring.cuh, forced on every such launch; unset, the deepest depth with which a launch needs
-    no more waves than the dp4a kernel) against 0 (mm_kernel, mm_pair_kernel), row for row, bit for
-    bit: the decode steps and the rows the other calls share with them, on a Q4_K_M qwen35 model whose
-    ffn_down (16384 -> 1280: 40 row groups, 64 blocks) takes chunks of 3 blocks, Q4_K in layers 0
-    and 1 and Q6_K in the use_more_bits layers 2 and 3, whose input groups mix the two types (the
-    pair launch: layer 2's GDN qkv, layer 3's attention v), so the depth-2 ring wraps inside a chunk
-    of either type. That the ring ran is not
-    observable from here (the switch is read inside the library): the device A/B's timings per
-    setting show it (docs/perf.md)."""
+    """SPECLA_CUDA_DP4A_RING=4, 3 and 2 (the one-token Q4_K and Q6_K kernels and their pair launch with
+    a ring of weight stages in shared memory and the chunk's activations staged once, matmul_ring.cuh,
+    forced on every such launch; unset, Q4_K and the pair take the deepest depth with which a launch
+    needs no more waves than the dp4a kernel, and a Q6_K launch of its own keeps mm_kernel) against 0
+    (mm_kernel, mm_pair_kernel), row for row, bit for bit: the decode steps and the rows the other
+    calls share with them, on a Q4_K_M qwen35 model whose ffn_down (16384 -> 1280: 40 row groups, 64
+    blocks) takes chunks of 3 blocks, Q4_K in layers 0 and 1 and Q6_K in the use_more_bits layers 2
+    and 3, whose input groups mix the two types (the pair launch: layer 2's GDN qkv, layer 3's
+    attention v), so the depth-2 ring wraps inside a chunk of either type. That the ring ran is not
+    observable from here (the switch is read inside the library): the device A/B's timings per setting
+    show it (docs/perf.md)."""
     from pyspecla.testing.models import use_more_bits
 
     n_layer = 4

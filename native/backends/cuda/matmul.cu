@@ -499,12 +499,14 @@ static cudaError_t mm_start_dp4a(void (*kernel)(mm_launch_args), cudaStream_t st
 }
 
 /* The one-token ring kernels' setting (matmul_ring.cuh: Q4_K, Q6_K and their pair launch),
- * SPECLA_CUDA_DP4A_RING: unset, the deepest of 4, 3 or 2 stages with which a launch's units take no
- * more waves than those of the dp4a kernel it replaces (mm_kernel, mm_pair_kernel; on an H100 the
- * Q4_K form at 4 stages took 0.9-1.3 % off a recorded decode step, docs/perf.md, thirty-seventh
- * pass; on a card with 100 KB of shared memory an SM, such as sm_86 or sm_120, its stages hold 4
- * units an SM where mm_kernel holds 12); 2, 3 or 4: that depth for every such launch (an A/B); 0 or
- * anything else: the dp4a kernels. CUDA sm_80+ only. The same bits either way. */
+ * SPECLA_CUDA_DP4A_RING: unset, Q4_K and pair launches take the deepest of 4, 3 or 2 stages with
+ * which their units take no more waves than those of the dp4a kernel they replace (mm_kernel,
+ * mm_pair_kernel; on an H100 the Q4_K form took 0.9-1.3 % off a recorded decode step and the pair
+ * form 0.3-2 % more, docs/perf.md, thirty-seventh and thirty-eighth passes; on a card with 100 KB of
+ * shared memory an SM, such as sm_86 or sm_120, the Q4_K stages hold 4 units an SM where mm_kernel
+ * holds 12), and a Q6_K launch of its own keeps mm_kernel (mm_try_ring says why); 2, 3 or 4: that
+ * depth for every such launch (an A/B); 0 or anything else: the dp4a kernels. CUDA sm_80+ only. The
+ * same bits either way. */
 typedef struct mm_ring_setting {
     int depth;  /* 0: the dp4a kernels; unforced, the deepest depth tried */
     int forced; /* the variable named the depth */

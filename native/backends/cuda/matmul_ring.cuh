@@ -1,7 +1,8 @@
 /* The one-token Q4_K and Q6_K matmuls with their weights several blocks ahead and their activations
  * staged once (mm_ring_kernel<TYPE, D>, and mm_ring_pair_kernel<D> for a group's Q4_K and Q6_K
- * matrices in one launch; CUDA sm_80+, the default there at the deepest of D = 4, 3, 2 stages with
- * which a launch takes no more waves than the kernel it replaces, matmul.cu's mm_try_ring;
+ * matrices in one launch; CUDA sm_80+, the default there for Q4_K and the pair at the deepest of
+ * D = 4, 3, 2 stages with which a launch takes no more waves than the kernel it replaces, matmul.cu's
+ * mm_try_ring, while a Q6_K launch of its own keeps mm_kernel, which was faster for it;
  * SPECLA_CUDA_DP4A_RING=2, 3 or 4 takes that depth for every such launch, 0 the dp4a kernels).
  * Included by matmul.cu after its dp4a kernels, whose units, plan, stores and split-K finish it
  * shares.
@@ -23,9 +24,10 @@
  *     at most MM_RING_MAX_CHUNK blocks), and every block reads them there.
  * Each block then runs mm_block_q4_k_pairs or mm_block_q6_k on the same words as mm_kernel, in the
  * same order: the same bits. A CTA is one warp (a unit), as in mm_kernel, so an SM holds as many units
- * as its shared memory allows (Q4_K at D = 4: 18.4 KB of stages a warp; Q6_K at D = 3: 20.4 KB), and
- * with about 100 registers a lane where mm_kernel<Q6_K> takes 251 (8 warps an SM), Q6_K's ring holds
- * more units an SM than its dp4a kernel does. HIP and sm_75 keep mm_kernel. */
+ * as its shared memory allows (Q4_K at D = 4: 18.4 KB of stages a warp; Q6_K at D = 3: 20.4 KB). At
+ * 96 registers a lane, where mm_pair_kernel takes 251 (8 warps an SM), the pair launch's Q4_K share
+ * runs at its own occupancy: that is where the pair form gains (docs/perf.md, thirty-eighth pass).
+ * HIP and sm_75 keep the dp4a kernels. */
 
 #define MM_RING_MAX_CHUNK 24 /* activation blocks a warp stages (the 27B LM head's chunks are 20);
                                 longer chunks keep mm_kernel */
