@@ -42,6 +42,11 @@ template <int TYPE> struct mm_ring_traits {
     static constexpr int stage_bytes = pieces * 16 * MM_GROUP_ROWS + (has_d ? 4 * MM_GROUP_ROWS : 0);
 };
 
+/* the largest launch (4 Q6_K stages, the longest chunk) stays within the 48 KB of dynamic shared
+ * memory a kernel gets without cudaFuncSetAttribute, which the ring launches do not call */
+static_assert(4 * mm_ring_traits<SPECLA_TYPE_Q6_K>::stage_bytes + MM_RING_MAX_CHUNK * MM_RING_ACT_BYTES <= 48 * 1024,
+              "the ring's stages and staged chunk must fit 48 KB");
+
 /* shared memory a ring kernel of depth D over weight type `type` needs for chunks of up to `chunk`
  * blocks: the weight stages, then the codes (256 bytes a block), the bsums (32) and the scales */
 MM_HD int mm_ring_smem_bytes(int32_t type, int depth, int chunk) {
