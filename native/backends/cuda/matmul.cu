@@ -524,13 +524,13 @@ static mm_ring_setting mm_ring_setting_now(void) {
     return cuda_device_major() >= 8 ? setting : mm_ring_setting{0, 0};
 #endif
 }
+#if !defined(SPECLA_USE_HIP)
 /* the longest chunk of a launch's matrices, in blocks */
 static int mm_launch_chunk(const mm_launch_args &args) {
     int chunk = 0;
     for (int m = 0; m < args.n_mats; m++) chunk = args.mat[m].chunk_blocks > chunk ? args.mat[m].chunk_blocks : chunk;
     return chunk;
 }
-#if !defined(SPECLA_USE_HIP)
 /* Resident CTAs an SM of `kernel` at one warp a CTA and `smem` bytes each, as the runtime's
  * occupancy calculator counts them (registers, shared memory with its per-CTA reserve, the CTA cap);
  * 0 when it cannot tell. */
