@@ -558,27 +558,28 @@ static bool mm_ring_fits(int kind, int depth, const void *ring, const void *base
     if (ring_wave <= 0 || base_wave <= 0) return false;
     return (ctas + ring_wave - 1) / ring_wave <= (ctas + base_wave - 1) / base_wave;
 }
+/* Launches the ring kernel of depth D for a one-token launch of type TYPE (b: NULL) or for a pair
+ * launch, `args` its Q4_K matrices and `*b` its Q6_K ones (whose stages are the larger), where `forced`
+ * or the wave rule takes it; false where it does not. chunk: the longest chunk of the launch. */
 template <int TYPE, int D>
-static bool mm_start_ring(cudaStream_t stream, const mm_launch_args &args, int chunk, bool forced, cudaError_t *err) {
-    const size_t smem = (size_t)mm_ring_smem_bytes(TYPE, D, chunk);
+static bool mm_start_ring(cudaStream_t stream, const mm_launch_args &args, const mm_launch_args *b, int chunk, bool forced,
+                          cudaError_t *err) {
+    const int a_ctas = mm_dp4a_ctas(args), b_ctas = b ? mm_dp4a_ctas(*b) : 0;
+    const size_t smem = (size_t)mm_ring_smem_bytes(b ? SPECLA_TYPE_Q6_K : TYPE, D, chunk);
+    if (b) {
+        if (!forced && !mm_ring_fits(MM_RING_KIND_PAIR, D, (const void *)mm_ring_pair_kernel<D>,
+                                     (const void *)mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>,
+                                     (int64_t)a_ctas + b_ctas, chunk, smem))
+            return false;
+        *err = mm_start_smem(mm_ring_pair_kernel<D>, (unsigned)(a_ctas + b_ctas), MM_DP4A_THREADS, smem, stream, args, *b,
+                             a_ctas);
+        return true;
+    }
     const int kind = TYPE == SPECLA_TYPE_Q4_K ? MM_RING_KIND_Q4_K : MM_RING_KIND_Q6_K;
-    if (!forced && !mm_ring_fits(kind, D, (const void *)mm_ring_kernel<TYPE, D>, (const void *)mm_kernel<TYPE, 1>,
-                                 mm_dp4a_ctas(args), chunk, smem))
-        return false;
-    *err = mm_start_smem(mm_ring_kernel<TYPE, D>, (unsigned)mm_dp4a_ctas(args), MM_DP4A_THREADS, smem, stream, args);
-    return true;
-}
-/* a: the Q4_K matrices, b: the Q6_K ones; Q6_K's stages are the larger, chunk the longer of the two */
-template <int D>
-static bool mm_start_ring_pair(cudaStream_t stream, const mm_launch_args &a, const mm_launch_args &b, int chunk, bool forced,
-                               cudaError_t *err) {
-    const int a_ctas = mm_dp4a_ctas(a), b_ctas = mm_dp4a_ctas(b);
-    const size_t smem = (size_t)mm_ring_smem_bytes(SPECLA_TYPE_Q6_K, D, chunk);
-    if (!forced && !mm_ring_fits(MM_RING_KIND_PAIR, D, (const void *)mm_ring_pair_kernel<D>,
-                                 (const void *)mm_pair_kernel<SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, 1>, (int64_t)a_ctas + b_ctas,
+    if (!forced && !mm_ring_fits(kind, D, (const void *)mm_ring_kernel<TYPE, D>, (const void *)mm_kernel<TYPE, 1>, a_ctas,
                                  chunk, smem))
         return false;
-    *err = mm_start_smem(mm_ring_pair_kernel<D>, (unsigned)(a_ctas + b_ctas), MM_DP4A_THREADS, smem, stream, a, b, a_ctas);
+    *err = mm_start_smem(mm_ring_kernel<TYPE, D>, (unsigned)a_ctas, MM_DP4A_THREADS, smem, stream, args);
     return true;
 }
 #endif
@@ -593,24 +594,18 @@ static bool mm_try_ring(cudaStream_t stream, const mm_launch_args &args, const m
 #else
     const mm_ring_setting setting = mm_ring_setting_now();
     if (setting.depth == 0) return false;
-    int chunk = mm_launch_chunk(args);
-    if (b && mm_launch_chunk(*b) > chunk) chunk = mm_launch_chunk(*b);
+    const int chunk_a = mm_launch_chunk(args), chunk_b = b ? mm_launch_chunk(*b) : 0;
+    const int chunk = chunk_a > chunk_b ? chunk_a : chunk_b;
     if (chunk > MM_RING_MAX_CHUNK) return false;
     const bool forced = setting.forced != 0;
-    /* a Q6_K launch of its own keeps mm_kernel unless the depth is forced: on an H100 its ring form
-     * was slower, one call each of ffn_down 33.5 against 32.5 us, the LM head 350 against 345 and
-     * attn_qkv 21.3 against 20.9 (docs/perf.md, thirty-eighth pass), where mm_kernel<Q6_K> holds its
-     * next block in registers at 237 of them; in the pair launch the ring lets the Q4_K share run at
-     * its own occupancy instead of Q6_K's */
+    /* a Q6_K launch of its own keeps mm_kernel unless the depth is forced: its ring form was 2-3 % a
+     * call slower on an H100, for reasons not profiled (docs/cuda-matmul.md). The pair launch takes the
+     * ring, which lets its Q4_K share run at its own occupancy instead of Q6_K's. */
     if (TYPE == SPECLA_TYPE_Q6_K && !b && !forced) return false;
     for (int d = setting.depth; d >= (forced ? setting.depth : 2); d--) { /* unforced: the deepest that fits */
-        bool started;
-        if (b) started = d == 4 ? mm_start_ring_pair<4>(stream, args, *b, chunk, forced, err)
-                       : d == 3 ? mm_start_ring_pair<3>(stream, args, *b, chunk, forced, err)
-                                : mm_start_ring_pair<2>(stream, args, *b, chunk, forced, err);
-        else started = d == 4 ? mm_start_ring<TYPE, 4>(stream, args, chunk, forced, err)
-                     : d == 3 ? mm_start_ring<TYPE, 3>(stream, args, chunk, forced, err)
-                              : mm_start_ring<TYPE, 2>(stream, args, chunk, forced, err);
+        const bool started = d == 4 ? mm_start_ring<TYPE, 4>(stream, args, b, chunk, forced, err)
+                           : d == 3 ? mm_start_ring<TYPE, 3>(stream, args, b, chunk, forced, err)
+                                    : mm_start_ring<TYPE, 2>(stream, args, b, chunk, forced, err);
         if (started) return true;
     }
     return false;
