@@ -276,7 +276,14 @@ MM_HD int mm_act_kind(int32_t type) {
  * staged kernel 4 CTAs (528 pairs of row groups): 960 gives attn_qkv (320 row groups) 3 chunks, 960
  * units, and ffn_down (160) 6 chunks, 960 units, where 2048 gave 2240 and 1920 units, three and two
  * waves, and 1024 gave ffn_down 1120, two waves again (35.6 us against 29.8 at 2048). */
+/* F16 / BF16 (the tensor-core kernel of matmul_float_tc.cuh, the DFlash draft's matrices): a build
+ * may try another target (-DMM_TARGET_UNITS_FLOAT=1024); it changes these types' order only. */
+#ifndef MM_TARGET_UNITS_FLOAT
+#define MM_TARGET_UNITS_FLOAT MM_TARGET_UNITS
+#endif
+static_assert(MM_TARGET_UNITS_FLOAT <= MM_TARGET_UNITS, "MM_MAX_PARTIALS_PER_TOKEN and MM_MAX_COUNTERS assume the largest target");
 MM_HD int mm_target_units(int32_t type) {
+    if (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) return MM_TARGET_UNITS_FLOAT;
     return type == SPECLA_TYPE_Q4_K ? MM_TARGET_UNITS_Q4_K : type == SPECLA_TYPE_Q6_K ? MM_TARGET_UNITS_Q6_K : MM_TARGET_UNITS;
 }
 typedef struct mm_plan {
