@@ -264,9 +264,15 @@ MM_HD int mm_act_kind(int32_t type) {
                               * type (-DMM_TARGET_UNITS=4096): it changes the order */
 #define MM_TARGET_UNITS_Q4_K 1024
 #define MM_TARGET_UNITS_Q6_K 960
+#ifndef MM_TARGET_UNITS_FLOAT
+#define MM_TARGET_UNITS_FLOAT 768
+#endif
 #else
 #define MM_TARGET_UNITS_Q4_K MM_TARGET_UNITS
 #define MM_TARGET_UNITS_Q6_K MM_TARGET_UNITS
+#ifndef MM_TARGET_UNITS_FLOAT
+#define MM_TARGET_UNITS_FLOAT MM_TARGET_UNITS
+#endif
 #endif
 /* The K-quant targets keep the 27B matrices within one wave of resident work on the H200's 132 SMs
  * (the units of a partial last wave start only as the first wave's end: the traces of docs/perf.md).
@@ -276,11 +282,14 @@ MM_HD int mm_act_kind(int32_t type) {
  * staged kernel 4 CTAs (528 pairs of row groups): 960 gives attn_qkv (320 row groups) 3 chunks, 960
  * units, and ffn_down (160) 6 chunks, 960 units, where 2048 gave 2240 and 1920 units, three and two
  * waves, and 1024 gave ffn_down 1120, two waves again (35.6 us against 29.8 at 2048). */
-/* F16 / BF16 (the tensor-core kernel of matmul_float_tc.cuh, the DFlash draft's matrices): a build
- * may try another target (-DMM_TARGET_UNITS_FLOAT=1024); it changes these types' order only. */
-#ifndef MM_TARGET_UNITS_FLOAT
-#define MM_TARGET_UNITS_FLOAT MM_TARGET_UNITS
-#endif
+/* F16 / BF16 (the tensor-core kernel of matmul_float_tc.cuh: the DFlash draft's matrices, 16 rows a
+ * proposal) ask for 768: fewer, longer units than at 2048 spend less on each unit's start and on the
+ * split-K finish (3-23 chunks a row on the 27B draft, 7-54 at 2048); on 132 SMs, where the staged
+ * kernel holds 2 CTAs of 4 units an SM, a draft layer's o and down launches fit one partial wave
+ * (200 CTAs), its gate + up launch takes 1.8 waves and its k + v + q launch 2.1 (2.0, 4.2 and 5.2 at
+ * 2048). The draft's proposal took 10 % less time than at 2048 on an H100; 1024 took 2 % less, 512
+ * about 1 % more (docs/perf.md, thirty-ninth pass). -DMM_TARGET_UNITS_FLOAT=N tries another; it
+ * changes these two types' order only. */
 static_assert(MM_TARGET_UNITS_FLOAT <= MM_TARGET_UNITS, "MM_MAX_PARTIALS_PER_TOKEN and MM_MAX_COUNTERS assume the largest target");
 MM_HD int mm_target_units(int32_t type) {
     if (type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16) return MM_TARGET_UNITS_FLOAT;
