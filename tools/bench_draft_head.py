@@ -5,7 +5,8 @@ weights: timings do not depend on the values). Never run in CI.
     python tools/bench_draft_head.py --target q08b.gguf --out rows.jsonl
 
 --target: a qwen35 GGUF; absent, the synthetic Qwen3.5-0.8B shape (preset 0.8b, Q4_K_M) is
-written there first (several minutes). A synthetic DFlash draft for it is written next to it.
+written there first (several minutes). A synthetic DFlash draft for it is written next to it,
+unless --draft names one.
 Rows (JSON lines: commit, device, model, mode, figures):
   dflash-propose  one DFlash block (block_size - 1 depths, top-4) after a --context-token prompt,
                   with the target's whole LM head and with a reduced vocabulary (DraftVocabulary,
@@ -55,7 +56,12 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-kv-heads", type=int, default=2)
     ap.add_argument("--draft-head-dim", type=int, default=64)
     ap.add_argument("--draft-quant", default="q8_0", help="f32, f16, q8_0 or q4_k_m")
+    ap.add_argument("--draft", default=None,
+                    help="a DFlash draft GGUF for the target (rows take its shape from the file; --draft-quant still "
+                         "labels them); absent, a synthetic one of the --draft-* shape is written next to the target")
     args = ap.parse_args(argv)
+    if args.draft and not Path(args.draft).is_file():
+        ap.error(f"--draft {args.draft}: no such file")
 
     from pyspecla import Model
     from pyspecla.dflash_draft import DFlashDraft
@@ -68,7 +74,8 @@ def main(argv=None) -> int:
         write_test_model(target_path, preset="0.8b", quant="q4_k_m", seed=0)
     shape = (args.draft_layers, args.draft_heads, args.draft_kv_heads, args.draft_head_dim, args.draft_quant)
     suffix = "" if shape == (2, 4, 2, 64, "q8_0") else "-L{}-h{}-kv{}-d{}-{}".format(*shape)
-    draft_path = target_path.with_name(target_path.stem + "-dflash-draft" + suffix + ".gguf")
+    draft_path = (Path(args.draft) if args.draft
+                  else target_path.with_name(target_path.stem + "-dflash-draft" + suffix + ".gguf"))
     if not draft_path.exists():
         write_test_draft(draft_path, target_path, seed=1, quant=args.draft_quant, n_layer=args.draft_layers,
                          n_head=args.draft_heads, n_head_kv=args.draft_kv_heads, head_dim=args.draft_head_dim)
@@ -104,9 +111,9 @@ def main(argv=None) -> int:
     where = (f"cpu: {cpu_name()} ({os.cpu_count()} cores, {args.threads} threads)" if whole.device == "cpu"
              else whole.device)
     base = {"commit": args.commit or git_commit(), "device": where,
-            "model": target_path.name, "draft": draft_path.name, "draft_layers": args.draft_layers,
-            "draft_heads": args.draft_heads, "draft_kv_heads": args.draft_kv_heads,
-            "draft_head_dim": args.draft_head_dim, "draft_quant": args.draft_quant, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
+            "model": target_path.name, "draft": draft_path.name, "draft_layers": draft.hparams.n_layer,
+            "draft_heads": draft.hparams.n_head, "draft_kv_heads": draft.hparams.n_head_kv,
+            "draft_head_dim": draft.hparams.head_dim, "draft_quant": args.draft_quant, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
             "repeats": args.repeats}
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = [

@@ -16,8 +16,6 @@ shift 2
 cd "$(dirname "$0")/../.." || exit 1
 REPEATS=${REPEATS:-20}
 draft=$(bash tools/device/write_draft.sh) || { echo "ab_draft_propose.sh: the draft was not written"; exit 1; }
-# bench_draft_head.py looks for the draft next to the target under its own name
-ln -sf "$draft" "$(dirname "$MODEL")/$(basename "$MODEL" .gguf)-dflash-draft-L5-h32-kv8-d128-f16.gguf"
 names=(main) libs=("$SPECLA_LIBRARY")
 for spec in "$@"; do
   name=${spec%%=*} path=${spec#*=}
@@ -31,7 +29,7 @@ for r in $(seq 1 "$rounds"); do
   for i in "${!names[@]}"; do
     echo "=== round $r: ${names[$i]}"
     SPECLA_LIBRARY=${libs[$i]} python3 tools/bench_draft_head.py --target "$MODEL" --device cuda \
-      --draft-layers 5 --draft-heads 32 --draft-kv-heads 8 --draft-head-dim 128 --draft-quant f16 \
+      --draft "$draft" --draft-layers 5 --draft-heads 32 --draft-kv-heads 8 --draft-head-dim 128 --draft-quant f16 \
       --repeats "$REPEATS" --commit "$commit+${names[$i]}" --out "$ROWS" |
       python3 -c "import json,sys
 for l in sys.stdin:

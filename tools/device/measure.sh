@@ -78,6 +78,12 @@ if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
   draft=$(cat "$HOME/measure-draft.path")
   python3 tools/bench_gpu_e2e.py --model "$MODEL" --device cuda --draft-cost "$draft" --targets 6 --recorded on,off \
     --reps 1 --modes plain,ddtree+specla --commit "$commit" --out "$ROWS" 2>&1 | tail -10
+  # the draft's proposal alone (one recorded 16-row block, top-4 over the reduced head and the whole
+  # one, median of 20): the part of the draft's cost that does not depend on the loop's acceptance
+  stage "the draft's proposal alone"
+  python3 tools/bench_draft_head.py --target "$MODEL" --device cuda --draft "$draft" --draft-layers 5 --draft-heads 32 \
+    --draft-kv-heads 8 --draft-head-dim 128 --draft-quant f16 --repeats 20 --commit "$commit" --out "$ROWS" 2>&1 |
+    grep dflash-propose | cut -c1-400
 else
   echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
 fi
