@@ -669,13 +669,17 @@ def test_draft_head_benchmark_writes_its_rows(tmp_path):
     # the CPU counts no launches or host waits (a GPU run lists them per propose call)
     assert propose["whole_host_waits_per_propose"] is None and propose["reduced_launches_per_propose"] is None
     assert rows["save-state"]["save_state_ms"] > 0
-    assert propose["draft_layers"] == 2 and propose["draft_heads"] == 4  # the written draft's own shape
-    # --draft takes a given draft file as it is; a missing one is a usage error naming the flag
+    # --draft takes a given draft file as it is: its rows carry the file's shape and weight type (the
+    # written draft: 2 layers, 4 heads, Q8_0), not the --draft-* options; a missing file is a usage
+    # error naming the flag
     out.unlink()
     assert bench_draft_head.main(["--target", str(target), "--threads", "1", "--draft-vocab", "100",
                                   "--context-tokens", "12", "--repeats", "1", "--out", str(out),
-                                  "--draft", str(tmp_path / "tiny-dflash-draft.gguf")]) == 0
-    assert json.loads(out.read_text().splitlines()[0])["draft"] == "tiny-dflash-draft.gguf"
+                                  "--draft", str(tmp_path / "tiny-dflash-draft.gguf"),
+                                  "--draft-layers", "7", "--draft-heads", "9", "--draft-quant", "f32"]) == 0
+    given = json.loads(out.read_text().splitlines()[0])
+    assert given["draft"] == "tiny-dflash-draft.gguf"
+    assert (given["draft_layers"], given["draft_heads"], given["draft_quant"]) == (2, 4, "q8_0")
     with pytest.raises(SystemExit) as exit_info:
         bench_draft_head.main(["--target", str(target), "--draft", str(tmp_path / "absent.gguf")])
     assert exit_info.value.code == 2

@@ -57,8 +57,9 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-head-dim", type=int, default=64)
     ap.add_argument("--draft-quant", default="q8_0", help="f32, f16, q8_0 or q4_k_m")
     ap.add_argument("--draft", default=None,
-                    help="a DFlash draft GGUF for the target (rows take its shape from the file; --draft-quant still "
-                         "labels them); absent, a synthetic one of the --draft-* shape is written next to the target")
+                    help="a DFlash draft GGUF for the target (its rows take the shape and weight type from the file, "
+                         "the --draft-* options are not used); absent, a synthetic one of the --draft-* shape is "
+                         "written next to the target")
     args = ap.parse_args(argv)
     if args.draft and not Path(args.draft).is_file():
         ap.error(f"--draft {args.draft}: no such file")
@@ -72,16 +73,20 @@ def main(argv=None) -> int:
     target_path = Path(args.target)
     if not target_path.exists():
         write_test_model(target_path, preset="0.8b", quant="q4_k_m", seed=0)
-    shape = (args.draft_layers, args.draft_heads, args.draft_kv_heads, args.draft_head_dim, args.draft_quant)
-    suffix = "" if shape == (2, 4, 2, 64, "q8_0") else "-L{}-h{}-kv{}-d{}-{}".format(*shape)
-    draft_path = (Path(args.draft) if args.draft
-                  else target_path.with_name(target_path.stem + "-dflash-draft" + suffix + ".gguf"))
-    if not draft_path.exists():
-        write_test_draft(draft_path, target_path, seed=1, quant=args.draft_quant, n_layer=args.draft_layers,
-                         n_head=args.draft_heads, n_head_kv=args.draft_kv_heads, head_dim=args.draft_head_dim)
+    if args.draft:
+        draft_path = Path(args.draft)
+    else:
+        shape = (args.draft_layers, args.draft_heads, args.draft_kv_heads, args.draft_head_dim, args.draft_quant)
+        suffix = "" if shape == (2, 4, 2, 64, "q8_0") else "-L{}-h{}-kv{}-d{}-{}".format(*shape)
+        draft_path = target_path.with_name(target_path.stem + "-dflash-draft" + suffix + ".gguf")
+        if not draft_path.exists():
+            write_test_draft(draft_path, target_path, seed=1, quant=args.draft_quant, n_layer=args.draft_layers,
+                             n_head=args.draft_heads, n_head_kv=args.draft_kv_heads, head_dim=args.draft_head_dim)
 
     model = Model.load(str(target_path), n_threads=args.threads, device=args.device)
     draft = DFlashDraft.load(str(draft_path), model)
+    # a given draft is labelled by its own first layer's ffn_up type (a written one by its quant mix)
+    draft_quant = draft.file.tensor("blk.0.ffn_up.weight").type_name.lower() if args.draft else args.draft_quant
     prompt = np.random.default_rng(0).integers(0, min(30000, model.hparams.n_vocab), args.context_tokens).tolist()
     ctx = model.new_context(n_ctx=args.context_tokens + 4 * args.repeats + 64, capture_layers=draft.target_layer_ids)
     ctx.eval(prompt)
@@ -113,7 +118,7 @@ def main(argv=None) -> int:
     base = {"commit": args.commit or git_commit(), "device": where,
             "model": target_path.name, "draft": draft_path.name, "draft_layers": draft.hparams.n_layer,
             "draft_heads": draft.hparams.n_head, "draft_kv_heads": draft.hparams.n_head_kv,
-            "draft_head_dim": draft.hparams.head_dim, "draft_quant": args.draft_quant, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
+            "draft_head_dim": draft.hparams.head_dim, "draft_quant": draft_quant, "n_vocab": model.hparams.n_vocab, "n_embd": model.hparams.n_embd,
             "repeats": args.repeats}
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = [

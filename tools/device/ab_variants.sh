@@ -7,6 +7,7 @@
 #
 # A run_gpu.sh bench command (SPECLA_LIBRARY, MODEL and ROWS come from run_gpu.sh):
 #   bash tools/device/ab_variants.sh COMMIT ROUNDS "BENCH_GPU_ARGS" NAME=PATCH[+PATCH...] ...
+# (BENCH_GPU_ARGS "-": no bench_gpu run, only AB_EXTRA's command, for an A/B of another benchmark)
 # e.g.
 #   bash tools/device/ab_variants.sh d6a3efc 2 "--batches 1,23 --depths 0 --reps 5" \
 #     mmq=ab/mmq.patch att=ab/att.patch both=ab/mmq.patch+ab/att.patch
@@ -18,7 +19,7 @@
 # environment settings (e.g. regs=env:SPECLA_CUDA_TILE_BULK=0), no build; NAME=of:OTHER:VAR=VALUE[,...] is
 # the library of OTHER, a variant named before it, run with those settings; NAME=lib:PATH a library
 # built elsewhere (the same nvcc as the device's: built on the session's machine from main plus a
-# patch and carried), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
+# patch and carried; PATH.gz is unpacked first), no build and no checker. AB_PYTEST=0 skips the variants' pytest -m gpu runs,
 # AB_PYTEST="NAME ..." runs them for those variants only, AB_PYTEST_K=EXPR only the tests pytest's
 # -k EXPR selects. A single-patch variant
 # that touches the matmul also runs cuda_matmul_check (GPU bits against the CPU oracle), one that
@@ -43,6 +44,7 @@ rm -rf "$libs" && mkdir -p "$libs"
 cp "$SPECLA_LIBRARY" "$libs/main.so"
 names=(main)
 
+gunzip_to() { gunzip -c "$1" > "$2"; }
 revert() { local i; for ((i = ${#list[@]} - 1; i >= 0; i--)); do patch -R -p1 -s < "${list[i]}"; done; }
 
 # a CPU-only build of SRC in DIR, as the checkers link it: libspecla.so (build_cuda_checks.sh's
@@ -86,7 +88,9 @@ for spec in "$@"; do
   fi
   if [[ "${spec#*=}" == lib:* ]]; then # a library built elsewhere (e.g. on the session's machine), carried in
     path=${spec#*=lib:}
-    if [ -f "$path" ]; then cp "$path" "$libs/$name.so" && names+=("$name") && echo "variant $name: the library $path"
+    unpack=cp
+    [[ "$path" == *.gz ]] && unpack=gunzip_to
+    if [ -f "$path" ]; then $unpack "$path" "$libs/$name.so" && names+=("$name") && echo "variant $name: the library $path"
     else echo "variant $name: no library at $path"; fi
     continue
   fi
@@ -166,8 +170,8 @@ for ((r = 1; r <= rounds; r++)); do
   for name in "${names[@]}"; do
     echo "=== round $r: $name"
     # shellcheck disable=SC2086  # bench_args is a list of flags
-    env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" \
-      --commit "$commit+$name" $bench_args 2>&1 | tail -20
+    [ "$bench_args" = - ] || env ${variant_env[$name]:-} SPECLA_LIBRARY="$libs/$name.so" python3 tools/bench_gpu.py \
+      --model "$MODEL" --out "$ROWS" --commit "$commit+$name" $bench_args 2>&1 | tail -20
     if [ -n "${AB_EXTRA:-}" ]; then # one more command per variant and round, e.g. bench_gpu_spec
       echo "=== round $r: $name: AB_EXTRA"
       # shellcheck disable=SC2086

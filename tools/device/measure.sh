@@ -81,8 +81,8 @@ if [ "$(cat "$HOME/measure-draft.rc" 2>/dev/null)" = 0 ]; then
   # the draft's proposal alone (one recorded 16-row block, top-4 over the reduced head and the whole
   # one, median of 20): the part of the draft's cost that does not depend on the loop's acceptance
   stage "the draft's proposal alone"
-  python3 tools/bench_draft_head.py --target "$MODEL" --device cuda --draft "$draft" --draft-layers 5 --draft-heads 32 \
-    --draft-kv-heads 8 --draft-head-dim 128 --draft-quant f16 --repeats 20 --commit "$commit" --out "$ROWS" 2>&1 |
+  python3 tools/bench_draft_head.py --target "$MODEL" --device cuda --draft "$draft" --repeats 20 --commit "$commit" \
+    --out "$ROWS" 2>&1 |
     grep dflash-propose | cut -c1-400
 else
   echo "the draft was not written"; tail -20 "$HOME/measure-draft.log"
