@@ -177,6 +177,40 @@ def test_a_recorded_proposal_equals_the_eager_one(pair_path):
     assert ctx.device == "cuda" and recorded.device == "cuda"
 
 
+def test_the_drafts_fused_attention_prepare_gives_the_ops_bits(pair_path):
+    """A draft layer's Q and K norms, RoPEs and the block's K/V cache rows are one attention_prepare:
+    one kernel with SPECLA_CUDA_FUSED_ATTENTION_PREPARE=1 (the default), the six ops it stands for
+    with 0. Eager proposals give the same bits either way (rows ingested between calls, a side branch
+    accepted), and a proposal with nothing to ingest launches 5 kernels fewer per draft layer."""
+    target, draft_file = pair_path("untied-head-3-layers")
+    model, draft = open_pair(target, draft_file, "cuda")
+    tokens = prompt(model.hparams.n_vocab, 40, seed=43)
+    runs, launches = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        for value in ("0", "1"):
+            mp.setenv("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", value)  # read when a context opens its backend
+            ctx = model.new_context(n_ctx=96, max_tree_nodes=8, capture_layers=draft.target_layer_ids)
+            dctx = draft.new_context(n_ctx=96, max_batch=6, recorded_steps=False)
+            ctx.eval(tokens[:20])
+            got = [dctx.propose(ctx, tokens[20], 15, 8)]
+            ctx.eval(tokens[20:27])
+            got.append(dctx.propose(ctx, tokens[27], 15, 8))
+            ctx.verify_tree(tokens[27:31], [-1, 0, 1, 0])
+            ctx.accept([0, 3])
+            got.append(dctx.propose(ctx, tokens[31], 15, 8))
+            dctx.launch_counters()
+            got.append(dctx.propose(ctx, tokens[32], 15, 8))
+            launches[value] = dctx.launch_counters()[0]
+            runs[value] = got
+            dctx.close()
+            ctx.close()
+    for call, ((want_ids, want_lp), (got_ids, got_lp)) in enumerate(zip(runs["0"], runs["1"])):
+        assert np.isfinite(got_lp).all(), f"call {call}"
+        assert np.array_equal(got_ids, want_ids), f"call {call}: ids"
+        assert np.array_equal(got_lp.view(np.uint32), want_lp.view(np.uint32)), f"call {call}: log-probs"
+    assert launches["0"] - launches["1"] == 5 * draft.hparams.n_layer, launches
+
+
 def test_a_recorded_proposal_follows_a_chosen_head_that_grows(pair_path):
     """A chosen head (set_logit_rows) that grows within its memory keeps the recorded proposal: the
     head is multiplied over its capacity and the top-k reads the row count on the device, so a

@@ -76,6 +76,8 @@ SPECLA_API void specla_draft_context_free(specla_draft_context *dc) {
     }
     free(dc->host_top);
     free(dc->host_ints);
+    free(dc->ingest_mats);
+    free(dc->ingest_outs);
     free(dc);
 }
 
@@ -137,6 +139,8 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
     }
     if (ok) {
         dc->host_ints = (int32_t *)malloc(sizeof(int32_t) * (size_t)imax(rows, BLOCK_INTS(B)));
+        dc->ingest_mats = (const specla_tensor **)calloc(2 * (size_t)L, sizeof(const specla_tensor *));
+        dc->ingest_outs = (float **)calloc(2 * (size_t)L, sizeof(float *));
         dc->features = alloc_floats(be, dc->chunk * W);
         dc->ctx_rows = alloc_floats(be, (int64_t)dc->chunk * E);
         dc->hidden = alloc_floats(be, (int64_t)B * E);
@@ -155,7 +159,7 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         const size_t top_bytes = (sizeof(int32_t) + sizeof(float)) * (size_t)(B - 1) * (size_t)dc->top_capacity;
         dc->top = be->ops->alloc(be, top_bytes);
         dc->host_top = malloc(top_bytes);
-        ok = dc->host_ints && dc->features && dc->ctx_rows && dc->hidden && dc->normed && dc->q &&
+        ok = dc->host_ints && dc->ingest_mats && dc->ingest_outs && dc->features && dc->ctx_rows && dc->hidden && dc->normed && dc->q &&
              dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->block_k && dc->block_v && dc->logits &&
              dc->positions && dc->block_ints && dc->top && dc->host_top;
     }
@@ -202,22 +206,28 @@ SPECLA_API specla_status specla_draft_context_set_logit_rows(specla_draft_contex
                              &dc->logit_head, op);
 }
 
-/* The projections of `n` inputs x[n][E] at `positions` (backend memory) that draft layer il needs:
- * its K and V rows into k_out and v_out (K then normed and rotated in place), and with q_out its
- * queries too. One matmul group: the projections share their input, so a GPU splits the activations
- * once and runs one launch for all of them (the same bits as one call each). */
-static void project_layer(specla_draft_context *dc, int il, const float *x, int n, const int32_t *positions,
-                          float *k_out, float *v_out, float *q_out) {
+/* The K and V rows of context rows x[n][E] at `positions` (backend memory) for every draft layer,
+ * into the cache rows starting at `at`: every layer's two projections in one matmul group (they all
+ * read x, so a GPU splits the activations once and launches CUDA_MATMUL_GROUP_LAUNCH matrices at a
+ * time, where a call per layer paid a split and a launch of two small matrices per layer; the same
+ * bits as one call each), then each layer's K normed and rotated in place. */
+static void project_context(specla_draft_context *dc, const float *x, int n, const int32_t *positions, int64_t at) {
     const specla_draft_model *m = dc->model;
     const specla_draft_hparams *hp = &m->hp;
-    const specla_draft_layer_weights *w = &dc->weights.layers[il];
-    const int D = hp->head_dim, nkv = hp->n_head_kv;
+    const int D = hp->head_dim, nkv = hp->n_head_kv, L = hp->n_layer;
     const backend *be = dc->be;
-    const specla_tensor *mats[3] = {&w->attn_k, &w->attn_v, &w->attn_q};
-    float *const outs[3] = {k_out, v_out, q_out};
-    be->ops->matmul_group(be, q_out ? 3 : 2, mats, x, n, outs);
-    be->ops->rms_norm(be, k_out, (const float *)w->attn_k_norm.data, n * nkv, D, hp->rms_eps, k_out);
-    be->ops->rope_neox(be, k_out, positions, n, nkv, D, D, hp->rope_freq_base);
+    for (int il = 0; il < L; il++) {
+        dc->ingest_mats[2 * il] = &dc->weights.layers[il].attn_k;
+        dc->ingest_mats[2 * il + 1] = &dc->weights.layers[il].attn_v;
+        dc->ingest_outs[2 * il] = dc->k_cache[il] + at;
+        dc->ingest_outs[2 * il + 1] = dc->v_cache[il] + at;
+    }
+    be->ops->matmul_group(be, 2 * L, dc->ingest_mats, x, n, dc->ingest_outs);
+    for (int il = 0; il < L; il++) {
+        float *k = dc->k_cache[il] + at;
+        be->ops->rms_norm(be, k, (const float *)dc->weights.layers[il].attn_k_norm.data, n * nkv, D, hp->rms_eps, k);
+        be->ops->rope_neox(be, k, positions, n, nkv, D, D, hp->rope_freq_base);
+    }
 }
 
 /* Context rows of target positions [first, first + n), n <= chunk, into every layer's cache. */
@@ -240,9 +250,8 @@ static void ingest_chunk(specla_draft_context *dc, const specla_context *target,
             }
     be->ops->matmul(be, &dc->weights.fc, dc->features, n, dc->ctx_rows);
     be->ops->rms_norm(be, dc->ctx_rows, (const float *)dc->weights.hidden_norm.data, n, E, hp->rms_eps, dc->ctx_rows);
-    const int64_t at = (int64_t)first * hp->n_head_kv * hp->head_dim; /* cache rows first .. first + n - 1 */
-    for (int il = 0; il < hp->n_layer; il++)
-        project_layer(dc, il, dc->ctx_rows, n, dc->positions, dc->k_cache[il] + at, dc->v_cache[il] + at, NULL);
+    /* cache rows first .. first + n - 1 */
+    project_context(dc, dc->ctx_rows, n, dc->positions, (int64_t)first * hp->n_head_kv * hp->head_dim);
 }
 
 /* Brings the cache up to the target's n_past: keeps the rows of positions the target has not
@@ -294,7 +303,7 @@ static void run_block(specla_draft_context *dc) {
     const backend *be = dc->be;
     const backend_ops *ops = be->ops;
     const int B = hp->block_size, E = hp->n_embd, D = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-    const int F = hp->n_ff, kv_row = nkv * D;
+    const int F = hp->n_ff;
     const int32_t *positions = dc->block_ints + BLOCK_POSITIONS * B;
     const int32_t *window_first = dc->block_ints + BLOCK_INT_KINDS * B;
     const int swa_rows = hp->sliding_window + B < dc->n_rows ? hp->sliding_window + B : dc->n_rows;
@@ -302,13 +311,17 @@ static void run_block(specla_draft_context *dc) {
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_draft_layer_weights *w = &dc->weights.layers[il];
         ops->rms_norm(be, dc->hidden, (const float *)w->attn_norm.data, B, E, hp->rms_eps, dc->normed);
-        /* KV injection: the block's own K/V go to cache rows n_past .. n_past+B-1 (its positions),
-         * right after the context rows (the next ingestion overwrites them with context rows) */
-        project_layer(dc, il, dc->normed, B, positions, dc->block_k, dc->block_v, dc->q);
-        ops->scatter_rows(be, dc->k_cache[il], kv_row, positions, dc->block_k, B, kv_row);
-        ops->scatter_rows(be, dc->v_cache[il], kv_row, positions, dc->block_v, B, kv_row);
-        ops->rms_norm(be, dc->q, (const float *)w->attn_q_norm.data, B * nh, D, hp->rms_eps, dc->q);
-        ops->rope_neox(be, dc->q, positions, B, nh, D, D, hp->rope_freq_base);
+        /* K, V and Q of the block in one matmul group (one split of the activations on a GPU) */
+        const specla_tensor *projections[3] = {&w->attn_k, &w->attn_v, &w->attn_q};
+        float *const projected[3] = {dc->block_k, dc->block_v, dc->q};
+        ops->matmul_group(be, 3, projections, dc->normed, B, projected);
+        /* Q and K normed and rotated, and the KV injection: the block's own K/V go to cache rows
+         * n_past .. n_past+B-1 (its positions), right after the context rows (the next ingestion
+         * overwrites them with context rows). One op, one kernel on a GPU where six ran: each of the
+         * ops it stands for touches its own buffer, so their order is free and the bits are theirs. */
+        ops->attention_prepare(be, NULL, dc->q, NULL, dc->block_k, dc->block_v, (const float *)w->attn_q_norm.data,
+                               (const float *)w->attn_k_norm.data, hp->rms_eps, positions, D, hp->rope_freq_base,
+                               positions, B, nh, nkv, D, dc->k_cache[il], dc->v_cache[il]);
 
         const int swa = m->layer_is_swa[il];
         ops->attention(be, dc->q, dc->k_cache[il], dc->v_cache[il], swa ? window_first : NULL,
@@ -318,9 +331,9 @@ static void run_block(specla_draft_context *dc) {
         ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
 
         ops->rms_norm(be, dc->hidden, (const float *)w->ffn_norm.data, B, E, hp->rms_eps, dc->normed);
-        const specla_tensor *mats[2] = {&w->ffn_gate, &w->ffn_up};
-        float *const outs[2] = {dc->ffn_a, dc->ffn_b};
-        ops->matmul_group(be, 2, mats, dc->normed, B, outs);
+        const specla_tensor *ffn_in[2] = {&w->ffn_gate, &w->ffn_up};
+        float *const ffn_out[2] = {dc->ffn_a, dc->ffn_b};
+        ops->matmul_group(be, 2, ffn_in, dc->normed, B, ffn_out);
         ops->silu_mul(be, dc->ffn_a, dc->ffn_b, (int64_t)B * F);
         ops->matmul(be, &w->ffn_down, dc->ffn_a, B, dc->branch);
         ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
