@@ -177,18 +177,32 @@ def test_a_recorded_proposal_equals_the_eager_one(pair_path):
     assert ctx.device == "cuda" and recorded.device == "cuda"
 
 
-def test_the_drafts_fused_attention_prepare_gives_the_ops_bits(pair_path):
-    """A draft layer's Q and K norms, RoPEs and the block's K/V cache rows are one attention_prepare:
-    one kernel with SPECLA_CUDA_FUSED_ATTENTION_PREPARE=1 (the default), the six ops it stands for
-    with 0. Eager proposals give the same bits either way (rows ingested between calls, a side branch
-    accepted), and a proposal with nothing to ingest launches 5 kernels fewer per draft layer."""
+# the fused forms a proposal's block takes on a GPU, each against its switch off: (variable, launches
+# fewer per draft layer with it on; None: the same launches, other kernels)
+DRAFT_FUSIONS = [
+    # Q and K norms, RoPEs and the block's K/V cache rows: one attention_prepare kernel for six ops
+    ("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", 5),
+    # the residual adds read the o and down projections' split-K partial sums (add_rms_norm)
+    ("SPECLA_CUDA_UNFINISHED_MATMUL", None),
+    # ... and write the Q8_K blocks a K-quant matmul would take (F32 / F16 drafts take none)
+    ("SPECLA_CUDA_FUSED_QUANTIZE", None),
+]
+
+
+@pytest.mark.parametrize("variable,fewer_launches", DRAFT_FUSIONS, ids=[v for v, _ in DRAFT_FUSIONS])
+def test_the_drafts_fused_ops_give_the_ops_bits(pair_path, variable, fewer_launches):
+    """A proposal's block on a GPU runs each layer's Q/K norms, RoPEs and K/V cache rows as one
+    attention_prepare and each residual add with the norm after it as one add_rms_norm that reads
+    the matmul's partial sums. With each backend switch off (0) it runs the unfused ops instead; eager
+    proposals give the same bits either way (rows ingested between calls, a side branch accepted),
+    and attention_prepare saves 5 launches per draft layer of a proposal with nothing to ingest."""
     target, draft_file = pair_path("untied-head-3-layers")
     model, draft = open_pair(target, draft_file, "cuda")
     tokens = prompt(model.hparams.n_vocab, 40, seed=43)
     runs, launches = {}, {}
     with pytest.MonkeyPatch.context() as mp:
         for value in ("0", "1"):
-            mp.setenv("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", value)  # read when a context opens its backend
+            mp.setenv(variable, value)  # read when a context opens its backend
             ctx = model.new_context(n_ctx=96, max_tree_nodes=8, capture_layers=draft.target_layer_ids)
             dctx = draft.new_context(n_ctx=96, max_batch=6, recorded_steps=False)
             ctx.eval(tokens[:20])
@@ -208,7 +222,8 @@ def test_the_drafts_fused_attention_prepare_gives_the_ops_bits(pair_path):
         assert np.isfinite(got_lp).all(), f"call {call}"
         assert np.array_equal(got_ids, want_ids), f"call {call}: ids"
         assert np.array_equal(got_lp.view(np.uint32), want_lp.view(np.uint32)), f"call {call}: log-probs"
-    assert launches["0"] - launches["1"] == 5 * draft.hparams.n_layer, launches
+    if fewer_launches is not None:
+        assert launches["0"] - launches["1"] == fewer_launches * draft.hparams.n_layer, launches
 
 
 def test_a_recorded_proposal_follows_a_chosen_head_that_grows(pair_path):

@@ -293,7 +293,8 @@ static void upload_block(specla_draft_context *dc, int n_past, int32_t root_toke
     dc->be->ops->upload(dc->be, dc->block_ints, ints, sizeof(int32_t) * (size_t)BLOCK_INTS(B));
 }
 
-/* The block through every layer; leaves the final residual stream in dc->hidden. Reads n_past only
+/* The block through every layer; leaves the final residual stream in dc->hidden and its output_norm
+ * (the draft's final norm) in dc->normed. Reads n_past only
  * from block_ints (upload_block), so the same launches serve every call: the rows a query attends are
  * bounded by the cache's capacity (full layers) or the window plus the block (sliding-window layers),
  * as a target context bounds them by n_ctx, and a GPU's blocks past a query's rows leave. */
@@ -308,9 +309,9 @@ static void run_block(specla_draft_context *dc) {
     const int32_t *window_first = dc->block_ints + BLOCK_INT_KINDS * B;
     const int swa_rows = hp->sliding_window + B < dc->n_rows ? hp->sliding_window + B : dc->n_rows;
     ops->get_rows(be, &dc->target_weights.token_embd, dc->block_ints + BLOCK_TOKENS * B, B, dc->hidden);
+    ops->rms_norm(be, dc->hidden, (const float *)dc->weights.layers[0].attn_norm.data, B, E, hp->rms_eps, dc->normed);
     for (int il = 0; il < hp->n_layer; il++) {
         const specla_draft_layer_weights *w = &dc->weights.layers[il];
-        ops->rms_norm(be, dc->hidden, (const float *)w->attn_norm.data, B, E, hp->rms_eps, dc->normed);
         /* K, V and Q of the block in one matmul group (one split of the activations on a GPU) */
         const specla_tensor *projections[3] = {&w->attn_k, &w->attn_v, &w->attn_q};
         float *const projected[3] = {dc->block_k, dc->block_v, dc->q};
@@ -328,15 +329,18 @@ static void run_block(specla_draft_context *dc) {
                        dc->block_ints + (swa ? BLOCK_ROWS_SWA : BLOCK_ROWS_FULL) * B, B,
                        swa ? swa_rows : dc->n_rows, nh, nkv, D, dc->mix);
         ops->matmul(be, &w->attn_output, dc->mix, B, dc->branch);
-        ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
-
-        ops->rms_norm(be, dc->hidden, (const float *)w->ffn_norm.data, B, E, hp->rms_eps, dc->normed);
+        /* every residual add meets the norm after it: one op (on a GPU one kernel that also adds the
+         * matmul's split-K partial sums itself), the bits of add then rms_norm */
+        ops->add_rms_norm(be, dc->hidden, dc->branch, (const float *)w->ffn_norm.data, B, E, hp->rms_eps, dc->normed);
         const specla_tensor *ffn_in[2] = {&w->ffn_gate, &w->ffn_up};
         float *const ffn_out[2] = {dc->ffn_a, dc->ffn_b};
         ops->matmul_group(be, 2, ffn_in, dc->normed, B, ffn_out);
         ops->silu_mul(be, dc->ffn_a, dc->ffn_b, (int64_t)B * F);
         ops->matmul(be, &w->ffn_down, dc->ffn_a, B, dc->branch);
-        ops->add(be, dc->hidden, dc->branch, (int64_t)B * E);
+        /* the next layer's attn_norm, after the last layer the draft's output_norm */
+        const specla_tensor *next_norm =
+            il + 1 < hp->n_layer ? &dc->weights.layers[il + 1].attn_norm : &dc->weights.output_norm;
+        ops->add_rms_norm(be, dc->hidden, dc->branch, (const float *)next_norm->data, B, E, hp->rms_eps, dc->normed);
     }
 }
 
@@ -349,9 +353,7 @@ static void enqueue_proposal(specla_draft_context *dc, const specla_tensor *head
     const backend *be = dc->be;
     const int E = hp->n_embd;
     run_block(dc);
-    be->ops->rms_norm(be, dc->hidden + E, (const float *)dc->weights.output_norm.data, n_depths, E, hp->rms_eps,
-                      dc->normed);
-    be->ops->matmul(be, head, dc->normed, n_depths, dc->logits);
+    be->ops->matmul(be, head, dc->normed + E, n_depths, dc->logits); /* rows 1 .. n_depths */
     be->ops->topk_log_softmax(be, dc->logits, n_depths, (int)head->ne1, top_k, top_ids, top_logprobs,
                               head_rows_ranked);
 }
