@@ -72,3 +72,39 @@ def test_profile_timeline_needs_the_speculative_mode(capsys):
         profile_gpu_step.main(["--model", "absent.gguf", "--timeline", "t.jsonl"])
     assert e.value.code == 2
     assert "--timeline goes with --spec-draft" in capsys.readouterr().err
+
+
+def test_against_compares_the_draft_ranges_kernel_by_kernel(tmp_path, capsys):
+    """--against: per draft range, each kernel's calls and GPU time in both timelines (the argument
+    list dropped from the name), their difference, and the totals; verify ranges stay out."""
+    ours = [
+        {"kind": "phase", "name": "phase:draft", "start": 0.0, "end": 100.0},
+        {"kind": "gpu", "name": "k(int)", "start": 10.0, "end": 30.0},
+        {"kind": "gpu", "name": "k(int)", "start": 40.0, "end": 50.0},
+        {"kind": "phase", "name": "phase:verify", "start": 150.0, "end": 250.0},
+        {"kind": "gpu", "name": "v(float)", "start": 160.0, "end": 240.0},
+    ]
+    base = [
+        {"kind": "phase", "name": "phase:draft", "start": 0.0, "end": 100.0},
+        {"kind": "gpu", "name": "k(int)", "start": 10.0, "end": 30.0},
+        {"kind": "gpu", "name": "split(float*)", "start": 30.0, "end": 45.0},
+        {"kind": "phase", "name": "phase:draft", "start": 200.0, "end": 300.0},
+        {"kind": "gpu", "name": "k(int)", "start": 210.0, "end": 250.0},
+        {"kind": "gpu", "name": "split(float*)", "start": 250.0, "end": 255.0},
+    ]
+    n, kernels = report.draft_kernels(report.Timeline(base))
+    assert n == 2 and kernels == {"k": (1.0, 30.0), "split": (1.0, 10.0)}
+    paths = []
+    for name, events in (("ours", ours), ("base", base)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("\n".join(json.dumps(e) for e in events))
+    assert report.main([str(paths[0]), "--against", str(paths[1])]) == 0
+    text = capsys.readouterr().out
+    k_row = next(line for line in text.splitlines() if line.strip().startswith("k "))
+    assert k_row.split()[1:] == ["2.0", "30.0", "|", "base", "1.0", "30.0", "|", "+0.0"]
+    split_row = next(line for line in text.splitlines() if line.strip().startswith("split "))
+    assert split_row.split()[1:] == ["0.0", "0.0", "|", "base", "1.0", "10.0", "|", "-10.0"]
+    assert "v " not in text.split("draft ranges, per range")[1]
+    assert "all: 2.0 activities, 30.0 us | base 2.0, 40.0 us | -10.0 us (-25.0%)" in text
+    assert report.main([str(paths[0]), "--against", str(tmp_path / "absent.jsonl")]) == 2
+    assert "absent.jsonl" in capsys.readouterr().err

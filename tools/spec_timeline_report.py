@@ -3,8 +3,11 @@ for each phase kind (draft, verify, accept: host ranges), the median host wall, 
 inside it (the union of GPU activities, clipped to the range), the GPU activities that start
 inside it and the runtime API time spent in it (launches; copies and synchronisations); then the
 whole span's GPU busy share, and one draft range activity by activity with its GPU idle gaps.
+With --against, a second timeline's draft ranges beside the first's, kernel by kernel: calls and
+GPU microseconds per range in each and the difference (two libraries, each profiled with
+SPECLA_CUDA_PDL=0, so that the kernels' times add up to the draft's GPU time).
 
-    python tools/spec_timeline_report.py timeline.jsonl[.gz]"""
+    python tools/spec_timeline_report.py timeline.jsonl[.gz] [--against BASE.jsonl[.gz]]"""
 
 from __future__ import annotations
 
@@ -79,7 +82,8 @@ def phase_stats(tl: Timeline) -> dict[str, list[dict]]:
     return per_phase
 
 
-def report(tl: Timeline, out=sys.stdout) -> None:
+def report(tl: Timeline, out=None) -> None:
+    out = out or sys.stdout  # looked up per call (a test's capture replaces it)
     for name, ranges in phase_stats(tl).items():
         def median(key):
             values = [r[key] for r in ranges if r[key] is not None]
@@ -108,16 +112,54 @@ def report(tl: Timeline, out=sys.stdout) -> None:
     print(f"   the range ends at {b - a:.1f}; the last GPU activity at {last_end - a:.1f}", file=out)
 
 
+def draft_kernels(tl: Timeline) -> tuple[int, dict[str, tuple[float, float]]]:
+    """(draft ranges, {kernel name without its argument list: (calls, GPU us) per range}) over the
+    GPU activities that start inside each draft range, copies included."""
+    drafts = [(a, b) for a, b, name in tl.phases if name == "phase:draft"]
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for a, b in drafts:
+        for start, end, name in tl.gpu_starting_in(a, b):
+            entry = totals[name.split("(")[0].strip()]
+            entry[0] += 1
+            entry[1] += end - start
+    n = len(drafts)
+    return n, {k: (c / n, us / n) for k, (c, us) in totals.items()} if n else {}
+
+
+def compare_drafts(tl: Timeline, base: Timeline, out=None) -> None:
+    out = out or sys.stdout
+    n, ours = draft_kernels(tl)
+    n_base, theirs = draft_kernels(base)
+    if not n or not n_base:
+        print("no draft ranges to compare (profile_gpu_step.py --spec-draft writes them)", file=out)
+        return
+    print(f"draft ranges, per range: this timeline ({n} ranges) against the base ({n_base}): calls, GPU us", file=out)
+    names = sorted(set(ours) | set(theirs), key=lambda k: -max(ours.get(k, (0, 0))[1], theirs.get(k, (0, 0))[1]))
+    for name in names:
+        (c, us), (cb, usb) = ours.get(name, (0.0, 0.0)), theirs.get(name, (0.0, 0.0))
+        print(f"   {name[:60]:60s} {c:6.1f} {us:8.1f} | base {cb:6.1f} {usb:8.1f} | {us - usb:+8.1f}", file=out)
+    total, total_base = sum(v[1] for v in ours.values()), sum(v[1] for v in theirs.values())
+    calls, calls_base = sum(v[0] for v in ours.values()), sum(v[0] for v in theirs.values())
+    print(f"   all: {calls:.1f} activities, {total:.1f} us | base {calls_base:.1f}, {total_base:.1f} us | "
+          f"{total - total_base:+.1f} us ({(total - total_base) / total_base:+.1%})", file=out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("timeline", help="JSON lines from profile_gpu_step.py --timeline (optionally .gz)")
+    parser.add_argument("--against", default=None, metavar="BASE.jsonl",
+                        help="a second timeline: compare the draft ranges' kernels with its")
     args = parser.parse_args(argv)
-    try:
-        events = read_timeline(args.timeline)
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"spec_timeline_report: {args.timeline}: {e}", file=sys.stderr)
-        return 2
-    report(Timeline(events))
+    timelines = []
+    for path in [args.timeline] + ([args.against] if args.against else []):
+        try:
+            timelines.append(Timeline(read_timeline(path)))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+            print(f"spec_timeline_report: {path}: {e!r}", file=sys.stderr)
+            return 2
+    report(timelines[0])
+    if args.against:
+        compare_drafts(timelines[0], timelines[1])
     return 0
 
 
