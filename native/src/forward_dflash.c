@@ -159,9 +159,9 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
         const size_t top_bytes = (sizeof(int32_t) + sizeof(float)) * (size_t)(B - 1) * (size_t)dc->top_capacity;
         dc->top = be->ops->alloc(be, top_bytes);
         dc->host_top = malloc(top_bytes);
-        ok = dc->host_ints && dc->ingest_mats && dc->ingest_outs && dc->features && dc->ctx_rows && dc->hidden && dc->normed && dc->q &&
-             dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->block_k && dc->block_v && dc->logits &&
-             dc->positions && dc->block_ints && dc->top && dc->host_top;
+        ok = dc->host_ints && dc->ingest_mats && dc->ingest_outs && dc->features && dc->ctx_rows && dc->hidden &&
+             dc->normed && dc->q && dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->block_k && dc->block_v &&
+             dc->logits && dc->positions && dc->block_ints && dc->top && dc->host_top;
     }
     if (!ok) {
         specla_draft_context_free(dc);
