@@ -71,7 +71,13 @@
                        * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
                        * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
 #define ATT_MAX_G 8   /* query heads per block of a batch */
-#define ATT_DECODE_G 2 /* query heads per block of a decode step (one query) */
+/* query heads per block of a decode step (one query); a build may set 1 (-DATT_DECODE_G=1: 24 blocks
+ * instead of 12 for the 27B shape's one segment at short depths, each K/V row read by twice as many
+ * blocks; not yet timed). The bits of a head do not depend on it. */
+#ifndef ATT_DECODE_G
+#define ATT_DECODE_G 2
+#endif
+static_assert(ATT_DECODE_G == 1 || ATT_DECODE_G == 2, "a decode block holds 1 or 2 query heads");
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
