@@ -189,14 +189,26 @@ DRAFT_FUSIONS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def f16_pair(pair_path, tmp_path_factory):
+    """(target, draft) of the untied-head-3-layers case with an F16 draft: the published drafts' weight
+    type, whose matmuls take the tensor-core path (the activation split, the split-K partial sums
+    the norms read) that the F32 and Q8_0 cases do not."""
+    target, _ = pair_path("untied-head-3-layers")
+    draft = str(tmp_path_factory.mktemp("gpu-dflash-f16") / "draft-f16.gguf")
+    write_test_draft(draft, target, seed=1, quant="f16", n_layer=3)
+    return target, draft
+
+
+@pytest.mark.parametrize("quant", ["f32", "f16"])
 @pytest.mark.parametrize("variable,fewer_launches", DRAFT_FUSIONS, ids=[v for v, _ in DRAFT_FUSIONS])
-def test_the_drafts_fused_ops_give_the_ops_bits(pair_path, variable, fewer_launches):
+def test_the_drafts_fused_ops_give_the_ops_bits(pair_path, f16_pair, variable, fewer_launches, quant):
     """A proposal's block on a GPU runs each layer's Q/K norms, RoPEs and K/V cache rows as one
     attention_prepare and each residual add with the norm after it as one add_rms_norm that reads
     the matmul's partial sums. With each backend switch off (0) it runs the unfused ops instead; eager
     proposals give the same bits either way (rows ingested between calls, a side branch accepted),
     and attention_prepare saves 5 launches per draft layer of a proposal with nothing to ingest."""
-    target, draft_file = pair_path("untied-head-3-layers")
+    target, draft_file = f16_pair if quant == "f16" else pair_path("untied-head-3-layers")
     model, draft = open_pair(target, draft_file, "cuda")
     tokens = prompt(model.hparams.n_vocab, 40, seed=43)
     runs, launches = {}, {}

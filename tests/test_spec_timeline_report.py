@@ -77,21 +77,14 @@ def test_profile_timeline_needs_the_speculative_mode(capsys):
 def test_against_compares_the_draft_ranges_kernel_by_kernel(tmp_path, capsys):
     """--against: per draft range, each kernel's calls and GPU time in both timelines (the argument
     list dropped from the name), their difference, and the totals; verify ranges stay out."""
-    ours = [
-        {"kind": "phase", "name": "phase:draft", "start": 0.0, "end": 100.0},
-        {"kind": "gpu", "name": "k(int)", "start": 10.0, "end": 30.0},
-        {"kind": "gpu", "name": "k(int)", "start": 40.0, "end": 50.0},
-        {"kind": "phase", "name": "phase:verify", "start": 150.0, "end": 250.0},
-        {"kind": "gpu", "name": "v(float)", "start": 160.0, "end": 240.0},
-    ]
-    base = [
-        {"kind": "phase", "name": "phase:draft", "start": 0.0, "end": 100.0},
-        {"kind": "gpu", "name": "k(int)", "start": 10.0, "end": 30.0},
-        {"kind": "gpu", "name": "split(float*)", "start": 30.0, "end": 45.0},
-        {"kind": "phase", "name": "phase:draft", "start": 200.0, "end": 300.0},
-        {"kind": "gpu", "name": "k(int)", "start": 210.0, "end": 250.0},
-        {"kind": "gpu", "name": "split(float*)", "start": 250.0, "end": 255.0},
-    ]
+    def events(*rows):
+        return [{"kind": kind, "name": name, "start": start, "end": end} for kind, name, start, end in rows]
+
+    ours = events(("phase", "phase:draft", 0.0, 100.0), ("gpu", "k(int)", 10.0, 30.0), ("gpu", "k(int)", 40.0, 50.0),
+                  ("phase", "phase:verify", 150.0, 250.0), ("gpu", "v(float)", 160.0, 240.0))
+    base = events(("phase", "phase:draft", 0.0, 100.0), ("gpu", "k(int)", 10.0, 30.0),
+                  ("gpu", "split(float*)", 30.0, 45.0), ("phase", "phase:draft", 200.0, 300.0),
+                  ("gpu", "k(int)", 210.0, 250.0), ("gpu", "split(float*)", 250.0, 255.0))
     n, kernels = report.draft_kernels(report.Timeline(base))
     assert n == 2 and kernels == {"k": (1.0, 30.0), "split": (1.0, 10.0)}
     paths = []

@@ -67,7 +67,8 @@ struct specla_draft_context {
     int64_t source_rewrites;        /* its `rewrites` count when they were ingested */
     float **k_cache, **v_cache;     /* [n_layer] -> [n_rows][nkv][D], K normed and rotated */
     const specla_tensor **ingest_mats; /* host [2 n_layer]: every layer's attn_k, attn_v (project_context's */
-    float **ingest_outs;               /* one matmul group) and the cache rows they write */
+    float **ingest_outs;               /* one matmul group; set at creation) and the cache rows they write
+                                          (set per ingested chunk) */
     /* scratch */
     float *features;    /* [chunk][n_target_layers * E_t] */
     float *ctx_rows;    /* [chunk][E] */

@@ -163,6 +163,10 @@ SPECLA_API specla_status specla_draft_context_create(const specla_draft_model *m
              dc->normed && dc->q && dc->mix && dc->branch && dc->ffn_a && dc->ffn_b && dc->block_k && dc->block_v &&
              dc->logits && dc->positions && dc->block_ints && dc->top && dc->host_top;
     }
+    for (int il = 0; ok && il < L; il++) { /* the ingest's one matmul group: every layer's K, then V */
+        dc->ingest_mats[2 * il] = &dc->weights.layers[il].attn_k;
+        dc->ingest_mats[2 * il + 1] = &dc->weights.layers[il].attn_v;
+    }
     if (!ok) {
         specla_draft_context_free(dc);
         return specla_fail(SPECLA_ERR_OUT_OF_MEMORY, "draft context: out of memory for n_ctx %d", params->n_ctx);
@@ -216,9 +220,7 @@ static void project_context(specla_draft_context *dc, const float *x, int n, con
     const specla_draft_hparams *hp = &m->hp;
     const int D = hp->head_dim, nkv = hp->n_head_kv, L = hp->n_layer;
     const backend *be = dc->be;
-    for (int il = 0; il < L; il++) {
-        dc->ingest_mats[2 * il] = &dc->weights.layers[il].attn_k;
-        dc->ingest_mats[2 * il + 1] = &dc->weights.layers[il].attn_v;
+    for (int il = 0; il < L; il++) { /* ingest_mats is filled once, at creation */
         dc->ingest_outs[2 * il] = dc->k_cache[il] + at;
         dc->ingest_outs[2 * il + 1] = dc->v_cache[il] + at;
     }
