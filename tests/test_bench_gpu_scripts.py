@@ -224,3 +224,31 @@ def test_bench_gpu_settings_run_in_interleaved_rounds(tmp_path, tiny_model_path)
     batch = [row for row in read_rows(out) if row["mode"] == "batch"]
     assert [row["round"] for row in batch] == [0, 1] and all("setting" not in row for row in batch)
     run_tool("bench_gpu.py", *common, "--settings", "NOEQUALS", expect_rc=2)
+
+
+def test_bench_gpu_n_ctx_sizes_the_timed_context(tmp_path, tiny_model_path):
+    """--n-ctx: the timed context's size, carried in every row (default: what the figures need); one
+    smaller than the depths and batches need is refused by name."""
+    out = tmp_path / "gpu.jsonl"
+    common = ["--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--decode-tokens", "2", "--batches", "2",
+              "--depths", "0", "--reps", "1", "--commit", "test", "--out", str(out)]
+    run_tool("bench_gpu.py", *common)
+    assert {row["n_ctx"] for row in read_rows(out)} == {0 + 2 + 2 + 16}
+    out.unlink()
+    run_tool("bench_gpu.py", *common, "--n-ctx", "200")
+    rows = read_rows(out)
+    assert {row["n_ctx"] for row in rows} == {200} and any(row["mode"] == "batch" for row in rows)
+    proc = run_tool("bench_gpu.py", *common, "--n-ctx", "8", expect_rc=2)
+    assert "--n-ctx 8 is smaller than the 20 tokens" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_gpu_spec_n_ctx_sizes_its_contexts(tmp_path, tiny_model_path):
+    out = tmp_path / "spec.jsonl"
+    common = ["--model", tiny_model_path("q4_k_m"), "--device", "cpu", "--quick", "--reps", "1", "--depths", "0",
+              "--threads", "1", "--out", str(out)]
+    run_tool("bench_gpu_spec.py", *common, "--n-ctx", "300")
+    rows = read_rows(out)
+    assert {row["n_ctx"] for row in rows} == {300}
+    assert all(row["exact"] for row in rows if row["mode"] == "verify-exactness")
+    proc = run_tool("bench_gpu_spec.py", *common, "--n-ctx", "10", expect_rc=2)
+    assert "--n-ctx 10 is smaller than" in proc.stderr and "Traceback" not in proc.stderr

@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
     parser.add_argument("--settings", default=None, help="VAR=V1:V2:...: every figure once per value, interleaved")
     parser.add_argument("--rounds", type=int, default=1, help="rounds over the --settings values (default 1)")
+    parser.add_argument("--n-ctx", type=int, default=None,
+                        help="the timed context's size in tokens (default: what the depths and batches need); a "
+                             "larger one shows what a user's -c costs a step at the same depth")
     args = parser.parse_args(argv)
     settings: list[tuple[str | None, str | None]] = [(None, None)]
     if args.settings is not None:
@@ -165,6 +168,13 @@ def main(argv=None) -> int:
     batches = [int(b) for b in args.batches.split(",")]
     depths = [int(d) for d in args.depths.split(",")]
     n_ctx = max(depths) + max(batches) + args.decode_tokens + 16
+    if args.n_ctx is not None:
+        if args.n_ctx < n_ctx:
+            print(f"bench_gpu: --n-ctx {args.n_ctx} is smaller than the {n_ctx} tokens the depths, batches and "
+                  f"decode tokens need", file=sys.stderr)
+            return 2
+        n_ctx = args.n_ctx
+    base["n_ctx"] = n_ctx
     probe = model.new_context(n_ctx=16)  # the backend a context resolves to (a GPU, or the CPU's fallback)
     emit("load", seconds=round(time.perf_counter() - t0, 2), ctx_device=probe.device)
     probe.close()

@@ -178,6 +178,9 @@ def main(argv=None) -> int:
     parser.add_argument("--commit", default=None, help="the commit to record (default: git's HEAD here)")
     parser.add_argument("--recorded", choices=("on", "off"), default="on",
                         help="on (default): a GPU replays recorded decode and verify steps; off: every op eagerly")
+    parser.add_argument("--n-ctx", type=int, default=None,
+                        help="the contexts' size in tokens (default: what the depths and the tree need); a larger "
+                             "one shows what a user's -c costs a verify at the same depth")
     args = parser.parse_args(argv)
     try:
         depths = [int(d) for d in (args.depths or ("0,32" if args.quick else "0,4096")).split(",") if d != ""]
@@ -208,6 +211,13 @@ def main(argv=None) -> int:
     V = model.hparams.n_vocab
     rng = np.random.default_rng(0)
     n_ctx = max(depths) + 2 * TREE_NODES + 16
+    if args.n_ctx is not None:
+        if args.n_ctx < n_ctx:
+            print(f"bench_gpu_spec: --n-ctx {args.n_ctx} is smaller than the {n_ctx} tokens the depths and the "
+                  f"tree need", file=sys.stderr)
+            return 2
+        n_ctx = args.n_ctx
+    base["n_ctx"] = n_ctx
     contexts = {name: model.new_context(n_ctx=n_ctx, max_batch=64, max_tree_nodes=TREE_NODES, verify_method=v,
                                         commit_method=c, recorded_steps=args.recorded == "on")
                 for name, (v, c) in SETTINGS.items()}
