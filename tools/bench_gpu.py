@@ -33,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from bench_cpu import timed_context_size  # noqa: E402
 from pyspecla import Model  # noqa: E402
 
 
@@ -167,13 +168,8 @@ def main(argv=None) -> int:
         return 2
     batches = [int(b) for b in args.batches.split(",")]
     depths = [int(d) for d in args.depths.split(",")]
-    n_ctx = max(depths) + max(batches) + args.decode_tokens + 16
-    if args.n_ctx is not None:
-        if args.n_ctx < n_ctx:
-            print(f"bench_gpu: --n-ctx {args.n_ctx} is smaller than the {n_ctx} tokens the depths, batches and "
-                  f"decode tokens need", file=sys.stderr)
-            return 2
-        n_ctx = args.n_ctx
+    n_ctx = timed_context_size(args.n_ctx, max(depths) + max(batches) + args.decode_tokens + 16, "bench_gpu",
+                               "the depths, batches and decode tokens")
     base["n_ctx"] = n_ctx
     probe = model.new_context(n_ctx=16)  # the backend a context resolves to (a GPU, or the CPU's fallback)
     emit("load", seconds=round(time.perf_counter() - t0, 2), ctx_device=probe.device)

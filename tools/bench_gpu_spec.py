@@ -47,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu import append_rows, cpu_name  # noqa: E402
+from bench_cpu import append_rows, cpu_name, timed_context_size  # noqa: E402
 from bench_gpu import commit, device_name  # noqa: E402
 from bench_specla import DDTREE_RANK_PROBS, best_first_tree  # noqa: E402
 
@@ -210,13 +210,8 @@ def main(argv=None) -> int:
     parents, spine, side = verify_tree_shape()
     V = model.hparams.n_vocab
     rng = np.random.default_rng(0)
-    n_ctx = max(depths) + 2 * TREE_NODES + 16
-    if args.n_ctx is not None:
-        if args.n_ctx < n_ctx:
-            print(f"bench_gpu_spec: --n-ctx {args.n_ctx} is smaller than the {n_ctx} tokens the depths and the "
-                  f"tree need", file=sys.stderr)
-            return 2
-        n_ctx = args.n_ctx
+    n_ctx = timed_context_size(args.n_ctx, max(depths) + 2 * TREE_NODES + 16, "bench_gpu_spec",
+                               "the depths and the tree")
     base["n_ctx"] = n_ctx
     contexts = {name: model.new_context(n_ctx=n_ctx, max_batch=64, max_tree_nodes=TREE_NODES, verify_method=v,
                                         commit_method=c, recorded_steps=args.recorded == "on")
