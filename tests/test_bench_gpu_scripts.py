@@ -240,6 +240,9 @@ def test_bench_gpu_n_ctx_sizes_the_timed_context(tmp_path, tiny_model_path):
     assert {row["n_ctx"] for row in rows} == {200} and any(row["mode"] == "batch" for row in rows)
     proc = run_tool("bench_gpu.py", *common, "--n-ctx", "8", expect_rc=2)
     assert "--n-ctx 8 is smaller than the 20 tokens" in proc.stderr and "Traceback" not in proc.stderr
+    # refused before any model is loaded: an absent file is not what the message names
+    proc = run_tool("bench_gpu.py", *common, "--n-ctx", "8", "--model", str(tmp_path / "absent.gguf"), expect_rc=2)
+    assert "--n-ctx 8 is smaller" in proc.stderr and "absent.gguf" not in proc.stderr
 
 
 def test_bench_gpu_spec_n_ctx_sizes_its_contexts(tmp_path, tiny_model_path):
@@ -250,5 +253,7 @@ def test_bench_gpu_spec_n_ctx_sizes_its_contexts(tmp_path, tiny_model_path):
     rows = read_rows(out)
     assert {row["n_ctx"] for row in rows} == {300}
     assert all(row["exact"] for row in rows if row["mode"] == "verify-exactness")
-    proc = run_tool("bench_gpu_spec.py", *common, "--n-ctx", "10", expect_rc=2)
-    assert "--n-ctx 10 is smaller than" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_tool("bench_gpu_spec.py", *common, "--n-ctx", "10", "--model", str(tmp_path / "absent.gguf"),
+                    expect_rc=2)
+    assert "--n-ctx 10 is smaller than the 62 tokens the depths and the tree need" in proc.stderr
+    assert "absent.gguf" not in proc.stderr and "Traceback" not in proc.stderr

@@ -41,17 +41,6 @@ def append_rows(rows: list[dict], out: str | None) -> None:
             f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-def timed_context_size(requested: int | None, needed: int, tool: str, needs: str) -> int:
-    """A GPU benchmark's --n-ctx: the timed contexts' size, `needed` tokens (what `needs` take) when not
-    given; a smaller one ends the tool with a message naming the flag and exit status 2."""
-    if requested is None:
-        return needed
-    if requested < needed:
-        print(f"{tool}: --n-ctx {requested} is smaller than the {needed} tokens {needs} need", file=sys.stderr)
-        raise SystemExit(2)
-    return requested
-
-
 def emit_rows(rows: list[dict], out: str | None) -> None:
     """Print JSON rows, one per line, and append them to `out` when given."""
     for row in rows:

@@ -33,7 +33,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bench_cpu import timed_context_size  # noqa: E402
 from pyspecla import Model  # noqa: E402
 
 
@@ -45,6 +44,14 @@ def commit() -> str:
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def timed_context_size(parser: argparse.ArgumentParser, requested: int | None, needed: int, needs: str) -> int:
+    """--n-ctx of the GPU benchmarks: the timed contexts' size, `needed` tokens (what `needs` take)
+    when not given; a smaller one is a usage error naming the flag, before any model is loaded."""
+    if requested is not None and requested < needed:
+        parser.error(f"--n-ctx {requested} is smaller than the {needed} tokens {needs} need")
+    return needed if requested is None else requested
 
 
 def append_rows(path: str | None, rows: list[dict]) -> None:
@@ -137,9 +144,13 @@ def main(argv=None) -> int:
         settings = [(var, v) for v in values.split(":")]
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    batches = [int(b) for b in args.batches.split(",")]
+    depths = [int(d) for d in args.depths.split(",")]
+    n_ctx = timed_context_size(parser, args.n_ctx, max(depths) + max(batches) + args.decode_tokens + 16,
+                               "the depths, batches and decode tokens")
 
     base = {"commit": args.commit or commit(), "device": device_name(), "model": os.path.basename(args.model),
-            "backend": args.device}
+            "backend": args.device, "n_ctx": n_ctx}
     try:
         from pyspecla.loader.target import ModelFile
 
@@ -166,11 +177,6 @@ def main(argv=None) -> int:
     except (SpeclaError, OSError) as e:
         print(f"bench_gpu: {e}", file=sys.stderr)
         return 2
-    batches = [int(b) for b in args.batches.split(",")]
-    depths = [int(d) for d in args.depths.split(",")]
-    n_ctx = timed_context_size(args.n_ctx, max(depths) + max(batches) + args.decode_tokens + 16, "bench_gpu",
-                               "the depths, batches and decode tokens")
-    base["n_ctx"] = n_ctx
     probe = model.new_context(n_ctx=16)  # the backend a context resolves to (a GPU, or the CPU's fallback)
     emit("load", seconds=round(time.perf_counter() - t0, 2), ctx_device=probe.device)
     probe.close()

@@ -47,8 +47,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_cpu import append_rows, cpu_name, timed_context_size  # noqa: E402
-from bench_gpu import commit, device_name  # noqa: E402
+from bench_cpu import append_rows, cpu_name  # noqa: E402
+from bench_gpu import commit, device_name, timed_context_size  # noqa: E402
 from bench_specla import DDTREE_RANK_PROBS, best_first_tree  # noqa: E402
 
 TREE_NODES = 23
@@ -189,6 +189,7 @@ def main(argv=None) -> int:
     reps = args.reps if args.reps is not None else (3 if args.quick else 15)
     if reps < 1 or not depths or min(depths) < 0:
         parser.error("--reps must be >= 1 and --depths non-negative")
+    n_ctx = timed_context_size(parser, args.n_ctx, max(depths) + 2 * TREE_NODES + 16, "the depths and the tree")
 
     from pyspecla import Model
     from pyspecla.errors import SpeclaError
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
         print(f"bench_gpu_spec: {e}", file=sys.stderr)
         return 2
     base = {"commit": args.commit or commit(), "device": device_label(args.device), "backend": args.device,
-            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on"}
+            "model": os.path.basename(args.model), "quick": args.quick, "recorded_steps": args.recorded == "on",
+            "n_ctx": n_ctx}
     rows = []
 
     def emit(mode: str, **figures) -> None:
@@ -210,9 +212,6 @@ def main(argv=None) -> int:
     parents, spine, side = verify_tree_shape()
     V = model.hparams.n_vocab
     rng = np.random.default_rng(0)
-    n_ctx = timed_context_size(args.n_ctx, max(depths) + 2 * TREE_NODES + 16, "bench_gpu_spec",
-                               "the depths and the tree")
-    base["n_ctx"] = n_ctx
     contexts = {name: model.new_context(n_ctx=n_ctx, max_batch=64, max_tree_nodes=TREE_NODES, verify_method=v,
                                         commit_method=c, recorded_steps=args.recorded == "on")
                 for name, (v, c) in SETTINGS.items()}
