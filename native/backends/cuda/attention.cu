@@ -73,7 +73,8 @@
 #define ATT_MAX_G 8   /* query heads per block of a batch */
 /* query heads per block of a decode step (one query); a build may set 1 (-DATT_DECODE_G=1: 24 blocks
  * instead of 12 for the 27B shape's one segment at short depths, each K/V row read by twice as many
- * blocks; not yet timed). The bits of a head do not depend on it. */
+ * blocks). On an H100 1 was 0.9-1.0 % faster for a shallow 27B decode step and 1.5 % slower at
+ * depth 4096 (docs/cuda-attention.md), so 2 stays. The bits of a head do not depend on it. */
 #ifndef ATT_DECODE_G
 #define ATT_DECODE_G 2
 #endif
