@@ -425,27 +425,63 @@ def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model,
     check_attention_at_depth_is_exact(deep_attention_model)
 
 
-def check_attention_at_depth_is_exact(model):
-    """A 23-token batch and a 23-node tree after DEEP_PREFIX tokens against decoding token by token
+# 73 segments of 128 rows, past the 64 a SPLIT launch has blocks for (ATT_MAX_SEG_BLOCKS): blocks 0-8
+# also walk segments 64-72, and block 9 the shared segment 9 then a tree node's own segment 73
+PAST_SEG_BLOCKS_PREFIX = 73 * 128
+
+
+def test_attention_past_the_split_grid_is_exact(deep_attention_model):
+    """Past 8192 rows a SPLIT launch's blocks walk several segments each, shared tile segments then a
+    query's own: a 23-token batch and a 23-node tree after 9344 tokens still give the bits of decoding
+    token by token and of each node's path."""
+    check_attention_at_depth_is_exact(deep_attention_model, PAST_SEG_BLOCKS_PREFIX)
+
+
+def test_a_large_context_gives_a_shallow_step_the_same_bits(deep_attention_model):
+    """A context's capacity sizes the SPLIT grids (rows no step may see yet): the same tokens in a
+    context of 40000 and of 1216 rows give the same logits, batch, decode and tree, bit for bit."""
+    V = deep_attention_model.hparams.n_vocab
+    history, tokens = prompt(V, DEEP_PREFIX, seed=6), prompt(V, 23, seed=7)
+    parents = [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 12, 11, 2, 13, 14, 15, 3, 16, 17]
+    got = {}
+    for n_ctx in (DEEP_PREFIX + 64, 40000):
+        tree = deep_attention_model.new_context(n_ctx=n_ctx, max_batch=64, max_tree_nodes=len(parents))
+        tree.eval(history)
+        _, tree_logits = tree.verify_tree(tokens, parents, want_logits=True)
+        tree.close()
+        ctx = deep_attention_model.new_context(n_ctx=n_ctx, max_batch=64)
+        ctx.eval(history)
+        ctx.save_state()
+        batch = ctx.eval(tokens, logits_all=True)
+        ctx.truncate(DEEP_PREFIX)
+        decode = np.stack([ctx.eval([token], logits_all=True)[-1] for token in tokens[:4]])
+        ctx.close()
+        got[n_ctx] = [a.view(np.uint32) for a in (tree_logits, batch, decode)]
+    for name, small, large in zip(("tree", "batch", "decode"), got[DEEP_PREFIX + 64], got[40000]):
+        assert np.array_equal(small, large), f"{name}: other bits in a context of 40000 rows"
+
+
+def check_attention_at_depth_is_exact(model, prefix=DEEP_PREFIX):
+    """A 23-token batch and a 23-node tree after `prefix` tokens against decoding token by token
     and each node's path, bit for bit, with the backend settings the caller set."""
     V = model.hparams.n_vocab
-    history = prompt(V, DEEP_PREFIX, seed=6)
+    history = prompt(V, prefix, seed=6)
     tokens = prompt(V, 23, seed=7)
     parents = [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1, 12, 11, 2, 13, 14, 15, 3, 16, 17]  # bench_gpu_spec's
-    tree = model.new_context(n_ctx=DEEP_PREFIX + 64, max_batch=64, max_tree_nodes=len(parents))
+    tree = model.new_context(n_ctx=prefix + 64, max_batch=64, max_tree_nodes=len(parents))
     tree.eval(history)
     argmax, tree_logits = tree.verify_tree(tokens, parents, want_logits=True)
     tree.close()
-    ctx = model.new_context(n_ctx=DEEP_PREFIX + 64, max_batch=64)
+    ctx = model.new_context(n_ctx=prefix + 64, max_batch=64)
     ctx.eval(history)
     ctx.save_state()
     batch = ctx.eval(tokens, logits_all=True)
-    ctx.truncate(DEEP_PREFIX)
+    ctx.truncate(prefix)
     for i, token in enumerate(tokens):  # one token at a time: the decode kernel's path
         row = ctx.eval([token], logits_all=True)[-1]
         assert np.array_equal(row.view(np.uint32), batch[i].view(np.uint32)), f"token {i} of the batch"
     for t in (0, 11, 15, 22):  # the spine's end, side branches
-        ctx.truncate(DEEP_PREFIX)
+        ctx.truncate(prefix)
         path = []
         a = t
         while a >= 0:

@@ -71,6 +71,10 @@
                        * segments per KV head, 128 blocks on the 27B shape (4 KV heads), so the split
                        * launch fills the GPU; 1024 gave 16 blocks and 0.58 ms per layer there */
 #define ATT_MAX_G 8   /* query heads per block of a batch */
+#define ATT_MAX_SEG_BLOCKS 64 /* blocks along the segments of a SPLIT launch (8192 rows): the grid is sized
+                               * for a context's capacity, which a step's rows rarely reach, so past this a
+                               * block walks segments x, x + 64, ... in turn (each its own partial: the same
+                               * bits) and a large -c costs a shallow step no sea of blocks that only leave */
 /* query heads per block of a decode step (one query); a build may set 1 (-DATT_DECODE_G=1: 24 blocks
  * instead of 12 for the 27B shape's one segment at short depths, each K/V row read by twice as many
  * blocks). On an H100 1 was 0.9-1.0 % faster for a shallow 27B decode step and 1.5 % slower at
@@ -812,8 +816,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
         }
 }
 
-/* SPLIT for a batch (T > 1): block (seg, kvh * n_hgroups + hg, tile * qt + jq) serves segment seg of
- * the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
+/* SPLIT for a batch (T > 1): block (x, kvh * n_hgroups + hg, tile * qt + jq) serves segments x, x +
+ * gridDim.x, ... (one each up to ATT_MAX_SEG_BLOCKS segments) of the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
  * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
  * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows
  * and those rows are many: n_shared >= ATT_SHARE_MIN_ROWS and (seg + 1) * ATT_SEG <= n_shared, where
@@ -822,7 +826,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
  * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
  * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
  * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
- * 0 leave. Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
+ * 0 skip it. Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
  * block jq for the tile's query jq alone, with its ngh heads, exactly as attention_kernel's SPLIT
  * shape does (short batches at small depths have only such segments: one block per query keeps them
  * parallel). Partials go to the same workspace slots as attention_kernel's, for
@@ -838,7 +842,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
     window_start(first_row, nkv, D, &k_cache, &v_cache);
-    const int seg = blockIdx.x, kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
+    const int kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
     const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
     /* the tile's queries and this block's query jq, in this launch's numbering */
     const int tq0 = (blockIdx.z / qt) * qt, jq = blockIdx.z % qt, nq = min(qt, n_q - tq0);
@@ -846,9 +850,9 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     const int tp = tq0 + jq, t = t0 + tp;
     int32_t *chain = tree_shared + T;
     const int n_prefix = parents ? *n_prefix_at : 0;
-    /* a segment past every node's rows (a tree has at most n_prefix + T; the grid is sized for the
-     * cache's capacity, as attention_kernel's): the whole block leaves before any shared-memory work */
-    if (parents && (int64_t)seg * ATT_SEG >= (int64_t)n_prefix + T) return;
+    /* a segment past every node's rows (a tree has at most n_prefix + T): the whole block leaves
+     * before any shared-memory work */
+    if (parents && (int64_t)blockIdx.x * ATT_SEG >= (int64_t)n_prefix + T) return;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
     } else if (tid == 0) {
@@ -858,38 +862,48 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     }
     __syncthreads();
     const int n_shared = parents ? n_prefix : tile_min_rows;
-    const bool shared = n_shared >= ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
-    const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
-    if (tid == 0 && (!shared || counts)) { /* query t's rows (and chain) */
-        query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
-        if (counts) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
-    }
-    __syncthreads();
+    bool rows_ready = false; /* sh holds query t's rows (and chain): a shared segment overwrites them */
     float acc[P][ATT_DIMS_PER_THREAD];
-
-    if (shared) {
-        if (jq != 0) return; /* block 0 of the tile serves all its queries */
-        const int np = nq * ngh;
-        for (int i = tid; i < np * D; i += ATT_THREADS) {
-            const int pair = i / D, d = i % D;
-            const int tpair = t0 + tq0 + pair / ngh, h = head0 + pair % ngh;
-            sh.q[i] = q[((int64_t)tpair * nh + h) * D + d];
+    /* segments x, x + gridDim.x, ... in increasing order: shared ones (below n_shared) come first */
+    for (int seg = blockIdx.x; seg < n_seg_max; seg += gridDim.x) {
+        if (parents && (int64_t)seg * ATT_SEG >= (int64_t)n_prefix + T) break;
+        const bool shared = n_shared >= ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
+        const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
+        if ((!shared || counts) && !rows_ready) { /* query t's rows (and chain) */
+            if (tid == 0) query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
+            __syncthreads();
+            rows_ready = true;
         }
-        if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
-        __syncthreads();
-        att_segment<P, P, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
-        store_partials(sh, acc, np, D,
-                       [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; },
-                       part_acc, part_ml);
-        return;
-    }
+        if (counts && tid == 0) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
 
-    if (seg * ATT_SEG >= sh.n_rows) return; /* a segment past query t's rows (uniform over the block) */
-    for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
-    __syncthreads();
-    att_segment<P, ATT_QUERY_HEADS_27B, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
-    store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; }, part_acc,
-                   part_ml);
+        if (shared) {
+            if (jq != 0) continue; /* block 0 of the tile serves all its queries */
+            const int np = nq * ngh;
+            for (int i = tid; i < np * D; i += ATT_THREADS) {
+                const int pair = i / D, d = i % D;
+                const int tpair = t0 + tq0 + pair / ngh, h = head0 + pair % ngh;
+                sh.q[i] = q[((int64_t)tpair * nh + h) * D + d];
+            }
+            __syncthreads(); /* query_rows' n_rows read above (counts) before it is overwritten */
+            if (tid == 0) sh.n_rows = n_shared, sh.n_direct = n_shared; /* all its positions direct */
+            rows_ready = false;
+            __syncthreads();
+            att_segment<P, P, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, np, scale, seg, acc);
+            store_partials(sh, acc, np, D,
+                           [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; },
+                           part_acc, part_ml);
+            __syncthreads(); /* q, m, l and the rows are rewritten by the next segment */
+            continue;
+        }
+
+        if (seg * ATT_SEG >= sh.n_rows) break; /* past query t's rows, as every later one (uniform) */
+        for (int i = tid; i < ngh * D; i += ATT_THREADS) sh.q[i] = q[((int64_t)t * nh + head0) * D + i];
+        __syncthreads();
+        att_segment<P, ATT_QUERY_HEADS_27B, TC>(sh, chain, k_cache, v_cache, nkv, kvh, D, ngh, scale, seg, acc);
+        store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
+                       part_acc, part_ml);
+        __syncthreads(); /* q, m and l are rewritten by the next segment */
+    }
 }
 
 /* SPLIT's second kernel: block (h, tp, dim chunk) merges query t0 + tp's segment partials of head h in
@@ -993,8 +1007,10 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
     const size_t need = split_workspace_bytes(split_queries, nh, D, n_seg_max);
     const size_t merge_shared_bytes = 2 * sizeof(float) * (size_t)n_seg_max;
     if (n_seg_max > 1 && cb->workspace && need <= cb->workspace_bytes && merge_shared_bytes <= 48 * 1024) {
-        /* one block per segment (the serial walk of a block is ATT_SEG rows whatever the depth), in
-         * launches of at most ATT_SPLIT_QUERIES queries that reuse the workspace in stream order */
+        /* one block per segment up to ATT_MAX_SEG_BLOCKS of them (the serial walk of a block is ATT_SEG
+         * rows up to 8192 rows), in launches of at most ATT_SPLIT_QUERIES queries that reuse the
+         * workspace in stream order */
+        const int seg_blocks = n_seg_max < ATT_MAX_SEG_BLOCKS ? n_seg_max : ATT_MAX_SEG_BLOCKS;
         float *part_acc = (float *)cb->workspace;
         float *part_ml = part_acc + (size_t)split_queries * nh * n_seg_max * D;
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
@@ -1005,14 +1021,14 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
             if (T > 1)
                 cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS>
                                : attention_tile_kernel<ATT_TILE_PAIRS, false>,
-                            dim3(n_seg_max, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
+                            dim3(seg_blocks, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
                             nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
             else
                 cuda_launch(attention_kernel_for<HG>(tc, cb->attention_decode_general),
-                            dim3(n_seg_max, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
+                            dim3(seg_blocks, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,
                             cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T, nh,
-                            nkv, D, n_hgroups, scale, n_seg_max, n_seg_max, t0, part_acc, part_ml, part_rows, out);
+                            nkv, D, n_hgroups, scale, seg_blocks, n_seg_max, t0, part_acc, part_ml, part_rows, out);
             cuda_note_launch(be, name);
             cuda_launch(attention_merge_kernel, dim3(nh, n_q, (D + ATT_MERGE_THREADS - 1) / ATT_MERGE_THREADS),
                         dim3(ATT_MERGE_THREADS), merge_shared_bytes, cuda_stream(be), part_acc, part_ml, part_rows, nh,
