@@ -425,6 +425,39 @@ def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model,
     check_attention_at_depth_is_exact(deep_attention_model)
 
 
+@pytest.fixture(scope="module")
+def heads_27b_model(tmp_path_factory):
+    """qwen35 with the 27B shape's attention heads (24 query heads, 4 KV heads, head_dim 256): a deep
+    decode step's blocks hold 2 heads each (32 segments x 24 heads are more than one wave of blocks on
+    a GPU of fewer than 192 SMs), a shallow one's 1."""
+    path = write_test_model(tmp_path_factory.mktemp("gpu-heads27b") / "tiny-h24-kv4-d256-qwen35-f32.gguf", "tiny",
+                            "f32", seed=8, n_head=24, n_head_kv=4, head_dim=256, rope_dims=64)
+    model = Model.load(str(path), device="cuda")
+    yield model
+    model.close()
+
+
+def test_recorded_decode_across_the_depth_classes_equals_eager(heads_27b_model):
+    """Recorded decode steps up to 1024 rows replay a recording bounded there (one query head a
+    block), deeper ones a recording bounded by the capacity (two heads a block): 48 steps across the
+    boundary give the eager steps' tokens, and the logits of a later eager batch (which read every
+    layer's rows those steps wrote) are the same bits."""
+    V = heads_27b_model.hparams.n_vocab
+    history = prompt(V, 1000, seed=10)
+    runs = {}
+    for recorded in (True, False):
+        ctx = heads_27b_model.new_context(n_ctx=4096, max_batch=64, recorded_steps=recorded)
+        ctx.eval(history)
+        tokens, token = [], history[-1]
+        for _ in range(48):  # positions 1000 .. 1047
+            token = ctx.eval_argmax([token])
+            tokens.append(token)
+        runs[recorded] = (tokens, ctx.eval([5, 6], logits_all=True))
+        ctx.close()
+    assert runs[True][0] == runs[False][0]
+    assert np.array_equal(runs[True][1].view(np.uint32), runs[False][1].view(np.uint32))
+
+
 # 73 segments of 128 rows, past the 64 a SPLIT launch has blocks for (ATT_MAX_SEG_BLOCKS): blocks 0-8
 # also walk segments 64-72, and block 9 the shared segment 9 then a tree node's own segment 73
 PAST_SEG_BLOCKS_PREFIX = 73 * 128

@@ -30,14 +30,18 @@ extern "C" {
 
 typedef struct backend backend;
 
-/* Keys of recorded steps: the decode step, verify steps of up to STEP_SLOTS node counts (key
- * STEP_VERIFY + slot), causal batches of up to STEP_SLOTS token counts (key STEP_BATCH + slot; the
- * context says which count and LM head a slot was recorded for), and a DFlash draft context's
- * proposal (its own backend instance; the draft context says for which depths, top-k and LM head). */
+/* Keys of recorded steps: the decode step of each depth class (key STEP_DECODE + class: shallow
+ * steps see at most DECODE_SHALLOW_ROWS rows and are recorded with that bound, deeper ones with the
+ * context's capacity), verify steps of up to STEP_SLOTS node counts (key STEP_VERIFY + slot), causal
+ * batches of up to STEP_SLOTS token counts (key STEP_BATCH + slot; the context says which count and
+ * LM head a slot was recorded for), and a DFlash draft context's proposal (its own backend instance;
+ * the draft context says for which depths, top-k and LM head). */
 enum {
     STEP_DECODE = 0,
+    DECODE_CLASSES = 2,
+    DECODE_SHALLOW_ROWS = 1024,
     STEP_SLOTS = 4,
-    STEP_VERIFY = 1,
+    STEP_VERIFY = STEP_DECODE + DECODE_CLASSES,
     STEP_BATCH = STEP_VERIFY + STEP_SLOTS,
     STEP_PROPOSE = STEP_BATCH + STEP_SLOTS,
     STEP_KINDS = STEP_PROPOSE + 1

@@ -172,9 +172,10 @@ struct specla_context {
      * (specla_context_set_logit_head / _rows); logits rows have logit_head.ne1 entries */
     specla_tensor logit_head;
     logit_row_set logit_rows;
-    /* the LM head the recorded decode step was recorded with (part of the recording: another head
-     * means recording again; a chosen head that grows within its capacity is the same head) */
-    recorded_head_key recorded_head;
+    /* the LM head each depth class's recorded decode step was recorded with (part of the recording:
+     * another head means recording again; a chosen head that grows within its capacity is the same
+     * head) */
+    recorded_head_key recorded_head[DECODE_CLASSES];
     /* what the recorded verifies (keys STEP_VERIFY + slot) and causal batches (STEP_BATCH + slot)
      * were recorded for */
     recorded_steps recorded_verify, recorded_batch;
@@ -199,6 +200,7 @@ typedef struct batch_view {
     const int32_t *rows;      /* backend memory: KV-cache / feature rows the tokens write */
     const int32_t *schedule;  /* backend memory: packed HLD schedule, NULL for a plain batch */
     const int32_t *parents;   /* backend memory: tree parents, NULL for a plain batch */
+    int32_t max_rows;         /* most cache rows a query of the batch sees (the attention grid's bound) */
 } batch_view;
 void gated_deltanet_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out);
 void attention_layer(specla_context *ctx, int il, const float *x, const batch_view *bv, float *out);

@@ -214,12 +214,22 @@ static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, i
     return finish_step(ctx, argmax_out, 1);
 }
 
-static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
+/* A recorded decode step at `position` sees position + 1 rows. Its attention grid covers the rows
+ * its recording was made for, so a shallow step (at most DECODE_SHALLOW_ROWS rows) replays a
+ * recording bounded there and a deeper one a recording bounded by the context's capacity: the
+ * backend shapes each launch for its bound (CUDA: a shallow decode's blocks hold one query head
+ * each, a deep one's two; docs/cuda-attention.md). The bits do not depend on the bound. */
+static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t position,
+                                     int32_t *argmax_out) {
     const backend *be = ctx->be;
+    const int shallow = position < DECODE_SHALLOW_ROWS && DECODE_SHALLOW_ROWS < ctx->params.n_ctx;
+    const int key = STEP_DECODE + (shallow ? 0 : 1);
+    batch_view bounded = *bv;
+    bounded.max_rows = shallow ? DECODE_SHALLOW_ROWS : ctx->params.n_ctx;
     const recorded_head_key head = scored_head_key(ctx);
-    if (!same_head_key(&ctx->recorded_head, &head) || !be->ops->replay(be, STEP_DECODE)) {
-        ctx->recorded_head = head;
-        if (!record_and_replay(ctx, STEP_DECODE, bv, 1, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
+    if (!same_head_key(&ctx->recorded_head[key - STEP_DECODE], &head) || !be->ops->replay(be, key)) {
+        ctx->recorded_head[key - STEP_DECODE] = head;
+        if (!record_and_replay(ctx, key, &bounded, 1, 1)) return run_model(ctx, &bounded, 1, NULL, argmax_out);
     }
     return read_argmax(ctx, argmax_out, 1);
 }
@@ -230,8 +240,8 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     const size_t bytes = sizeof(int32_t) * (size_t)batch->n_tokens;
     be->ops->upload(be, s->tokens, batch->tokens, bytes);
     be->ops->upload(be, s->positions, batch->positions, bytes);
-    const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL};
-    if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->argmax);
+    const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL, ctx->params.n_ctx};
+    if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->positions[0], batch->argmax);
     if (batch_step_recordable(ctx, batch)) return run_batch_step(ctx, &bv, batch->argmax);
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
 }
@@ -272,7 +282,7 @@ specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *t
     be->ops->upload(be, tr->schedule_on_backend, tr->schedule, sizeof(int32_t) * (size_t)tr->schedule_ints);
     if (tr->banks) factor_banks_prepare_verify(tr->banks);
     const batch_view bv = {N, s->positions, s->rows, tr->schedule_on_backend,
-                           tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS]};
+                           tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS], ctx->params.n_ctx};
     if (verify_step_recordable(ctx, tree)) return run_verify_step(ctx, &bv, tree->argmax);
     return run_model(ctx, &bv, N, tree->logits, tree->argmax);
 }

@@ -41,11 +41,12 @@ void attention_layer(specla_context *ctx, int il, const float *x, const batch_vi
                            hp->rope_dims, hp->rope_freq_base, bv->rows, T, nh, nkv, D, k_cache, v_cache);
     if (bv->parents)
         /* node 0 is the root, at position n_past: positions[0] is the prefix length, read on the
-         * backend; the grid is sized for the whole cache, so a recorded verify serves every n_past */
-        ops->attention_tree(be, s->q, k_cache, v_cache, bv->positions, ctx->params.n_ctx, bv->parents, T, nh, nkv, D,
+         * backend; the grid is sized for bv->max_rows (the whole cache for a verify), so a recorded
+         * verify serves every n_past */
+        ops->attention_tree(be, s->q, k_cache, v_cache, bv->positions, bv->max_rows, bv->parents, T, nh, nkv, D,
                             s->mix);
     else
-        ops->attention(be, s->q, k_cache, v_cache, NULL, bv->positions, T, ctx->params.n_ctx, nh, nkv, D, s->mix);
+        ops->attention(be, s->q, k_cache, v_cache, NULL, bv->positions, T, bv->max_rows, nh, nkv, D, s->mix);
     if (variant.gated) ops->sigmoid_mul(be, s->mix, s->gate, (int64_t)T * nh * D);
 
     ops->matmul(be, &w->attn_output, s->mix, T, out);

@@ -34,7 +34,7 @@
  * Thread mapping: a block of ATT_THREADS (4 groups of 32 lanes) reduces a segment for up to HG
  * (query, head) pairs of one KV head (GQA), so each K/V row it loads serves all of them:
  *   - a decode step (T = 1), SPLIT or UNSPLIT, and a batch's UNSPLIT: one query t and HG of its
- *     heads (attention_kernel; HG = ATT_DECODE_G = 2 for a decode step, more blocks for its one
+ *     heads (attention_kernel; HG = 1 or 2 for a decode step, more blocks for its one
  *     query; ATT_MAX_G = 8 for a batch);
  *   - a batch's SPLIT (attention_tile_kernel): a TILE of qt queries x hb heads, hb = min(G, ATT_MAX_G),
  *     qt = ATT_TILE_PAIRS / hb (27B, G = 6: 2 queries x 6 heads), for every segment all the tile's
@@ -75,14 +75,13 @@
                                * for a context's capacity, which a step's rows rarely reach, so past this a
                                * block walks segments x, x + 64, ... in turn (each its own partial: the same
                                * bits) and a large -c costs a shallow step no sea of blocks that only leave */
-/* query heads per block of a decode step (one query); a build may set 1 (-DATT_DECODE_G=1: 24 blocks
- * instead of 12 for the 27B shape's one segment at short depths, each K/V row read by twice as many
- * blocks). On an H100 1 was 0.9-1.0 % faster for a shallow 27B decode step and 1.5 % slower at
- * depth 4096 (docs/cuda-attention.md), so 2 stays. The bits of a head do not depend on it. */
-#ifndef ATT_DECODE_G
-#define ATT_DECODE_G 2
-#endif
-static_assert(ATT_DECODE_G == 1 || ATT_DECODE_G == 2, "a decode block holds 1 or 2 query heads");
+/* A decode step's (one query's) blocks hold 1 query head each while those blocks fit one wave of
+ * ATT_DECODE_RESIDENT a SM (the launch's segments x heads), else 2 heads of one KV head, which read
+ * each K/V row for both. On an H100 one head a block saved 1 % of a shallow 27B decode step and two
+ * saved 1.5 % at depth 4096 (docs/cuda-attention.md). A shallow recorded decode step is bounded at
+ * DECODE_SHALLOW_ROWS rows (8 segments: 192 one-head blocks on the 27B shape), a deep one by the
+ * context's capacity. The bits of a head do not depend on the choice. */
+#define ATT_DECODE_RESIDENT 4
 #define ATT_V_BATCH 16 /* V rows whose loads are issued together */
 #define ATT_K_BATCH 4  /* K rows per group whose loads are issued together */
 #define ATT_SPLIT_QUERIES 32 /* queries per SPLIT launch: bounds the partials' workspace */
@@ -105,12 +104,12 @@ static_assert(ATT_DECODE_G == 1 || ATT_DECODE_G == 2, "a decode block holds 1 or
 #endif
 #define ATT_MAX_D 256 /* head_dim limit: 2 dims per thread */
 /* The pair counts the 27B shape's blocks hold, compiled as constants (segment_partial_for): a query's
- * heads of one KV head (G = 24 / 4) in a batch's blocks, ATT_DECODE_G in a decode step's */
+ * heads of one KV head (G = 24 / 4) in a batch's blocks, 1 or 2 in a decode step's */
 #define ATT_QUERY_HEADS_27B 6
 /* resident blocks per SM a decode step's kernel keeps (at most 128 registers): at depth 4096 its 408
  * blocks on the 27B shape then fit one wave of 528 (the compile-time pairs took 147 registers and 3
  * blocks per SM); a batch's attention_kernel leaves ptxas free */
-#define ATT_KERNEL_MIN_BLOCKS(HG) ((HG) == ATT_DECODE_G ? 4 : 1)
+#define ATT_KERNEL_MIN_BLOCKS(HG) ((HG) <= 2 ? ATT_DECODE_RESIDENT : 1)
 /* The compile-time pair count of attention_kernel's segments (segment_partial_for; 0: the general
  * code alone). SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1 takes a decode step's kernel without it: with
  * the 2-pair shape beside the general code that kernel is 9,224 SASS instructions (144 KB; 128
@@ -118,7 +117,7 @@ static_assert(ATT_DECODE_G == 1 || ATT_DECODE_G == 2, "a decode block holds 1 or
  * for 9.8 of the 22.5 cycles between instructions (H100, docs/perf.md, thirtieth pass); alone, the
  * general code is 4,280 (127 registers, no spills). The same operations in the same order: the same
  * bits either way. */
-#define ATT_KERNEL_FIXED_PAIRS(HG) ((HG) == ATT_DECODE_G ? ATT_DECODE_G : ATT_QUERY_HEADS_27B)
+#define ATT_KERNEL_FIXED_PAIRS(HG) ((HG) <= 2 ? (HG) : ATT_QUERY_HEADS_27B)
 #define ATT_DIMS_PER_THREAD 2 /* ATT_MAX_D / ATT_THREADS: dims tid and tid + ATT_THREADS */
 #define ATT_DIMS_PER_LANE (ATT_MAX_D / SPECLA_WARP)
 
@@ -982,7 +981,7 @@ static bool att_tensor_cores(const backend *be, int D) {
 /* The attention_kernel of HG heads a block: on the tensor cores (tc) or not, and for a decode step's
  * blocks with or without the compile-time pair shape (ATT_KERNEL_FIXED_PAIRS). */
 template <int HG> static auto attention_kernel_for(bool tc, bool decode_general) {
-    if constexpr (HG == ATT_DECODE_G) {
+    if constexpr (HG <= 2) {
         if (decode_general) return tc ? attention_kernel<HG, ATT_TC_KERNELS, 0> : attention_kernel<HG, false, 0>;
     }
     (void)decode_general;
@@ -1056,13 +1055,20 @@ static void launch_attention(const backend *be, const char *name, const float *q
         return;
     }
     const float scale = 1.0f / sqrtf((float)D);
-    /* a decode step (one query) has few blocks at short depths: ATT_DECODE_G heads per block give
-     * it more (27B: 12 blocks, not 4 walking 6 heads each); a batch has blocks from its queries and
-     * reads each K/V row once for ATT_MAX_G heads */
-    if (T == 1)
-        launch_attention_heads<ATT_DECODE_G>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix,
-                                             max_rows, T, nh, nkv, D, scale, out);
-    else
+    /* a decode step (one query) has few blocks at short depths: 1 or 2 heads per block give it
+     * more (27B, one segment: 24 or 12 blocks, not 4 walking 6 heads each); a batch has blocks from
+     * its queries and reads each K/V row once for ATT_MAX_G heads */
+    if (T == 1) {
+        const int64_t segs = ((int64_t)max_rows + ATT_SEG - 1) / ATT_SEG;
+        const int64_t one_head_blocks = (segs < ATT_MAX_SEG_BLOCKS ? segs : ATT_MAX_SEG_BLOCKS) * nh;
+        const int sms = cuda_of(be)->sm_count;
+        if (sms > 0 && one_head_blocks <= (int64_t)sms * ATT_DECODE_RESIDENT)
+            launch_attention_heads<1>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix, max_rows,
+                                      T, nh, nkv, D, scale, out);
+        else
+            launch_attention_heads<2>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix, max_rows,
+                                      T, nh, nkv, D, scale, out);
+    } else
         launch_attention_heads<ATT_MAX_G>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix,
                                           max_rows, T, nh, nkv, D, scale, out);
 }
