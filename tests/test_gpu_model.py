@@ -67,15 +67,19 @@ def test_recorded_decode_steps_equal_eager_steps(gpu_model):
     """A decode step recorded once (a CUDA graph) and replayed gives the eager step's tokens, and
     leaves the same state: the logits of a later eager step are the same bits."""
     _, model = gpu_model
-    V = model.hparams.n_vocab
-    history = prompt(V, 6, seed=4)
+    check_recorded_decode_equals_eager(model, prompt(model.hparams.n_vocab, 6, seed=4), 40, n_ctx=96)
+
+
+def check_recorded_decode_equals_eager(model, history, steps, **context_args):
+    """`steps` argmax decode steps after `history`, recorded and eagerly: the same tokens, and the same
+    bits in the logits of a later eager batch (which reads every layer's rows the steps wrote)."""
     runs = {}
     for recorded in (True, False):
-        ctx = model.new_context(n_ctx=96, recorded_steps=recorded)
+        ctx = model.new_context(recorded_steps=recorded, **context_args)
         ctx.eval(history)
         tokens = []
         token = history[-1]
-        for _ in range(40):
+        for _ in range(steps):
             token = ctx.eval_argmax([token])
             tokens.append(token)
         runs[recorded] = (tokens, ctx.eval([5, 6], logits_all=True))
@@ -440,22 +444,9 @@ def heads_27b_model(tmp_path_factory):
 def test_recorded_decode_across_the_depth_classes_equals_eager(heads_27b_model):
     """Recorded decode steps up to 1024 rows replay a recording bounded there (one query head a
     block), deeper ones a recording bounded by the capacity (two heads a block): 48 steps across the
-    boundary give the eager steps' tokens, and the logits of a later eager batch (which read every
-    layer's rows those steps wrote) are the same bits."""
-    V = heads_27b_model.hparams.n_vocab
-    history = prompt(V, 1000, seed=10)
-    runs = {}
-    for recorded in (True, False):
-        ctx = heads_27b_model.new_context(n_ctx=4096, max_batch=64, recorded_steps=recorded)
-        ctx.eval(history)
-        tokens, token = [], history[-1]
-        for _ in range(48):  # positions 1000 .. 1047
-            token = ctx.eval_argmax([token])
-            tokens.append(token)
-        runs[recorded] = (tokens, ctx.eval([5, 6], logits_all=True))
-        ctx.close()
-    assert runs[True][0] == runs[False][0]
-    assert np.array_equal(runs[True][1].view(np.uint32), runs[False][1].view(np.uint32))
+    boundary against the same steps run eagerly."""
+    history = prompt(heads_27b_model.hparams.n_vocab, 1000, seed=10)
+    check_recorded_decode_equals_eager(heads_27b_model, history, 48, n_ctx=4096, max_batch=64)  # positions 1000-1047
 
 
 # 73 segments of 128 rows, past the 64 a SPLIT launch has blocks for (ATT_MAX_SEG_BLOCKS): blocks 0-8
