@@ -18,6 +18,9 @@
 # with commit COMMIT (the device's .git is the session's first commit, so it is passed in). The draft-cost
 # run takes recorded steps on and off (the draft's proposals follow the target context's setting).
 # Last, profile_gpu_step's per-kernel rows of a decode step and of the verify (kernels serialized).
+# MEASURE_CHECKS=0 leaves out the two checkers (cuda_matmul_check, cuda_ops_check) and their builds:
+# a call with a carried library (run_gpu.sh's PREBUILT_ONLY=1) has no build tree for them to link, and
+# their ~130 s of building would hold the timed parts back (about 200 s in all then, on an H100).
 set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"
@@ -28,13 +31,17 @@ stage() { echo "=== [+$(( $(date +%s) - t0 ))s] $*"; }
 # The builds and the draft writer below run at nice 19 beside the GPU-timed benches (run_gpu.sh's
 # llama.cpp build already does): un-niced, they slowed bench_gpu's decode figure (docs/perf.md,
 # twenty-first pass).
-( nice -n 19 bash tools/device/build_cuda_checks.sh "$HOME/measure-check" 90 > "$HOME/measure-check.log" 2>&1
-  echo $? > "$HOME/measure-check.rc" ) &
-check_pid=$!
-# the ops check (attention, elementwise, logits against the CPU ops) links the CUDA build's CPU archive
-( nice -n 19 bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/measure-ops-check" \
-    > "$HOME/measure-ops-check.log" 2>&1; echo $? > "$HOME/measure-ops-check.rc" ) &
-ops_check_pid=$!
+checks=${MEASURE_CHECKS:-1}
+case "$checks" in 0 | 1) ;; *) echo "measure.sh: MEASURE_CHECKS must be 0 or 1 (got '$checks')" >&2; exit 2 ;; esac
+if [ "$checks" = 1 ]; then
+  ( nice -n 19 bash tools/device/build_cuda_checks.sh "$HOME/measure-check" 90 > "$HOME/measure-check.log" 2>&1
+    echo $? > "$HOME/measure-check.rc" ) &
+  check_pid=$!
+  # the ops check (attention, elementwise, logits against the CPU ops) links the CUDA build's CPU archive
+  ( nice -n 19 bash tools/device/cuda_ops_check/build.sh "$(dirname "$(dirname "$SPECLA_LIBRARY")")" "$HOME/measure-ops-check" \
+      > "$HOME/measure-ops-check.log" 2>&1; echo $? > "$HOME/measure-ops-check.rc" ) &
+  ops_check_pid=$!
+fi
 ( nice -n 19 bash tools/device/write_draft.sh > "$HOME/measure-draft.path" 2> "$HOME/measure-draft.log"; echo $? > "$HOME/measure-draft.rc" ) &
 
 stage "bench_gpu"
@@ -42,8 +49,9 @@ python3 tools/bench_gpu.py --model "$MODEL" --out "$ROWS" --commit "$commit" 2>&
 stage "bench_specla"
 python3 tools/bench_specla.py --device cuda --layers 1,48 --commit "$commit" --out "$ROWS" 2>&1 | tail -16
 stage "cuda_matmul_check"
-wait "$check_pid"
-if [ "$(cat "$HOME/measure-check.rc")" = 0 ]; then
+if [ "$checks" = 0 ]; then
+  echo "skipped: MEASURE_CHECKS=0"
+elif wait "$check_pid"; [ "$(cat "$HOME/measure-check.rc")" = 0 ]; then
   timeout 150 "$HOME/measure-check/cuda_matmul_check" --no-bench 2>&1 | tail -4
   for m in draft_kv draft_q draft_up draft_down attn_k attn_v; do
     timeout 60 "$HOME/measure-check/cuda_matmul_check" --no-check --matrix "$m" --batches 1,16,23 --json "$ROWS" \
@@ -53,8 +61,9 @@ else
   echo "cuda_matmul_check did not build"; tail -20 "$HOME/measure-check.log"
 fi
 stage "cuda_ops_check"
-wait "$ops_check_pid"
-if [ "$(cat "$HOME/measure-ops-check.rc")" = 0 ]; then
+if [ "$checks" = 0 ]; then
+  echo "skipped: MEASURE_CHECKS=0"
+elif wait "$ops_check_pid"; [ "$(cat "$HOME/measure-ops-check.rc")" = 0 ]; then
   timeout 120 "$HOME/measure-ops-check" 2>&1 | grep -E "FAIL|FAILURES|window" | tail -12
 else
   echo "cuda_ops_check did not build"; tail -20 "$HOME/measure-ops-check.log"

@@ -36,7 +36,8 @@
 # the seconds the benchmark commands leave for llama-bench's run, which takes about 20),
 # PREBUILT_ONLY=1 (with a carried .prebuilt/libspecla.so of these sources: no background build, every
 # step uses the carried library; 60-100 s less on a fresh machine, for calls whose commands need no
-# build tree: ab_variants.sh with env: and lib: variants, not measure.sh or patch variants).
+# build tree: ab_variants.sh with env: and lib: variants, measure.sh with MEASURE_CHECKS=0, not patch
+# variants).
 
 # The benchmark hook. Each entry is one shell command run from the repository root with:
 #   MODEL            the speed-only GGUF of step (c)
