@@ -217,19 +217,19 @@ static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, i
 /* A recorded decode step at `position` sees position + 1 rows. Its attention grid covers the rows
  * its recording was made for, so a shallow step (at most DECODE_SHALLOW_ROWS rows) replays a
  * recording bounded there and a deeper one a recording bounded by the context's capacity: the
- * backend shapes each launch for its bound (CUDA: a shallow decode's blocks hold one query head
- * each, a deep one's two; docs/cuda-attention.md). The bits do not depend on the bound. */
+ * backend shapes each launch for its bound (CUDA: one query head a block while the bound's blocks
+ * fit one wave, else two; docs/cuda-attention.md). The bits do not depend on the bound. */
 static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t position,
                                      int32_t *argmax_out) {
     const backend *be = ctx->be;
-    const int shallow = position < DECODE_SHALLOW_ROWS && DECODE_SHALLOW_ROWS < ctx->params.n_ctx;
-    const int key = STEP_DECODE + (shallow ? 0 : 1);
+    const int deep = position >= DECODE_SHALLOW_ROWS || ctx->params.n_ctx <= DECODE_SHALLOW_ROWS; /* class 0 or 1 */
     batch_view bounded = *bv;
-    bounded.max_rows = shallow ? DECODE_SHALLOW_ROWS : ctx->params.n_ctx;
+    bounded.max_rows = deep ? ctx->params.n_ctx : DECODE_SHALLOW_ROWS;
     const recorded_head_key head = scored_head_key(ctx);
-    if (!same_head_key(&ctx->recorded_head[key - STEP_DECODE], &head) || !be->ops->replay(be, key)) {
-        ctx->recorded_head[key - STEP_DECODE] = head;
-        if (!record_and_replay(ctx, key, &bounded, 1, 1)) return run_model(ctx, &bounded, 1, NULL, argmax_out);
+    if (!same_head_key(&ctx->recorded_head[deep], &head) || !be->ops->replay(be, STEP_DECODE + deep)) {
+        ctx->recorded_head[deep] = head;
+        if (!record_and_replay(ctx, STEP_DECODE + deep, &bounded, 1, 1))
+            return run_model(ctx, &bounded, 1, NULL, argmax_out);
     }
     return read_argmax(ctx, argmax_out, 1);
 }

@@ -23,7 +23,8 @@
 # Last, profile_gpu_step's per-kernel rows of a decode step and of the verify (kernels serialized).
 # MEASURE_CHECKS=0 leaves out the two checkers (cuda_matmul_check, cuda_ops_check) and their builds:
 # a call with a carried library (run_gpu.sh's PREBUILT_ONLY=1) has no build tree for them to link, and
-# their ~130 s of building would hold the timed parts back (about 200 s in all then, on an H100).
+# waiting for their builds held the timed parts back 130 s of d659771's 324 on an H100 (from the
+# cuda_matmul_check stage to the llama.cpp wait).
 set -u
 commit=${1:?COMMIT}
 : "${ROWS:?run from run_gpu.sh (ROWS, MODEL)}" "${MODEL:?run from run_gpu.sh (ROWS, MODEL)}"

@@ -952,6 +952,11 @@ static __global__ void fill_nan_kernel(float *out, int64_t n) {
         out[i] = __int_as_float(0x7fc00000);
 }
 
+/* The segments of a SPLIT call bounded at `rows` rows, and the blocks its grid has along them (a
+ * block walks the segments past ATT_MAX_SEG_BLOCKS) */
+static int split_segments(int rows) { return (rows + ATT_SEG - 1) / ATT_SEG; }
+static int split_seg_blocks(int n_seg) { return n_seg < ATT_MAX_SEG_BLOCKS ? n_seg : ATT_MAX_SEG_BLOCKS; }
+
 /* Workspace of the SPLIT shape, in bytes: partial acc and (m, l) per query, head and segment, plus
  * the row count of each query. */
 static size_t split_workspace_bytes(int T, int nh, int D, int n_seg_max) {
@@ -961,7 +966,7 @@ static size_t split_workspace_bytes(int T, int nh, int D, int n_seg_max) {
 extern "C" size_t cuda_attention_workspace_bytes(const backend_limits *l) {
     if (l->attn_heads <= 0 || l->attn_head_dim <= 0) return 0;
     const int queries = l->max_rows < ATT_SPLIT_QUERIES ? l->max_rows : ATT_SPLIT_QUERIES;
-    return split_workspace_bytes(queries, l->attn_heads, l->attn_head_dim, (l->max_kv_rows + ATT_SEG - 1) / ATT_SEG);
+    return split_workspace_bytes(queries, l->attn_heads, l->attn_head_dim, split_segments(l->max_kv_rows));
 }
 
 /* Whether a call's scores and weighted V sums take the tensor cores (attention_tensor_cores.cuh): the
@@ -1000,7 +1005,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
     const cuda_backend *cb = cuda_of(be);
     const bool tc = att_tensor_cores(be, D);
     const int G = nh / nkv, n_hgroups = (G + HG - 1) / HG;
-    const int n_seg_max = (max_rows + ATT_SEG - 1) / ATT_SEG;
+    const int n_seg_max = split_segments(max_rows);
     const size_t tree_bytes = parents ? 2 * sizeof(int32_t) * (size_t)T : 0;
     const int split_queries = T < ATT_SPLIT_QUERIES ? T : ATT_SPLIT_QUERIES;
     const size_t need = split_workspace_bytes(split_queries, nh, D, n_seg_max);
@@ -1009,7 +1014,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         /* one block per segment up to ATT_MAX_SEG_BLOCKS of them (the serial walk of a block is ATT_SEG
          * rows up to 8192 rows), in launches of at most ATT_SPLIT_QUERIES queries that reuse the
          * workspace in stream order */
-        const int seg_blocks = n_seg_max < ATT_MAX_SEG_BLOCKS ? n_seg_max : ATT_MAX_SEG_BLOCKS;
+        const int seg_blocks = split_seg_blocks(n_seg_max);
         float *part_acc = (float *)cb->workspace;
         float *part_ml = part_acc + (size_t)split_queries * nh * n_seg_max * D;
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
@@ -1059,8 +1064,7 @@ static void launch_attention(const backend *be, const char *name, const float *q
      * more (27B, one segment: 24 or 12 blocks, not 4 walking 6 heads each); a batch has blocks from
      * its queries and reads each K/V row once for ATT_MAX_G heads */
     if (T == 1) {
-        const int64_t segs = ((int64_t)max_rows + ATT_SEG - 1) / ATT_SEG;
-        const int64_t one_head_blocks = (segs < ATT_MAX_SEG_BLOCKS ? segs : ATT_MAX_SEG_BLOCKS) * nh;
+        const int64_t one_head_blocks = (int64_t)split_seg_blocks(split_segments(max_rows)) * nh;
         const int sms = cuda_of(be)->sm_count;
         if (sms > 0 && one_head_blocks <= (int64_t)sms * ATT_DECODE_RESIDENT)
             launch_attention_heads<1>(be, name, q, k_cache, v_cache, first_row, positions, parents, n_prefix, max_rows,
