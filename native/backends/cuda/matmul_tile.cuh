@@ -488,10 +488,10 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
  *
  * MM_TILE_BULK_Q4K_CTAS (an experiment's build knob, default 5) sets the CTAs per SM that the Q4_K
  * bulk kernel is compiled for up to 3 tiles. At 6 the registers drop to 80 (ptxas spills 96 bytes,
- * none inside the block loop) and a sixth CTA's shared memory fits only with 2 stages, one block in
- * flight while one is computed: more warps to hide the block step's latency, the 27B FFN gate + up
- * launch (1088 CTAs) in 1.4 waves instead of 1.65, against one weight block fewer in flight. The
- * pair kernel keeps MM_TILE_STAGES for both its types. */
+ * none inside the block loop) and a sixth CTA's shared memory fits only with 2 stages; at 4 ptxas
+ * takes 124 registers. Both were exact and slower on an H100 (docs/perf.md, forty-third pass: a
+ * 23-token batch 3.4 % slower at 6, 4.5 % at 4), so 5 with 3 stages stays. The pair kernel keeps
+ * MM_TILE_STAGES for both its types. */
 #define MM_TILE_STAGES 3
 #ifndef MM_TILE_BULK_Q4K_CTAS
 #define MM_TILE_BULK_Q4K_CTAS 5
