@@ -91,6 +91,9 @@ step() {
   if [ "$limit" -lt 5 ]; then
     log "SKIP $name: budget spent"; SUMMARY+=("$name: skipped (budget)"); return 1
   fi
+  # say so when the budget, not the step's own limit, sets the timeout (a call that meant to run the
+  # whole GPU suite and got 122 s of it should read why in its log)
+  [ "$limit" -lt "$max" ] && log "$name: limit ${limit}s, not ${max}s: BUDGET_S leaves $(left)s and keeps ${RESERVE_S}s for the steps after it"
   log "START $name (limit ${limit}s)"
   local t0 rc; t0=$(date +%s.%N)
   timeout --kill-after=5 "$limit" "$@" >> "$logfile" 2>&1; rc=$?
@@ -199,8 +202,10 @@ if [ -f "$SPECLA_LIBRARY" ]; then
   tail -1 "$RUN_LOG"
 fi
 
-# (d) the GPU tests
+# (d) the GPU tests, keeping 170 s for the benchmark commands and llama-bench after them, or 10 where
+# there are none (a call that only runs the suite gives it the whole budget)
 RESERVE_S=170
+[ ${#BENCH_COMMANDS[@]} -eq 0 ] && [ "${SKIP_LLAMA:-0}" = 1 ] && RESERVE_S=10
 if [ "${SKIP_PYTEST:-0}" = 1 ]; then
   log "SKIP pytest -m gpu: SKIP_PYTEST=1"; SUMMARY+=("pytest -m gpu: skipped (SKIP_PYTEST=1)")
 else
