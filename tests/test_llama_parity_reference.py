@@ -67,7 +67,8 @@ def test_f32_logits_match_llama_cpp(model_dir, preset):
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny8"])
-@pytest.mark.parametrize("quant,ftype", [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0")])
+@pytest.mark.parametrize("quant,ftype", [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M"),
+                                         ("q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0")])
 def test_quant_placement_matches_llama_quantize(model_dir, preset, quant, ftype):
     source = write_test_model(model_dir / f"{preset}-f32.gguf", preset, "f32", seed=0)
     ours = write_test_model(model_dir / f"{preset}-{quant}.gguf", preset, quant, seed=0)

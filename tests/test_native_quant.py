@@ -5,7 +5,8 @@
 - 8-bit activation blocks (Q8_0 / Q4_0 / Q5_0 / Q4_K / Q6_K weights) == the numpy quantizer in
   pyspecla.reference.ops BIT FOR BIT (codes and scales), zero, NaN and infinite blocks included;
 - matmul == float64 numpy (gguf-dequantized W times the activations the kernel sees: x itself, or
-  its 8-bit blocks) within 1e-5 of each element's sum |W||x|, outputs NaN-poisoned before every
+  its 8-bit blocks; Q5_K takes floats on the CPU and Q8_K blocks on the GPU) within 1e-5 of each
+  element's sum |W||x|, outputs NaN-poisoned before every
   call (pyspecla.ops does that);
 - batch invariance: row b of y is the same bits whatever n_batch (and the 64-row grouping) is, and
   whatever the thread count is;
@@ -51,7 +52,10 @@ def fresh_rng():
 
 
 # weight types the CUDA matmul does not take yet (their models are refused on the GPU by name)
-CUDA_MATMUL_MISSING = {T.Q4_1, T.Q5_1, T.Q5_K}
+CUDA_MATMUL_MISSING = {T.Q4_1, T.Q5_1}
+# weight types whose activations the CUDA matmul rounds to Q8_K blocks where the CPU multiplies
+# floats (native/backends/cuda/matmul_blocks.h, mm_act_kind): the oracle sees what each one sees
+CUDA_Q8_K_ONLY = {T.Q5_K}
 
 
 def skip_unsupported_on_backend(backend, qtype, n_in=None):
@@ -181,10 +185,12 @@ MATMUL_SHAPES = [  # (row kind, n_out, n_batch)
 INT8_TYPES = [T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_K, T.Q6_K]  # activations rounded to 8-bit blocks
 
 
-def activations_seen(qtype, x):
-    """What the kernel multiplies: x, or for INT8_TYPES its 8-bit blocks (code * scale) from the
-    numpy quantizer."""
+def activations_seen(qtype, x, device="cpu"):
+    """What the kernel multiplies: x, or for INT8_TYPES (and CUDA_Q8_K_ONLY on the GPU) its 8-bit
+    blocks (code * scale) from the numpy quantizer."""
     x64 = x.astype(np.float64)
+    if device == "cuda" and qtype in CUDA_Q8_K_ONLY:
+        qtype = T.Q4_K  # the same Q8_K blocks
     if qtype not in INT8_TYPES:
         return x64
     codes, scales = ref_ops.quantize_activations(x, qtype)
@@ -192,9 +198,9 @@ def activations_seen(qtype, x):
     return (codes.reshape(len(x), -1, block) * scales.astype(np.float64)[..., None]).reshape(x.shape)
 
 
-def matmul_oracle(raw, qtype, n_in, n_out, x):
+def matmul_oracle(raw, qtype, n_in, n_out, x, device="cpu"):
     w = reference_dequantize(raw, qtype).reshape(n_out, n_in).astype(np.float64)
-    seen = activations_seen(qtype, x)
+    seen = activations_seen(qtype, x, device)
     return seen @ w.T, np.abs(seen) @ np.abs(w).T
 
 
@@ -217,7 +223,7 @@ def test_matmul_matches_numpy(backend, qtype, kind, n_out, n_batch):
     raw = random_blocks(r, qtype, n_out, n_in, scale=0.05)
     x = r.standard_normal((n_batch, n_in)).astype(np.float32)
     y = ops.matmul(raw, qtype, n_in, n_out, x, **backend.kw)
-    expected, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x)
+    expected, magnitude = matmul_oracle(raw, qtype, n_in, n_out, x, backend.device)
     assert_matmul_close(y, expected, magnitude,
                         f"{qtype.name} {n_out}x{n_in} n_batch={n_batch} {backend.name} seed={seed}")
 

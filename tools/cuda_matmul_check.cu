@@ -60,6 +60,7 @@
 #include <thread>
 #include <vector>
 
+#include "activation_blocks.h"
 #include "cuda_matmul.h"
 #include "matmul_launch.h"
 #include "matmul_mma.cuh"
@@ -142,6 +143,7 @@ static std::vector<uint8_t> make_weight(int32_t type, int ne0, int ne1, Rng &r) 
         case SPECLA_TYPE_Q4_0:
         case SPECLA_TYPE_Q5_0: h = random_scale(r), memcpy(blk, &h, 2); break;
         case SPECLA_TYPE_Q4_K:
+        case SPECLA_TYPE_Q5_K:
             h = random_scale(r), memcpy(blk, &h, 2);
             h = random_scale(r), memcpy(blk + 2, &h, 2);
             break;
@@ -190,7 +192,51 @@ static specla_tensor host_tensor(const std::vector<uint8_t> &w, int32_t type, in
     return t;
 }
 
+static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, float *y);
+
+/* Whether the GPU rounds this type's activations where the CPU oracle multiplies floats (Q5_K:
+ * matmul_blocks.h's mm_act_kind); its oracle is then what the GPU multiplies, below. */
+static bool gpu_rounds_float_activations(int32_t type) {
+    return mm_act_kind(type) != MM_ACT_FLOAT && act_kind_for_weight(type) == ACT_FLOAT;
+}
+
+/* y = W x' in float64 (stored as float), x' the Q8_K blocks of x as the GPU takes them (codes x
+ * scale, the CPU's quantizer: specla_op_quantize_activations on a type with the same blocks) and W
+ * the CPU's dequantized weights: the product the GPU rounds, with none of its roundings. */
+static void oracle_matmul_seen(const specla_tensor &w, const float *x, int n_batch, float *y) {
+    const int n = w.ne0;
+    std::vector<int8_t> codes((size_t)n_batch * n);
+    std::vector<float> scales((size_t)n_batch * (n / 256));
+    std::vector<double> seen((size_t)n_batch * n); /* code x scale, exact in double */
+    specla_op_options opt = {1, SPECLA_CPU_SCALAR, SPECLA_BACKEND_CPU, 0};
+    if (specla_op_quantize_activations(&opt, SPECLA_TYPE_Q4_K, x, n_batch, n, codes.data(), scales.data()) != SPECLA_OK) {
+        fprintf(stderr, "cuda_matmul_check: specla_op_quantize_activations failed: %s\n", specla_last_error());
+        exit(2);
+    }
+    for (size_t i = 0; i < seen.size(); i++) seen[i] = (double)codes[i] * (double)scales[i / 256];
+    const int64_t row_bytes = type_row_bytes(w.type, n);
+#pragma omp parallel
+    {
+        std::vector<float> wf(n);
+#pragma omp for schedule(static)
+        for (int o = 0; o < w.ne1; o++) {
+            if (specla_op_dequantize(&opt, w.type, (const uint8_t *)w.data + (size_t)o * row_bytes, n, wf.data()) !=
+                SPECLA_OK) {
+                fprintf(stderr, "cuda_matmul_check: specla_op_dequantize(%s) failed: %s\n", type_name(w.type),
+                        specla_last_error());
+                exit(2);
+            }
+            for (int b = 0; b < n_batch; b++) {
+                double acc = 0;
+                for (int i = 0; i < n; i++) acc += (double)wf[i] * seen[(size_t)b * n + i];
+                y[(size_t)b * w.ne1 + o] = (float)acc;
+            }
+        }
+    }
+}
+
 static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, float *y) {
+    if (gpu_rounds_float_activations(w.type)) return oracle_matmul_seen(w, x, n_batch, y);
     specla_op_options opt = {0, g_opt.oracle_kernels, SPECLA_BACKEND_CPU, 0}; /* the CPU oracle */
     if (specla_op_matmul(&opt, &w, x, n_batch, y) != SPECLA_OK) {
         fprintf(stderr, "cuda_matmul_check: specla_op_matmul(%s %dx%d) failed: %s\n", type_name(w.type), w.ne0, w.ne1,
@@ -200,8 +246,8 @@ static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, f
 }
 
 /* Magnitudes of the float terms an element's weight enters the sums with, row o of w (double):
- * |w| for most types; for Q4_K |d sc q| + |dmin m| (the s and t sums are separate fma terms on both
- * sides), for Q6_K |d sc| (q + 32) (the CPU's lanes carry q a and 32 bsum separately). */
+ * |w| for most types; for Q4_K and Q5_K |d sc q| + |dmin m| (the s and t sums are separate fma terms),
+ * for Q6_K |d sc| (q + 32) (the CPU's lanes carry q a and 32 bsum separately). */
 static void term_magnitudes(const specla_tensor &w, int o, double *out) {
     const int64_t row_bytes = type_row_bytes(w.type, w.ne0);
     const uint8_t *row = (const uint8_t *)w.data + (size_t)o * row_bytes;
@@ -214,6 +260,21 @@ static void term_magnitudes(const specla_tensor &w, int o, double *out) {
                 k_scale_min(b->scales, j, &sc, &m);
                 for (int i = 0; i < 32; i++) {
                     const int q = (b->qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
+                    out[256 * k + 32 * j + i] = d * sc * q + dmin * m;
+                }
+            }
+        }
+        return;
+    }
+    if (w.type == SPECLA_TYPE_Q5_K) {
+        for (int k = 0; k < w.ne0 / 256; k++) {
+            const block_q5_K *b = (const block_q5_K *)row + k;
+            const double d = fabs(half_to_float(b->d)), dmin = fabs(half_to_float(b->dmin));
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                k_scale_min(b->scales, j, &sc, &m);
+                for (int i = 0; i < 32; i++) {
+                    const int q = ((b->qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15) | (((b->qh[i] >> j) & 1) << 4);
                     out[256 * k + 32 * j + i] = d * sc * q + dmin * m;
                 }
             }
@@ -330,6 +391,7 @@ static void host_model(int32_t type, const uint8_t *prep, int ne0, int ne1, cons
                 case SPECLA_TYPE_Q4_0: part = host_chunk<SPECLA_TYPE_Q4_0>(prep, p, rg, lane, c, act, ne0, b); break;
                 case SPECLA_TYPE_Q5_0: part = host_chunk<SPECLA_TYPE_Q5_0>(prep, p, rg, lane, c, act, ne0, b); break;
                 case SPECLA_TYPE_Q4_K: part = host_chunk<SPECLA_TYPE_Q4_K>(prep, p, rg, lane, c, act, ne0, b); break;
+                case SPECLA_TYPE_Q5_K: part = host_chunk<SPECLA_TYPE_Q5_K>(prep, p, rg, lane, c, act, ne0, b); break;
                 case SPECLA_TYPE_Q6_K: part = host_chunk<SPECLA_TYPE_Q6_K>(prep, p, rg, lane, c, act, ne0, b); break;
                 default: break;
                 }
@@ -1262,8 +1324,8 @@ static void check_activations(int32_t weight_type, int n, uint64_t seed) {
         }
 }
 
-static const int32_t kTypes[] = {SPECLA_TYPE_F32,  SPECLA_TYPE_F16,  SPECLA_TYPE_BF16, SPECLA_TYPE_Q8_0,
-                                 SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K};
+static const int32_t kTypes[] = {SPECLA_TYPE_F32,  SPECLA_TYPE_F16,  SPECLA_TYPE_BF16, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
+                                 SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q5_K, SPECLA_TYPE_Q6_K};
 
 static void run_checks() {
     printf("check: oracle = specla_op_matmul (cpu_kernels %d), error bound 8 u sqrt(chain + 4) x sum|terms|, "

@@ -42,13 +42,14 @@ __all__ = [
 ]
 
 ARCHS = TARGET_ARCHS
-QUANTS = ("f32", "f16", "q8_0", "q4_k_m")
+QUANTS = ("f32", "f16", "q8_0", "q4_k_m", "q5_k_m")
 
 _FILE_TYPE = {
     "f32": LlamaFileType.ALL_F32,
     "f16": LlamaFileType.MOSTLY_F16,
     "q8_0": LlamaFileType.MOSTLY_Q8_0,
     "q4_k_m": LlamaFileType.MOSTLY_Q4_K_M,
+    "q5_k_m": LlamaFileType.MOSTLY_Q5_K_M,
 }
 
 Q = GGMLQuantizationType
@@ -189,23 +190,26 @@ def tensor_type(name: str, n_dims: int, quant: str, n_layer_all: int, tied_outpu
     (the vendored llama.cpp): output Q6_K, and token_embd too when the head is tied (it is
     quantized as the output); attn_v / attn_qkv (one per layer, counted in layer order, so the
     index is the layer) and ffn_down Q6_K on use_more_bits(layer, n_layer_all) layers, Q4_K on
-    the others; every other 2-D weight Q4_K. ssm_conv1d and every 1-D tensor stay F32.
-    (n_layer_all = block_count, MTP blocks included.) Checked against llama_model_quantize."""
+    the others; every other 2-D weight Q4_K. q5_k_m is the same rule with Q5_K in place of Q4_K
+    (llama-quant.cpp gives both mixes the same Q6_K placements). ssm_conv1d and every 1-D tensor stay
+    F32. (n_layer_all = block_count, MTP blocks included.) Both checked against llama_model_quantize
+    (tests/test_llama_parity_reference.py)."""
     if n_dims < 2 or "ssm_conv1d" in name or quant == "f32":
         return Q.F32
     if quant == "f16":
         return Q.F16
     if quant == "q8_0":
         return Q.Q8_0
-    if quant != "q4_k_m":
+    if quant not in ("q4_k_m", "q5_k_m"):
         raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
+    base = Q.Q4_K if quant == "q4_k_m" else Q.Q5_K
     if name == "output.weight" or (tied_output and name == "token_embd.weight"):
         return Q.Q6_K
     if name.startswith("blk.") and (name.endswith(".attn_v.weight") or name.endswith(".attn_qkv.weight")
                                     or name.endswith(".ffn_down.weight")):
         layer = int(name.split(".")[1])
-        return Q.Q6_K if use_more_bits(layer, n_layer_all) else Q.Q4_K
-    return Q.Q4_K
+        return Q.Q6_K if use_more_bits(layer, n_layer_all) else base
+    return base
 
 
 def tensor_plan(preset: Preset) -> list[TensorSpec]:

@@ -9,8 +9,9 @@
  * exactly the GGUF block's bytes, so the CPU oracle's dequantization defines the weight values.
  *
  * Supported weight types: F32, F16, BF16 (ne0 a multiple of 32), Q8_0, Q4_0, Q5_0 (8-bit activation
- * blocks of 32, as the CPU), Q4_K, Q6_K (8-bit activation blocks of 256, as the CPU). Others (Q4_1,
- * Q5_1, Q5_K) return cudaErrorNotSupported for now. */
+ * blocks of 32, as the CPU), Q4_K, Q6_K (8-bit activation blocks of 256, as the CPU), Q5_K (blocks
+ * of 256 too, where the CPU multiplies floats: docs/cuda-matmul.md; the dp4a kernel only). Q4_1 and
+ * Q5_1 return cudaErrorNotSupported for now. */
 #ifndef SPECLA_CUDA_MATMUL_H
 #define SPECLA_CUDA_MATMUL_H
 #include <stddef.h>

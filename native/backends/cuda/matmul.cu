@@ -704,7 +704,7 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
             }
         }
     }
-    if constexpr (mm_traits<TYPE>::int8) {
+    if constexpr (mm_traits<TYPE>::int8 && mm_mma_traits<TYPE>::supported) {
         if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
                 if (mm_takes_staged(args.n_batch, args.n)) {
@@ -756,6 +756,7 @@ static cudaError_t mm_launch(cudaStream_t stream, int32_t type, const mm_launch_
     case SPECLA_TYPE_Q4_0: return mm_launch_type<SPECLA_TYPE_Q4_0>(stream, args);
     case SPECLA_TYPE_Q5_0: return mm_launch_type<SPECLA_TYPE_Q5_0>(stream, args);
     case SPECLA_TYPE_Q4_K: return mm_launch_type<SPECLA_TYPE_Q4_K>(stream, args);
+    case SPECLA_TYPE_Q5_K: return mm_launch_type<SPECLA_TYPE_Q5_K>(stream, args);
     case SPECLA_TYPE_Q6_K: return mm_launch_type<SPECLA_TYPE_Q6_K>(stream, args);
     default: return cudaErrorNotSupported;
     }
@@ -961,8 +962,9 @@ static cudaError_t mm_group(cudaStream_t stream, int n_mats, const specla_tensor
         }
     }
 
-    static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0,
-                                         SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16, SPECLA_TYPE_F32};
+    static const int32_t type_order[] = {SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K, SPECLA_TYPE_Q5_K, SPECLA_TYPE_Q8_0,
+                                         SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_F16, SPECLA_TYPE_BF16,
+                                         SPECLA_TYPE_F32};
     for (int32_t type : type_order) {
         if (paired && (type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K)) continue;
         point_act_at(type);

@@ -193,6 +193,7 @@ MM_HD void mm_quantize_q8_k_block(const float *x, int8_t *codes, float *scale, i
  *   side:    after the pieces, the block's remaining fields, each a plane of 32 lanes.
  * The 16-byte-aligned part and the side fields per type:
  *   Q4_K  the whole block (144 bytes: d, dmin, scales | qs), no side
+ *   Q5_K  the whole block (176 bytes: d, dmin, scales | qh | qs), no side
  *   Q6_K  ql, qh, scales (208 bytes); side: d (2 bytes)
  *   Q8_0  qs (32 bytes); side: d
  *   Q4_0  qs (16 bytes); side: d
@@ -212,6 +213,7 @@ MM_HD int mm_unit_elements(int32_t type) {
     case SPECLA_TYPE_Q4_0:
     case SPECLA_TYPE_Q5_0: return 32;
     case SPECLA_TYPE_Q4_K:
+    case SPECLA_TYPE_Q5_K:
     case SPECLA_TYPE_Q6_K: return 256;
     default: return 0; /* not supported */
     }
@@ -225,6 +227,7 @@ MM_HD int mm_unit_bytes(int32_t type) {
     case SPECLA_TYPE_Q4_0: return 18;
     case SPECLA_TYPE_Q5_0: return 22;
     case SPECLA_TYPE_Q4_K: return 144;
+    case SPECLA_TYPE_Q5_K: return 176;
     case SPECLA_TYPE_Q6_K: return 210;
     default: return 0;
     }
@@ -238,11 +241,15 @@ MM_HD int mm_pieces(int32_t type) {
     case SPECLA_TYPE_Q4_0:
     case SPECLA_TYPE_Q5_0: return 1;
     case SPECLA_TYPE_Q4_K: return 9;
+    case SPECLA_TYPE_Q5_K: return 11;
     case SPECLA_TYPE_Q6_K: return 13;
     default: return 0;
     }
 }
-/* Which activation blocks a weight type takes (the CPU's act_kind_for_weight for these types). */
+/* Which activation blocks a weight type takes: the CPU's act_kind_for_weight, but for Q5_K, which
+ * takes Q8_K blocks here (llama.cpp's choice too: integer dot products, like Q4_K's) where the CPU
+ * multiplies float activations, so a Q5_K matmul on the GPU rounds its activations where the CPU's
+ * does not (docs/cuda-matmul.md). */
 enum { MM_ACT_FLOAT = 0, MM_ACT_Q8_0 = 1, MM_ACT_Q8_K = 2 };
 MM_HD int mm_act_kind(int32_t type) {
     switch (type) {
@@ -250,6 +257,7 @@ MM_HD int mm_act_kind(int32_t type) {
     case SPECLA_TYPE_Q4_0:
     case SPECLA_TYPE_Q5_0: return MM_ACT_Q8_0;
     case SPECLA_TYPE_Q4_K:
+    case SPECLA_TYPE_Q5_K:
     case SPECLA_TYPE_Q6_K: return MM_ACT_Q8_K;
     default: return MM_ACT_FLOAT;
     }
@@ -517,6 +525,35 @@ MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const in
     return mm_block_q4_k_pairs(w, a, pairs, da, acc);
 }
 
+/* Q5_K: Q4_K's integers and float step with 5-bit levels: the level of element l of sub-block j is
+ * its Q4_K nibble plus 16 x bit j of qh[l]. Words: w[0] d | dmin, w[1..3] the scales, w[4..11] qh,
+ * w[12..43] qs; qh word i holds the fifth bits of elements 4i..4i+3 of every sub-block, bit j of
+ * each byte for sub-block j, so one shift and mask put them at bit 4 of the dp4a operand's bytes. */
+MM_HD float mm_block_q5_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
+    int32_t pairs[8];
+    mm_bsum_pairs(bsums, pairs);
+    int32_t s = 0, t = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        mm_scale_min(w + 1, j, &sc, &m);
+        const int p = j / 2, shift = 4 * (j % 2);
+        uint32_t av[8];
+        mm_load32(a + 32 * j, av);
+        int32_t dot = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t q = ((w[12 + 8 * p + i] >> shift) & 0x0F0F0F0Fu) | (((w[4 + i] >> j) & 0x01010101u) << 4);
+            dot = mm_dot4((int32_t)q, (int32_t)av[i], dot);
+        }
+        s += sc * dot;
+        t += m * pairs[j];
+    }
+    const float d = mm_half((uint16_t)(w[0] & 0xffffu)), dmin = mm_half((uint16_t)(w[0] >> 16));
+    acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
+    return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
+}
+
 /* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
  * CPU's sc_g (dot_g - 32 bsum_g), computed so: the 6-bit levels q_i stay unsigned bytes (an unsigned
  * x signed dp4a) and the group's activation sum bs[g] takes the offset, one multiply-add per group
@@ -619,6 +656,7 @@ MM_HD float mm_block_step(const uint32_t *w, mm_side side, const mm_acts &act, i
     if (TYPE == SPECLA_TYPE_Q5_0) return mm_block_q4_0_q5_0(w, side, 1, act.codes + e, da, acc);
     const int16_t *bs = act.bsums + (int64_t)b * (n / 16) + (int64_t)k * 16;
     if (TYPE == SPECLA_TYPE_Q4_K) return mm_block_q4_k(w, act.codes + e, da, bs, acc);
+    if (TYPE == SPECLA_TYPE_Q5_K) return mm_block_q5_k(w, act.codes + e, da, bs, acc);
     return mm_block_q6_k(w, side, act.codes + e, bs, da, acc);
 }
 

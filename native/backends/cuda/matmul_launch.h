@@ -35,6 +35,7 @@ typedef struct mm_launch_args {
  * (enough 16-byte loads per lane in flight for the small block types). */
 template <int TYPE> struct mm_traits {
     static constexpr int pieces = TYPE == SPECLA_TYPE_Q6_K ? 13
+                                  : TYPE == SPECLA_TYPE_Q5_K ? 11
                                   : TYPE == SPECLA_TYPE_Q4_K ? 9
                                   : TYPE == SPECLA_TYPE_F32  ? 8
                                   : TYPE == SPECLA_TYPE_F16 || TYPE == SPECLA_TYPE_BF16 ? 4
@@ -46,6 +47,7 @@ template <int TYPE> struct mm_traits {
                                       : TYPE == SPECLA_TYPE_Q4_0 ? 18
                                       : TYPE == SPECLA_TYPE_Q5_0 ? 22
                                       : TYPE == SPECLA_TYPE_Q4_K ? 144
+                                      : TYPE == SPECLA_TYPE_Q5_K ? 176
                                                                  : 210;
     static constexpr int load_group = TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0 ? 8
                                       : TYPE == SPECLA_TYPE_Q8_0                           ? 4
