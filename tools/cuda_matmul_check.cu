@@ -251,30 +251,19 @@ static void oracle_matmul(const specla_tensor &w, const float *x, int n_batch, f
 static void term_magnitudes(const specla_tensor &w, int o, double *out) {
     const int64_t row_bytes = type_row_bytes(w.type, w.ne0);
     const uint8_t *row = (const uint8_t *)w.data + (size_t)o * row_bytes;
-    if (w.type == SPECLA_TYPE_Q4_K) {
+    if (w.type == SPECLA_TYPE_Q4_K || w.type == SPECLA_TYPE_Q5_K) {
+        const bool five = w.type == SPECLA_TYPE_Q5_K;
         for (int k = 0; k < w.ne0 / 256; k++) {
-            const block_q4_K *b = (const block_q4_K *)row + k;
-            const double d = fabs(half_to_float(b->d)), dmin = fabs(half_to_float(b->dmin));
+            /* the same fields, and Q5_K's qh with the fifth bits */
+            const block_q4_K *b4 = (const block_q4_K *)row + k;
+            const block_q5_K *b5 = (const block_q5_K *)row + k;
+            const uint8_t *qs = five ? b5->qs : b4->qs, *scales = five ? b5->scales : b4->scales;
+            const double d = fabs(half_to_float(five ? b5->d : b4->d)), dmin = fabs(half_to_float(five ? b5->dmin : b4->dmin));
             for (int j = 0; j < 8; j++) {
                 int sc, m;
-                k_scale_min(b->scales, j, &sc, &m);
+                k_scale_min(scales, j, &sc, &m);
                 for (int i = 0; i < 32; i++) {
-                    const int q = (b->qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
-                    out[256 * k + 32 * j + i] = d * sc * q + dmin * m;
-                }
-            }
-        }
-        return;
-    }
-    if (w.type == SPECLA_TYPE_Q5_K) {
-        for (int k = 0; k < w.ne0 / 256; k++) {
-            const block_q5_K *b = (const block_q5_K *)row + k;
-            const double d = fabs(half_to_float(b->d)), dmin = fabs(half_to_float(b->dmin));
-            for (int j = 0; j < 8; j++) {
-                int sc, m;
-                k_scale_min(b->scales, j, &sc, &m);
-                for (int i = 0; i < 32; i++) {
-                    const int q = ((b->qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15) | (((b->qh[i] >> j) & 1) << 4);
+                    const int q = ((qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15) | (five ? ((b5->qh[i] >> j) & 1) << 4 : 0);
                     out[256 * k + 32 * j + i] = d * sc * q + dmin * m;
                 }
             }

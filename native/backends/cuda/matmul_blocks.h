@@ -496,8 +496,15 @@ MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
 /* Q4_K: s = sum_j sc_j dot_j (integer), t = sum_j m_j (bsum_2j + bsum_2j+1) (integer);
  * acc = fma(da * d, s, acc); acc = fma(-(da * dmin), t, acc). `pairs` holds the eight bsum pairs;
  * the block's 256 codes are read at `a`, in global memory or where a caller staged them in shared
- * memory (matmul_ring.cuh): the same operations either way. */
-MM_HD float mm_block_q4_k_pairs(const uint32_t *w, const int8_t *a, const int32_t *pairs, float da, float acc) {
+ * memory (matmul_ring.cuh): the same operations either way.
+ * Q5_K (FIVE): the same integers and float step with 5-bit levels: the level of element l of
+ * sub-block j is its Q4_K nibble plus 16 x bit j of qh[l]. Words: w[0] d | dmin, w[1..3] the scales,
+ * then Q5_K's w[4..11] qh, and qs (w[4..35] for Q4_K, w[12..43] for Q5_K); qh word i holds the fifth
+ * bits of elements 4i..4i+3 of every sub-block, bit j of each byte for sub-block j, so one shift and
+ * mask put them at bit 4 of the dp4a operand's bytes. */
+template <bool FIVE>
+MM_HD float mm_block_k_pairs(const uint32_t *w, const int8_t *a, const int32_t *pairs, float da, float acc) {
+    const uint32_t *qs = w + (FIVE ? 12 : 4), *qh = w + 4;
     int32_t s = 0, t = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -509,7 +516,8 @@ MM_HD float mm_block_q4_k_pairs(const uint32_t *w, const int8_t *a, const int32_
         int32_t dot = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const uint32_t q = (w[4 + 8 * p + i] >> shift) & 0x0F0F0F0Fu;
+            uint32_t q = (qs[8 * p + i] >> shift) & 0x0F0F0F0Fu;
+            if (FIVE) q |= ((qh[i] >> j) & 0x01010101u) << 4;
             dot = mm_dot4((int32_t)q, (int32_t)av[i], dot);
         }
         s += sc * dot;
@@ -518,40 +526,19 @@ MM_HD float mm_block_q4_k_pairs(const uint32_t *w, const int8_t *a, const int32_
     const float d = mm_half((uint16_t)(w[0] & 0xffffu)), dmin = mm_half((uint16_t)(w[0] >> 16));
     acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
     return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
+}
+MM_HD float mm_block_q4_k_pairs(const uint32_t *w, const int8_t *a, const int32_t *pairs, float da, float acc) {
+    return mm_block_k_pairs<false>(w, a, pairs, da, acc);
 }
 MM_HD float mm_block_q4_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
     int32_t pairs[8];
     mm_bsum_pairs(bsums, pairs);
-    return mm_block_q4_k_pairs(w, a, pairs, da, acc);
+    return mm_block_k_pairs<false>(w, a, pairs, da, acc);
 }
-
-/* Q5_K: Q4_K's integers and float step with 5-bit levels: the level of element l of sub-block j is
- * its Q4_K nibble plus 16 x bit j of qh[l]. Words: w[0] d | dmin, w[1..3] the scales, w[4..11] qh,
- * w[12..43] qs; qh word i holds the fifth bits of elements 4i..4i+3 of every sub-block, bit j of
- * each byte for sub-block j, so one shift and mask put them at bit 4 of the dp4a operand's bytes. */
 MM_HD float mm_block_q5_k(const uint32_t *w, const int8_t *a, float da, const int16_t *bsums, float acc) {
     int32_t pairs[8];
     mm_bsum_pairs(bsums, pairs);
-    int32_t s = 0, t = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-        mm_scale_min(w + 1, j, &sc, &m);
-        const int p = j / 2, shift = 4 * (j % 2);
-        uint32_t av[8];
-        mm_load32(a + 32 * j, av);
-        int32_t dot = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t q = ((w[12 + 8 * p + i] >> shift) & 0x0F0F0F0Fu) | (((w[4 + i] >> j) & 0x01010101u) << 4);
-            dot = mm_dot4((int32_t)q, (int32_t)av[i], dot);
-        }
-        s += sc * dot;
-        t += m * pairs[j];
-    }
-    const float d = mm_half((uint16_t)(w[0] & 0xffffu)), dmin = mm_half((uint16_t)(w[0] >> 16));
-    acc = mm_fma(mm_mul(da, d), mm_i2f(s), acc);
-    return mm_fma(-mm_mul(da, dmin), mm_i2f(t), acc);
+    return mm_block_k_pairs<true>(w, a, pairs, da, acc);
 }
 
 /* Q6_K: s = sum_g sc_g sum_{i in group g} (q_i - 32) a_i over the 16 groups of 16 (integer; the
