@@ -1,5 +1,5 @@
-"""tools/speed_model.py: the speed-only Q4_K_M writer (random valid blocks, written in parallel)
-makes files that load, decode to finite values of the intended spread, follow the Q4_K_M type
+"""tools/speed_model.py: the speed-only Q4_K_M / Q5_K_M writer (random valid blocks, written in
+parallel) makes files that load, decode to finite values of the intended spread, follow the type
 rule, are byte-for-byte reproducible whatever the process count, say their mode, and give finite
 logits in a forward pass."""
 
@@ -24,10 +24,11 @@ from pyspecla.testing import models as testmodels  # noqa: E402
 Q = GGMLQuantizationType
 
 
-def q4_k_m_rule(name: str, n_dims: int, n_layer: int, tied: bool) -> GGMLQuantizationType:
+def q4_k_m_rule(name: str, n_dims: int, n_layer: int, tied: bool, base=Q.Q4_K) -> GGMLQuantizationType:
     """llama-quantize's Q4_K_M placement for qwen35, written out here independently of
     testmodels.tensor_type: Q6_K for output (token_embd when tied), and for attn_qkv, attn_v and
-    ffn_down on layers where use_more_bits holds; F32 for ssm_conv1d and 1-D; Q4_K otherwise."""
+    ffn_down on layers where use_more_bits holds; F32 for ssm_conv1d and 1-D; Q4_K otherwise
+    (`base`: Q5_K for Q5_K_M, whose Q6_K placements are the same)."""
     if n_dims == 1 or ".ssm_conv1d." in name:
         return Q.F32
     if name == "output.weight" or (tied and name == "token_embd.weight"):
@@ -36,8 +37,8 @@ def q4_k_m_rule(name: str, n_dims: int, n_layer: int, tied: bool) -> GGMLQuantiz
     if field in ("attn_qkv", "attn_v", "ffn_down"):
         i = int(name.split(".")[1])
         more = i < n_layer // 8 or i >= 7 * n_layer // 8 or (i - n_layer // 8) % 3 == 2
-        return Q.Q6_K if more else Q.Q4_K
-    return Q.Q4_K
+        return Q.Q6_K if more else base
+    return base
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,8 @@ def speed_files(tmp_path_factory):
              for name in ("tiny", "tiny8")}
     files["tiny8-1proc"] = speed_model.write_speed_model(d / "tiny8-1proc.gguf", "tiny8", seed=3, jobs=1)
     files["tiny8-seed4"] = speed_model.write_speed_model(d / "tiny8-seed4.gguf", "tiny8", seed=4, jobs=2)
+    files["tiny8-q5_k_m"] = speed_model.write_speed_model(d / "tiny8-q5_k_m.gguf", "tiny8", seed=3, jobs=2,
+                                                          quant="q5_k_m")
     return files
 
 
@@ -80,9 +83,25 @@ def test_quant_mix_is_q4_k_m(speed_files, preset):
     assert Q.Q6_K in types.values() and Q.Q4_K in types.values()  # both branches of the rule taken
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny8"])
+def test_q5_k_m_file_follows_its_rule(speed_files, tmp_path):
+    """The Q5_K_M mix: the normal writer's names, shapes and types (Q5_K where Q4_K_M has Q4_K)."""
+    from pyspecla.loader.target import ModelFile
+
+    p = testmodels.PRESETS["tiny8"]
+    types = {t.name: t.tensor_type for t in GGUFReader(speed_files["tiny8-q5_k_m"]).tensors}
+    expected = {s.name: q4_k_m_rule(s.name, len(s.shape), p.n_layer, p.tied_output, Q.Q5_K)
+                for s in testmodels.tensor_plan(p)}
+    assert types == expected
+    assert Q.Q6_K in types.values() and Q.Q5_K in types.values()
+    values = testmodels.write_test_model(tmp_path / "values.gguf", "tiny8", "q5_k_m", seed=3)
+    ours, theirs = ModelFile.open(str(speed_files["tiny8-q5_k_m"])), ModelFile.open(str(values))
+    assert [(n, v.ggml_type, tuple(v.ne), v.nbytes) for n, v in ours.tensors.items()] == \
+           [(n, v.ggml_type, tuple(v.ne), v.nbytes) for n, v in theirs.tensors.items()]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny8", "tiny8-q5_k_m"])
 def test_every_tensor_decodes_finite_with_the_intended_spread(speed_files, preset):
-    plan = {s.name: s for s in testmodels.tensor_plan(testmodels.PRESETS[preset])}
+    plan = {s.name: s for s in testmodels.tensor_plan(testmodels.PRESETS[preset.split("-")[0]])}
     for t in GGUFReader(speed_files[preset]).tensors:
         x = dequantize(t.data, t.tensor_type).astype(np.float64)
         assert np.isfinite(x).all(), t.name
@@ -99,9 +118,10 @@ def test_every_tensor_decodes_finite_with_the_intended_spread(speed_files, prese
             ratio = np.sqrt(np.mean(x**2)) / std
             assert 0.9 <= ratio <= 1.1, f"{t.name}: rms / std = {ratio:.3f}"
             assert abs(x.mean()) <= 4 * 0.8 * std / np.sqrt(x.size / 32), f"{t.name}: mean {x.mean():.3g}"
-        # f16 scales: finite, positive (Q4_K d and dmin at bytes 0-3, Q6_K d at 208-209)
-        raw = np.asarray(t.data).reshape(-1, 144 if t.tensor_type == Q.Q4_K else 210)
-        scales = (raw[:, 0:4] if t.tensor_type == Q.Q4_K else raw[:, 208:210]).copy().view(np.float16)
+        # f16 scales: finite, positive (Q4_K / Q5_K d and dmin at bytes 0-3, Q6_K d at 208-209)
+        block = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[t.tensor_type]
+        raw = np.asarray(t.data).reshape(-1, block)
+        scales = (raw[:, 208:210] if t.tensor_type == Q.Q6_K else raw[:, 0:4]).copy().view(np.float16)
         assert np.isfinite(scales).all() and (scales > 0).all(), t.name
 
 
@@ -161,6 +181,15 @@ def test_forward_gives_finite_logits(speed_files, preset):
     assert 2.5 <= spread <= 10, spread
 
 
+def test_forward_of_the_q5_k_m_file_gives_finite_logits(speed_files):
+    from pyspecla.model import Model
+
+    logits = Model.load(str(speed_files["tiny8-q5_k_m"])).logits(list(range(1, 40)))
+    assert np.isfinite(logits).all()
+    spread = float(logits.std(axis=-1).mean())
+    assert 2.5 <= spread <= 10, spread  # as test_forward_gives_finite_logits
+
+
 def test_bad_arguments_are_named(tmp_path, capsys):
     assert speed_model.main(["--preset", "nope", "--out", str(tmp_path / "x.gguf")]) == 2
     assert "unknown qwen35 preset 'nope'" in capsys.readouterr().err
@@ -168,6 +197,8 @@ def test_bad_arguments_are_named(tmp_path, capsys):
     assert "--jobs" in capsys.readouterr().err
     assert speed_model.main(["--preset", "tiny", "--out", str(tmp_path / "missing" / "x.gguf")]) == 2
     assert "missing" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="q4_k_m or q5_k_m, not 'q8_0'"):
+        speed_model.write_speed_model(tmp_path / "x.gguf", "tiny", quant="q8_0")
 
 
 def test_make_test_model_speed_only_flag(tmp_path, capsys):
@@ -182,7 +213,7 @@ def test_make_test_model_speed_only_flag(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         make_test_model.main(["--preset", "tiny", "--speed-only", "--out", str(out)])  # f32: not q4_k_m
     assert exc.value.code == 2
-    assert "--speed-only writes q4_k_m targets" in capsys.readouterr().err
+    assert "--speed-only writes q4_k_m or q5_k_m targets" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         make_test_model.main(["--preset", "tiny", "--quant", "q4_k_m", "--jobs", "2", "--out", str(out)])
     assert "--jobs only goes with --speed-only" in capsys.readouterr().err

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Speed-only synthetic Q4_K_M GGUF: the shapes, names, metadata and tokenizer of
+"""Speed-only synthetic Q4_K_M (or Q5_K_M) GGUF: the shapes, names, metadata and tokenizer of
 pyspecla.testing.models' writer for a preset, with valid random quant blocks written directly.
 
-    python tools/speed_model.py --preset 27b --seed 0 --out 27b-speed.gguf [--jobs 16]
+    python tools/speed_model.py --preset 27b --seed 0 --out 27b-speed.gguf [--jobs 16] [--quant q5_k_m]
     python tools/make_test_model.py --preset 27b --quant q4_k_m --speed-only --out 27b-speed.gguf
 
 The normal writer draws Gaussian weights and encodes them through the Python quantizer (hours
 for 27 G weights). A kernel's speed does not depend on the weight values, so this writer skips
-the encoding: each Q4_K / Q6_K block gets random quant nibbles and scale bytes and a finite,
+the encoding: each Q4_K / Q5_K / Q6_K block gets random quant bits and scale bytes and a finite,
 small positive f16 super-block scale `d` chosen so the block's values have the standard deviation
 the normal writer would give that tensor (activations stay O(1) and a forward gives finite
 logits). The F32 tensors (norms ~1, ssm_a < 0, dt bias, conv1d, biases) are the normal writer's
@@ -15,8 +15,8 @@ own values. The file records the mode under MODE_KEY; `pyspecla inspect` prints 
 `synthetic_mode` reads it for benchmark rows. Its logits carry no meaning: never use it for
 accuracy or acceptance figures.
 
-Type placement is the normal writer's q4_k_m rule (testmodels.tensor_type: llama-quantize's
-Q4_K_M mix). Tensors are cut into pieces of about PIECE_BYTES; piece k of tensor `name` draws from
+Type placement is the normal writer's q4_k_m (or q5_k_m) rule (testmodels.tensor_type:
+llama-quantize's mixes). Tensors are cut into pieces of about PIECE_BYTES; piece k of tensor `name` draws from
 np.random.default_rng([seed, crc32(name), k]), so the bytes depend on the seed only, not on the
 number of processes. Worker processes write their pieces in place (os.pwrite) into a file
 pre-sized to its final length; memory stays a few pieces per process whatever the model size.
@@ -43,7 +43,8 @@ from pyspecla.testing import models as testmodels  # noqa: E402
 
 MODE_KEY = "pyspecla.synthetic.mode"
 SPEED_ONLY = "speed-only"
-QUANT = "q4_k_m"  # the one mix this writer makes
+QUANT = "q4_k_m"  # the default mix
+QUANTS = ("q4_k_m", "q5_k_m")  # the mixes this writer makes
 PIECE_BYTES = 8 << 20  # bytes per work item; part of the file format: changing it changes the bytes
 
 Q = GGMLQuantizationType
@@ -54,8 +55,12 @@ Q = GGMLQuantizationType
 #   Var(x/d) = Var(sc*q) + 7.5^2 Var(m) = (1333.5*77.5 - 236.25^2) + 56.25*341.25.
 # Q6_K: x = d*sc*(q - 32) with q uniform on 0..63 and sc a uniform int8:
 #   E[(x/d)^2] = E[sc^2] E[(q-32)^2] = 5461.5 * 341.5 (mean -0.25 d*sc, negligible).
+# Q5_K: as Q4_K with q uniform on 0..31 (every qh bit pattern is valid): with dmin = 15.5 d the mean
+#   is 0 and Var(x/d) = (1333.5*325.5 - 488.25^2) + 15.5^2*341.25.
 Q4_K_DMIN_OVER_D = 7.5
 Q4_K_UNIT_STD = math.sqrt((1333.5 * 77.5 - 236.25**2) + Q4_K_DMIN_OVER_D**2 * 341.25)
+Q5_K_DMIN_OVER_D = 15.5
+Q5_K_UNIT_STD = math.sqrt((1333.5 * 325.5 - 488.25**2) + Q5_K_DMIN_OVER_D**2 * 341.25)
 Q6_K_UNIT_STD = math.sqrt(5461.5 * 341.5)
 D_SPREAD = (0.5, 1.5)  # d of each block = the tensor's d times a uniform factor in this range,
 D_SPREAD_RMS = math.sqrt((D_SPREAD[0] ** 2 + D_SPREAD[0] * D_SPREAD[1] + D_SPREAD[1] ** 2) / 3)  # whose rms this is
@@ -96,23 +101,26 @@ def _work_items(path: str, plan, types, offsets, seed: int) -> list[tuple]:
 
 
 def random_blocks(qtype: GGMLQuantizationType, n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
-    """n_blocks valid random Q4_K or Q6_K blocks (uint8 (n_blocks, block_bytes)) whose values have
-    about standard deviation `std`: random quant and scale bytes, f16 d > 0 (and Q4_K dmin = 7.5 d)."""
+    """n_blocks valid random Q4_K, Q5_K or Q6_K blocks (uint8 (n_blocks, block_bytes)) whose values
+    have about standard deviation `std`: random quant and scale bytes, f16 d > 0 (and dmin = 7.5 d
+    for Q4_K, 15.5 d for Q5_K)."""
     block_bytes = GGML_QUANT_SIZES[qtype][1]
     words = -(-n_blocks * block_bytes // 8)
     raw = rng.integers(0, 2**64, words, dtype=np.uint64, endpoint=False).view(np.uint8)
     blocks = raw[: n_blocks * block_bytes].reshape(n_blocks, block_bytes)
     if qtype == Q.Q4_K:
-        unit, d_at = Q4_K_UNIT_STD, 0
+        unit, d_at, dmin_over_d = Q4_K_UNIT_STD, 0, Q4_K_DMIN_OVER_D
+    elif qtype == Q.Q5_K:
+        unit, d_at, dmin_over_d = Q5_K_UNIT_STD, 0, Q5_K_DMIN_OVER_D
     elif qtype == Q.Q6_K:
-        unit, d_at = Q6_K_UNIT_STD, 208  # ql[128], qh[64], scales[16], then d
+        unit, d_at, dmin_over_d = Q6_K_UNIT_STD, 208, None  # ql[128], qh[64], scales[16], then d
     else:
-        raise ValueError(f"speed-only blocks are Q4_K or Q6_K, not {qtype.name}")
+        raise ValueError(f"speed-only blocks are Q4_K, Q5_K or Q6_K, not {qtype.name}")
     d = (std / (unit * D_SPREAD_RMS)) * rng.uniform(*D_SPREAD, n_blocks)
     d16 = np.maximum(d.astype(np.float16), F16_TINY).view(np.uint16)
-    if qtype == Q.Q4_K:
+    if dmin_over_d is not None:
         # d then dmin: one little-endian 32-bit word per block
-        dmin16 = np.maximum((d16.view(np.float16) * np.float16(Q4_K_DMIN_OVER_D)), F16_TINY).view(np.uint16)
+        dmin16 = np.maximum((d16.view(np.float16) * np.float16(dmin_over_d)), F16_TINY).view(np.uint16)
         blocks.view(np.uint32)[:, 0] = d16.astype(np.uint32) | (dmin16.astype(np.uint32) << 16)
     else:
         blocks.view(np.uint16)[:, d_at // 2] = d16
@@ -141,15 +149,18 @@ def _write_piece(item) -> int:
 
 
 def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = None, arch: str | None = None,
-                      log=None, **overrides) -> Path:
-    """Write a speed-only Q4_K_M file (see the module doc) with `jobs` processes (default: every
-    core). Same preset and seed → identical bytes. Written to PATH.tmp, then renamed. Returns the path."""
+                      log=None, quant: str = QUANT, **overrides) -> Path:
+    """Write a speed-only file of mix `quant` (q4_k_m or q5_k_m; see the module doc) with `jobs`
+    processes (default: every core). Same preset, mix and seed → identical bytes. Written to
+    PATH.tmp, then renamed. Returns the path."""
+    if quant not in QUANTS:
+        raise ValueError(f"the speed-only writer makes {' or '.join(QUANTS)}, not {quant!r}")
     p = resolve_preset(preset, arch, **overrides)
     if not any(not r for r in p.layer_is_recurrent):
         raise ValueError("llama.cpp needs at least one full-attention layer (n_layer >= full_attention_interval)")
     path = Path(path)
     plan = testmodels.tensor_plan(p)
-    types = testmodels._tensor_types(p, QUANT)
+    types = testmodels._tensor_types(p, quant)
     for spec in plan:
         block = GGML_QUANT_SIZES[types[spec.name]][0]
         if spec.shape[-1] % block:
@@ -160,9 +171,9 @@ def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = N
     writer = GGUFWriter(tmp, p.arch)
     try:
         if p.arch in testmodels.ATTENTION_ONLY_ARCHS:
-            testmodels._add_metadata_attention_only(writer, p, QUANT)
+            testmodels._add_metadata_attention_only(writer, p, quant)
         else:
-            testmodels._add_metadata(writer, p, QUANT)
+            testmodels._add_metadata(writer, p, quant)
         testmodels._add_tokenizer(writer, p.n_vocab, pre="qwen35" if p.arch == testmodels.ARCH else "qwen2")
         writer.add_string(MODE_KEY, SPEED_ONLY)
         offsets, at, payload = {}, 0, 0
@@ -217,11 +228,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--n-layer", type=int, default=None, help="override the preset's layer count")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: every core)")
+    parser.add_argument("--quant", choices=QUANTS, default=QUANT, help=f"tensor type mix (default {QUANT})")
     args = parser.parse_args(argv)
-    return run(args.out, args.preset, args.seed, args.arch, args.n_layer, args.jobs)
+    return run(args.out, args.preset, args.seed, args.arch, args.n_layer, args.jobs, args.quant)
 
 
-def run(out: Path, preset: str, seed: int, arch: str | None, n_layer: int | None, jobs: int | None) -> int:
+def run(out: Path, preset: str, seed: int, arch: str | None, n_layer: int | None, jobs: int | None,
+        quant: str = QUANT) -> int:
     """The command line's work (shared with tools/make_test_model.py --speed-only): write, then print
     size, time and throughput; a bad argument is a message naming it and exit status 2."""
     if jobs is not None and jobs < 1:
@@ -230,7 +243,7 @@ def run(out: Path, preset: str, seed: int, arch: str | None, n_layer: int | None
     overrides = {} if n_layer is None else {"n_layer": n_layer}
     start = time.perf_counter()
     try:
-        path = write_speed_model(out, preset, seed, jobs=jobs, arch=arch,
+        path = write_speed_model(out, preset, seed, jobs=jobs, arch=arch, quant=quant,
                                  log=lambda s: print(s, file=sys.stderr, flush=True), **overrides)
     except (ValueError, OSError) as exc:
         print(f"speed_model: {out}: {exc}", file=sys.stderr)
@@ -238,7 +251,7 @@ def run(out: Path, preset: str, seed: int, arch: str | None, n_layer: int | None
     seconds = time.perf_counter() - start
     size = path.stat().st_size
     jobs = jobs or os.cpu_count() or 1
-    print(f"{path}: {arch or testmodels.ARCH} {preset} {QUANT} {SPEED_ONLY} seed {seed}, {size / 1e9:.2f} GB in "
+    print(f"{path}: {arch or testmodels.ARCH} {preset} {quant} {SPEED_ONLY} seed {seed}, {size / 1e9:.2f} GB in "
           f"{seconds:.1f} s ({size / 1e6 / seconds:.0f} MB/s, {jobs} processes, "
           f"{size / 1e6 / seconds / jobs:.0f} MB/s per process)")
     return 0

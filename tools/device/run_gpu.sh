@@ -28,6 +28,7 @@
 # 4096; tokens/s with the oracle drafter vs plain decoding, recorded steps on and off.)
 #
 # Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
+# SPEED_QUANT (q4_k_m, or q5_k_m: the speed-only file's mix; llama-bench times the same file),
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), LLAMA_BUILD_MIN_S (340: a fresh llama.cpp
 # build given less time than this is not started; it took 322 s on the H200 machine at 8d1e586), GGML_CUDA=OFF (a CPU-only
 # llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),
@@ -67,12 +68,14 @@ PYTEST_S=${PYTEST_S:-240}
 case "$PYTEST_S" in *[!0-9]*|'') echo "run_gpu.sh: PYTEST_S must be a number of seconds (got '$PYTEST_S')" >&2; exit 2;; esac
 SPEED_PRESET=${SPEED_PRESET:-27b}
 SPEED_SEED=${SPEED_SEED:-0}
+SPEED_QUANT=${SPEED_QUANT:-q4_k_m}
+case "$SPEED_QUANT" in q4_k_m | q5_k_m) ;; *) echo "run_gpu.sh: SPEED_QUANT must be q4_k_m or q5_k_m (got '$SPEED_QUANT')" >&2; exit 2 ;; esac
 LLAMA_BENCH_REPS=${LLAMA_BENCH_REPS:-3}
 LLAMA_BUILD_MIN_S=${LLAMA_BUILD_MIN_S:-340}
 case "$LLAMA_BUILD_MIN_S" in *[!0-9]*|'') echo "run_gpu.sh: LLAMA_BUILD_MIN_S must be a number of seconds (got '$LLAMA_BUILD_MIN_S')" >&2; exit 2;; esac
 LLAMA_BENCH_ARGS=${LLAMA_BENCH_ARGS:-"-fa 1 -ngl 99 -p 1,2,4,8,16,23,32,64 -n 128 -d 0,4096"}
 BUILD=$HOME/specla-build-cuda
-MODEL=$HOME/models/$SPEED_PRESET-q4_k_m-speed-only-seed$SPEED_SEED.gguf
+MODEL=$HOME/models/$SPEED_PRESET-$SPEED_QUANT-speed-only-seed$SPEED_SEED.gguf
 RUN_LOG=$OUT/run.log
 START=$(date +%s.%N)
 for cmd in "$@"; do BENCH_COMMANDS+=("$cmd"); done
@@ -164,7 +167,7 @@ else
   mkdir -p "$(dirname "$MODEL")"
   log "START writing $MODEL in the background"
   ( t0=$(date +%s)
-    timeout --kill-after=5 300 python3 tools/speed_model.py --preset "$SPEED_PRESET" --seed "$SPEED_SEED" --out "$MODEL" > "$HOME/.model.log" 2>&1
+    timeout --kill-after=5 300 python3 tools/speed_model.py --preset "$SPEED_PRESET" --seed "$SPEED_SEED" --quant "$SPEED_QUANT" --out "$MODEL" > "$HOME/.model.log" 2>&1
     echo "$? $(( $(date +%s) - t0 ))" > "$HOME/.model.rc" ) &
   MODEL_PID=$!
 fi
@@ -218,7 +221,7 @@ if [ -n "$MODEL_PID" ]; then
   cat "$HOME/.model.log" >> "$RUN_LOG"
   read -r rc secs < "$HOME/.model.rc" || { rc=missing; secs=unknown; }
   log "END writing the model rc=$rc in ${secs}s: $(tail -1 "$HOME/.model.log")"
-  SUMMARY+=("write $SPEED_PRESET speed-only model: rc=$rc ${secs}s")
+  SUMMARY+=("write $SPEED_PRESET $SPEED_QUANT speed-only model: rc=$rc ${secs}s")
 fi
 
 if [ -n "$BUILD_PID" ]; then
