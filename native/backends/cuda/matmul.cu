@@ -619,7 +619,7 @@ template <int TYPE, int NT> static cudaError_t mm_start_tile_bulk(unsigned ctas,
     (void)ctas, (void)stream, (void)args;
     return cudaErrorNotSupported; /* mm_tile_bulk() is 0 there */
 #else
-    constexpr int smem = mm_tile_bulk_smem_bytes<TYPE, NT, mm_tile_bulk_occupancy<TYPE, NT>::stages>();
+    constexpr int smem = mm_tile_bulk_smem_bytes<TYPE, NT>();
     static const cudaError_t attr_err = cudaFuncSetAttribute(mm_tile_bulk_kernel<TYPE, NT>,
                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr_err != cudaSuccess) return attr_err;

@@ -484,18 +484,8 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
  * from the stage with mm_tile_load's offsets (its SHARED form); the arithmetic (mm_tile_block)
  * and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as there (cp.async,
  * one block ahead, a CTA barrier per block); that barrier also frees the stage just read, into which
- * thread 0 then issues the block MM_TILE_STAGES further on.
- *
- * MM_TILE_BULK_Q4K_CTAS (an experiment's build knob, default 5) sets the CTAs per SM that the Q4_K
- * bulk kernel is compiled for up to 3 tiles. At 6 the registers drop to 80 (ptxas spills 96 bytes,
- * none inside the block loop) and a sixth CTA's shared memory fits only with 2 stages; at 4 ptxas
- * takes 124 registers. Both were exact and slower on an H100 (docs/perf.md, forty-third pass: a
- * 23-token batch 3.4 % slower at 6, 4.5 % at 4), so 5 with 3 stages stays. The pair kernel keeps
- * MM_TILE_STAGES for both its types. */
+ * thread 0 then issues the block MM_TILE_STAGES further on. */
 #define MM_TILE_STAGES 3
-#ifndef MM_TILE_BULK_Q4K_CTAS
-#define MM_TILE_BULK_Q4K_CTAS 5
-#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
 #define MM_TILE_BULK_DEVICE 1
 #else
@@ -503,19 +493,16 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
 #endif
 
 template <int TYPE> MM_HD constexpr int mm_tile_slot_bytes() { return MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes; }
-/* dynamic shared memory of a bulk kernel with S weight stages: the mbarriers (128 bytes), the
- * stages, the two activation buffers */
-template <int TYPE, int NT, int S = MM_TILE_STAGES> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
-    return 128 + S * 2 * mm_tile_slot_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
+/* dynamic shared memory of the bulk kernel: the mbarriers (128 bytes), the weight stages, the two
+ * activation buffers */
+template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
+    return 128 + MM_TILE_STAGES * 2 * mm_tile_slot_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
 }
 /* CTAs per SM the bulk kernel's registers are sized for (shared memory allows these too: Q4_K 42.6 KB
  * per CTA at 3 tiles, Q6_K 53.7 KB): without the register fragment ahead Q4_K fits 5 up to 3 tiles
  * (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
 template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
-    static constexpr int ctas_per_sm =
-        TYPE == SPECLA_TYPE_Q4_K ? (NT <= 3 ? MM_TILE_BULK_Q4K_CTAS : 4) : (NT <= 3 ? 4 : 3);
-    /* the weight stages of the single-type kernel (above: a sixth Q4_K CTA fits with 2) */
-    static constexpr int stages = TYPE == SPECLA_TYPE_Q4_K && NT <= 3 && MM_TILE_BULK_Q4K_CTAS >= 6 ? 2 : MM_TILE_STAGES;
+    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT <= 3 ? 5 : 4) : (NT <= 3 ? 4 : 3);
 };
 
 #if MM_TILE_BULK_DEVICE
@@ -555,12 +542,11 @@ __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
 
 #endif
 
-/* CTA `cta` of a bulk launch (mm_tile_bulk_kernel, or its type's share of mm_tile_bulk_pair_kernel)
- * with S weight stages, in the launch's dynamic shared memory `dyn` (mm_tile_bulk_smem_bytes<TYPE, NT,
- * S> of it used). */
+/* CTA `cta` of a bulk launch (mm_tile_bulk_kernel, or its type's share of mm_tile_bulk_pair_kernel),
+ * with the launch's dynamic shared memory `dyn` (mm_tile_bulk_smem_bytes<TYPE, NT> of it used). */
 #if MM_TILE_BULK_DEVICE
-template <int TYPE, int NT, int S> __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, int cta, uint8_t *dyn) {
-    constexpr int slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
+template <int TYPE, int NT> __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, int cta, uint8_t *dyn) {
+    constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
     uint64_t *full = (uint64_t *)dyn;
     uint8_t *stages = dyn + 128, *acts = stages + S * 2 * slot_bytes;
@@ -642,7 +628,7 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_occupancy<TYPE, NT>:
     mm_tile_bulk_kernel(const mm_launch_args args) {
 #if MM_TILE_BULK_DEVICE
     extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
-    mm_tile_bulk_cta<TYPE, NT, mm_tile_bulk_occupancy<TYPE, NT>::stages>(args, blockIdx.x, mm_tile_dyn);
+    mm_tile_bulk_cta<TYPE, NT>(args, blockIdx.x, mm_tile_dyn);
 #else
     (void)args; /* launched on sm_90+ CUDA only (matmul.cu) */
 #endif
@@ -665,8 +651,8 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_bulk_pair_occupancy<TA, T
     mm_tile_bulk_pair_kernel(const mm_launch_args a, const mm_launch_args b) {
 #if MM_TILE_BULK_DEVICE
     extern __shared__ __align__(128) uint8_t mm_tile_dyn[];
-    if ((int)blockIdx.x < a.n_ctas) mm_tile_bulk_cta<TA, NT, MM_TILE_STAGES>(a, blockIdx.x, mm_tile_dyn);
-    else mm_tile_bulk_cta<TB, NT, MM_TILE_STAGES>(b, blockIdx.x - a.n_ctas, mm_tile_dyn);
+    if ((int)blockIdx.x < a.n_ctas) mm_tile_bulk_cta<TA, NT>(a, blockIdx.x, mm_tile_dyn);
+    else mm_tile_bulk_cta<TB, NT>(b, blockIdx.x - a.n_ctas, mm_tile_dyn);
 #else
     (void)a, (void)b; /* launched on sm_90+ CUDA only (matmul.cu) */
 #endif
