@@ -69,11 +69,11 @@ def main(argv=None) -> int:
     if args.jobs is not None and not args.speed_only:
         parser.error("--jobs only goes with --speed-only")
     if args.speed_only:
-        if args.kind != "target" or args.quant not in ("q4_k_m", "q5_k_m"):
-            parser.error("--speed-only writes q4_k_m or q5_k_m targets: give --quant q4_k_m or q5_k_m "
-                         "(and no --kind dflash-draft)")
         import speed_model
 
+        mixes = " or ".join(speed_model.QUANTS)
+        if args.kind != "target" or args.quant not in speed_model.QUANTS:
+            parser.error(f"--speed-only writes {mixes} targets: give --quant {mixes} (and no --kind dflash-draft)")
         return speed_model.run(args.output, args.preset, args.seed, args.arch, args.n_layer, args.jobs, args.quant)
 
     start = time.perf_counter()

@@ -94,8 +94,7 @@ step() {
   if [ "$limit" -lt 5 ]; then
     log "SKIP $name: budget spent"; SUMMARY+=("$name: skipped (budget)"); return 1
   fi
-  # say so when the budget, not the step's own limit, sets the timeout (a call that meant to run the
-  # whole GPU suite and got 122 s of it should read why in its log)
+  # say so when the budget, not the step's own limit, sets the timeout
   [ "$limit" -lt "$max" ] && log "$name: limit ${limit}s, not ${max}s: BUDGET_S leaves $(left)s and keeps ${RESERVE_S}s for the steps after it"
   log "START $name (limit ${limit}s)"
   local t0 rc; t0=$(date +%s.%N)
