@@ -683,6 +683,7 @@ static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int 
         args.n_ctas = mm_tile_ctas(p.row_groups, p.n_chunks);
         switch (type) {
         case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
+        case SPECLA_TYPE_Q5_K: emulate_tile_dispatch<SPECLA_TYPE_Q5_K>(args); break;
         case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
         default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
         }
@@ -733,6 +734,7 @@ template <int TYPE> static void check_tile_stage_loads_of(int ne0, int ne1, uint
 static void check_tile_stage_loads() {
     printf("staged kernel fragments, register form against bulk form (matmul_tile.cuh):\n");
     check_tile_stage_loads_of<SPECLA_TYPE_Q4_K>(5 * 256, 70, 7100); /* 3 row groups: an odd last pair */
+    check_tile_stage_loads_of<SPECLA_TYPE_Q5_K>(5 * 256, 70, 7102);
     check_tile_stage_loads_of<SPECLA_TYPE_Q6_K>(5 * 256, 70, 7101);
 }
 
@@ -792,9 +794,10 @@ static void check_finish_rows(bool swap_chunks = false) {
 /* The emulated tensor-core code against the host model of the dp4a kernel, bit for bit. */
 static void check_mma_emulation(bool one_type = false) {
     printf("tensor-core kernel code, emulated on the host, against the host model:\n");
-    const int32_t all_types[] = {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q6_K};
+    const int32_t all_types[] = {SPECLA_TYPE_Q8_0, SPECLA_TYPE_Q4_0, SPECLA_TYPE_Q5_0, SPECLA_TYPE_Q4_K, SPECLA_TYPE_Q5_K,
+                                 SPECLA_TYPE_Q6_K};
     const std::vector<int32_t> types = one_type ? std::vector<int32_t>{SPECLA_TYPE_Q4_K}
-                                                : std::vector<int32_t>(all_types, all_types + 5);
+                                                : std::vector<int32_t>(all_types, all_types + 6);
     uint64_t seed = 5000;
     for (int32_t type : types) {
         const int unit = mm_unit_elements(type);
@@ -814,8 +817,9 @@ static void check_mma_emulation(bool one_type = false) {
             std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
             host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
             const int before = g_failures;
-            const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
-            for (int kernel = 0; kernel < (staged ? 2 : 1); kernel++)
+            const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K;
+            const bool per_warp = type != SPECLA_TYPE_Q5_K; /* Q5_K has no per-warp tensor-core step */
+            for (int kernel = per_warp ? 0 : 1; kernel < (staged ? 2 : 1); kernel++)
                 for (int n_batch : batches) {
                     std::fill(y.begin(), y.end(), NAN);
                     if (kernel == 0) emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
@@ -831,7 +835,8 @@ static void check_mma_emulation(bool one_type = false) {
             const mm_plan p = mm_plan_for(type, ne0, ne1);
             printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s, %s: %s\n", type_name(type), ne0, ne1,
                    p.n_chunks, p.chunk_blocks, ne1 == 990 ? "{5,23}" : "{2,5,8,17,23,25,64}",
-                   staged ? "per-warp and staged kernels" : "per-warp kernel", g_failures == before ? "bits equal" : "FAILED");
+                   !per_warp ? "staged kernel" : staged ? "per-warp and staged kernels" : "per-warp kernel",
+                   g_failures == before ? "bits equal" : "FAILED");
             fflush(stdout);
         }
     }
@@ -1066,7 +1071,7 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
     std::vector<float> ref1((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
     for (int b = 0; b < MAX_BATCH; b++) s.run(b, 1, ref1.data() + (size_t)b * ne1);
     static const int kModes[3] = {CUDA_MATMUL_TC_STAGED, CUDA_MATMUL_TC_PER_WARP, CUDA_MATMUL_TC_OFF};
-    const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q6_K;
+    const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K;
     for (int pass = 0; pass < 3 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
         /* every n_batch with each kernel choice (cuda_matmul_set_tensor_cores): the default (the
          * staged tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other 8-bit types, at

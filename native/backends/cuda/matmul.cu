@@ -704,7 +704,7 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
             }
         }
     }
-    if constexpr (mm_traits<TYPE>::int8 && mm_mma_traits<TYPE>::supported) {
+    if constexpr (mm_traits<TYPE>::int8 && (mm_mma_traits<TYPE>::supported || mm_tile_traits<TYPE>::supported)) {
         if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
                 if (mm_takes_staged(args.n_batch, args.n)) {
@@ -725,11 +725,13 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
                     }
                 }
             }
-            switch (mm_mma_tiles<TYPE>(args.n_batch)) {
-            case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
-            case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
-            case 3: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>, grid, stream, args);
-            default: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>, grid, stream, args);
+            if constexpr (mm_mma_traits<TYPE>::supported) {
+                switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+                case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
+                case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
+                case 3: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>, grid, stream, args);
+                default: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 4 ? 1 : 4>, grid, stream, args);
+                }
             }
         }
     }

@@ -57,8 +57,8 @@ MM_HD void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int l
 }
 
 template <int TYPE> struct mm_mma_traits {
-    /* the types this kernel has a block step for; the others (Q5_K) run batches on the dp4a kernel,
-     * whose block step is their one-token one, so their batches keep the one-token bits */
+    /* the types this kernel has a block step for; Q5_K's batches take the staged kernel
+     * (matmul_tile.cuh), or the dp4a kernel where that is off: both give its one-token bits */
     static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K || TYPE == SPECLA_TYPE_Q8_0 ||
                                       TYPE == SPECLA_TYPE_Q4_0 || TYPE == SPECLA_TYPE_Q5_0;
     /* 16-byte pieces whose word t each thread reads per row, and the first of them */

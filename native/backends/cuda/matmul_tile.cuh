@@ -1,4 +1,4 @@
-/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K and Q6_K weights: the same
+/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K, Q5_K and Q6_K weights: the same
  * units (row group of 32, chunk), the same per-block integers and the same float operations as
  * mm_kernel and mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
  *
@@ -30,7 +30,10 @@
  * (a2, a3, b1) with elements 8t+4..8t+7, so the B fragment is one 8-byte shared-memory load of the
  * codes in their natural order, and the A fragment is the nibbles of the 8 bytes 32q + 8t .. 32q + 8t + 7
  * of qs (sub-block 2q: low nibbles, 2q + 1: high nibbles), one 8-byte weight load per row and
- * 32-byte run. Q6_K keeps the natural order (k 4t..4t+3 of a group of 16 = its elements 4t..4t+3).
+ * 32-byte run. Q5_K is Q4_K's step with the fifth bit of each level added: a thread's elements of
+ * every sub-block are 8t..8t+7 (of the run), whose fifth bits are bit j of qh bytes 8t..8t+7, one
+ * 8-byte load per row a block. Q6_K keeps the natural order (k 4t..4t+3 of a group of 16 = its
+ * elements 4t..4t+3).
  *
  * Fragments (PTX ISA, .s8): m16n8k32: A reg 0 = row g, k 4t..4t+3; reg 1 = row g + 8, the same k;
  * reg 2 = row g, k 16+4t..16+4t+3; reg 3 = row g + 8, the same; B reg 0 = k 4t..4t+3 of column g,
@@ -129,22 +132,27 @@ MM_HD uint2 mm_ld_stream_8(const void *p) {
 }
 
 template <int TYPE> struct mm_tile_traits {
-    static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q6_K;
+    static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q5_K || TYPE == SPECLA_TYPE_Q6_K;
+    /* Q4_K and Q5_K share the block step (Q5_K adds the fifth bit of each level from qh) */
+    static constexpr bool k4k5 = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q5_K;
     /* token tiles of 8 per pass (more tokens take further passes over the chunk) */
     static constexpr int max_tiles = 4;
     /* bytes per token row of staged codes: 256 + padding. Q4_K reads 8 bytes at 32j + 8t of rows g
      * (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks); Q6_K
      * reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
-    static constexpr int row_stride = TYPE == SPECLA_TYPE_Q4_K ? 288 : 272;
-    static constexpr int has_minops = TYPE == SPECLA_TYPE_Q4_K;
+    static constexpr int row_stride = k4k5 ? 288 : 272;
+    static constexpr int has_minops = k4k5;
 };
 
-/* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q4_K 5
+/* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q5_K 4
+ * up to 2 tiles, 3 beyond (it spilled 28 bytes at 4 and 3 tiles); Q4_K 5
  * (<= 96 registers) at 1 tile, 4 (<= 128) at 2 and 3, 3 (<= 168) at 4; Q6_K's larger blocks 3, and 2
  * at 4 tiles. 5 at one tile: the 27B Q4_K matrices' plans give 480-576 CTAs, one wave at 5 per SM
  * (660 on 132 SMs) where 4 (528) left a second wave of a few CTAs for ffn_up, attn_q and ffn_down. */
 template <int TYPE, int NT> struct mm_tile_occupancy {
-    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT == 1 ? 5 : NT <= 3 ? 4 : 3) : (NT <= 3 ? 3 : 2);
+    static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT == 1 ? 5 : NT <= 3 ? 4 : 3)
+                                       : TYPE == SPECLA_TYPE_Q5_K ? (NT <= 2 ? 4 : 3)
+                                                                  : (NT <= 3 ? 3 : 2);
 };
 
 
@@ -189,6 +197,11 @@ template <> struct mm_tile_frag<SPECLA_TYPE_Q4_K> {
     uint2 q[2][4]; /* [row][run]: qs bytes 32 run + 8t .. + 7 */
     uint4 h[2];    /* d, dmin | 12 scale bytes */
 };
+template <> struct mm_tile_frag<SPECLA_TYPE_Q5_K> {
+    uint2 q[2][4]; /* as Q4_K */
+    uint4 h[2];
+    uint2 qh[2];   /* [row]: qh bytes 8t .. 8t + 7, the fifth bits of those elements of every sub-block */
+};
 template <> struct mm_tile_frag<SPECLA_TYPE_Q6_K> {
     uint32_t q[2][12]; /* [row][piece]: word t of ql (pieces 0..7) and qh (8..11) */
     uint4 sc[2];       /* the 16 int8 group scales */
@@ -198,16 +211,20 @@ template <> struct mm_tile_frag<SPECLA_TYPE_Q6_K> {
 /* A thread's weight addresses in a row group (rows 16 half + g and, 128 bytes further in every plane,
  * 16 half + g + 8), computed once per pass; a block adds k * 32 * unit_bytes. */
 struct mm_tile_wptr {
-    const uint8_t *h; /* the row's 16 bytes of plane 0 (Q4_K: d, dmin, scales) */
-    const uint8_t *q; /* Q4_K: qs bytes 8t.. (piece 1 + t / 2, 8 (t & 1)) ; Q6_K: word t of plane 0 */
-    const uint8_t *d; /* Q6_K: the row's fp16 d */
+    const uint8_t *h;  /* the row's 16 bytes of plane 0 (Q4_K, Q5_K: d, dmin, scales) */
+    const uint8_t *q;  /* Q4_K: qs bytes 8t.. (piece 1 + t / 2, 8 (t & 1)); Q5_K the same from piece 3;
+                          Q6_K: word t of plane 0 */
+    const uint8_t *d;  /* Q6_K: the row's fp16 d */
+    const uint8_t *qh; /* Q5_K: qh bytes 8t.. (piece 1 + t / 2, 8 (t & 1)) */
 };
 template <int TYPE> MM_HD mm_tile_wptr mm_tile_wptr_for(const uint8_t *group_base, int half, int g, int t) {
     mm_tile_wptr p;
     const int row = 16 * half + g;
     p.h = group_base + 16 * row;
-    p.q = TYPE == SPECLA_TYPE_Q4_K ? p.h + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1) : p.h + 4 * t;
-    p.d = group_base + 13 * 16 * MM_GROUP_ROWS + 2 * row; /* Q6_K's side plane (unused for Q4_K) */
+    const int q_piece = TYPE == SPECLA_TYPE_Q5_K ? 3 : 1; /* Q5_K's qh takes pieces 1 and 2 */
+    p.q = mm_tile_traits<TYPE>::k4k5 ? p.h + 16 * MM_GROUP_ROWS * (q_piece + (t >> 1)) + 8 * (t & 1) : p.h + 4 * t;
+    p.d = group_base + 13 * 16 * MM_GROUP_ROWS + 2 * row; /* Q6_K's side plane (unused for the others) */
+    p.qh = p.h + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1); /* read for Q5_K only */
     return p;
 }
 
@@ -229,7 +246,12 @@ template <int TYPE, bool SHARED = false> MM_HD void mm_tile_load(mm_tile_frag<TY
     const uint8_t *h = p.h + koff, *q = p.q + koff;
 #pragma unroll
     for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
-        if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+        if constexpr (TYPE == SPECLA_TYPE_Q5_K) {
+            const uint8_t *qh = p.qh + koff + 128 * r;
+            if constexpr (SHARED) f.qh[r] = mm_lds<uint2>(qh);
+            else f.qh[r] = mm_ld_stream_8(qh);
+        }
+        if constexpr (mm_tile_traits<TYPE>::k4k5) {
             if constexpr (SHARED) {
                 f.h[r] = mm_lds<uint4>(h + 128 * r);
             } else {
@@ -270,7 +292,7 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
     const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
     const uint8_t *brow = buf + g * tr::row_stride; /* token g of tile 0 */
     int32_t s[NT][4] = {};
-    if constexpr (TYPE == SPECLA_TYPE_Q4_K) {
+    if constexpr (tr::k4k5) {
         /* the 8 scales and 8 mins of each row as packed bytes (mm_scale_min, 4 bytes at a time) */
         uint32_t sc[2][2], mn[2][2];
 #pragma unroll
@@ -284,8 +306,12 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int run = j / 2, shift = 4 * (j % 2);
-            const uint32_t a0 = (f.q[0][run].x >> shift) & 0x0F0F0F0Fu, a1 = (f.q[1][run].x >> shift) & 0x0F0F0F0Fu;
-            const uint32_t a2 = (f.q[0][run].y >> shift) & 0x0F0F0F0Fu, a3 = (f.q[1][run].y >> shift) & 0x0F0F0F0Fu;
+            uint32_t a0 = (f.q[0][run].x >> shift) & 0x0F0F0F0Fu, a1 = (f.q[1][run].x >> shift) & 0x0F0F0F0Fu;
+            uint32_t a2 = (f.q[0][run].y >> shift) & 0x0F0F0F0Fu, a3 = (f.q[1][run].y >> shift) & 0x0F0F0F0Fu;
+            if constexpr (TYPE == SPECLA_TYPE_Q5_K) { /* bit j of qh[l] is bit 4 of element l's level */
+                a0 |= ((f.qh[0].x >> j) & 0x01010101u) << 4, a1 |= ((f.qh[1].x >> j) & 0x01010101u) << 4;
+                a2 |= ((f.qh[0].y >> j) & 0x01010101u) << 4, a3 |= ((f.qh[1].y >> j) & 0x01010101u) << 4;
+            }
             const int32_t sc0 = (int32_t)((sc[0][j / 4] >> (8 * (j % 4))) & 0xffu);
             const int32_t sc1 = (int32_t)((sc[1][j / 4] >> (8 * (j % 4))) & 0xffu);
 #pragma unroll
@@ -502,6 +528,7 @@ template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
  * per CTA at 3 tiles, Q6_K 53.7 KB): without the register fragment ahead Q4_K fits 5 up to 3 tiles
  * (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
 template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
+    /* Q5_K: 48.6 KB of shared memory a CTA at 3 tiles (its 176-byte blocks), so 4 an SM */
     static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT <= 3 ? 5 : 4) : (NT <= 3 ? 4 : 3);
 };
 
