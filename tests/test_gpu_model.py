@@ -21,7 +21,7 @@ from pyspecla.testing.models import write_test_model
 pytestmark = pytest.mark.gpu
 
 # (arch, quant): every architecture, the float and the Q4_K_M / Q5_K_M / Q8_0 paths of the GPU matmul
-# (Q5_K_M: Q5_K matrices, whose batches run on the dp4a kernel, beside the Q6_K ones)
+# (Q5_K_M: Q5_K matrices, whose batches run on the staged tensor-core kernel, beside the Q6_K ones)
 MODELS = [("qwen35", "f32"), ("qwen35", "q4_k_m"), ("qwen35", "q5_k_m"), ("qwen35", "q8_0"), ("qwen2", "q8_0"),
           ("qwen3", "q4_k_m")]
 
