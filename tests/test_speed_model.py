@@ -1,4 +1,4 @@
-"""tools/speed_model.py: the speed-only Q4_K_M / Q5_K_M writer (random valid blocks, written in
+"""tools/speed_model.py: the speed-only Q4_K_M / Q5_K_M / Q8_0 writer (random valid blocks, written in
 parallel) makes files that load, decode to finite values of the intended spread, follow the type
 rule, are byte-for-byte reproducible whatever the process count, say their mode, and give finite
 logits in a forward pass."""
@@ -50,8 +50,9 @@ def speed_files(tmp_path_factory):
              for name in ("tiny", "tiny8")}
     files["tiny8-1proc"] = speed_model.write_speed_model(d / "tiny8-1proc.gguf", "tiny8", seed=3, jobs=1)
     files["tiny8-seed4"] = speed_model.write_speed_model(d / "tiny8-seed4.gguf", "tiny8", seed=4, jobs=2)
-    files["tiny8-q5_k_m"] = speed_model.write_speed_model(d / "tiny8-q5_k_m.gguf", "tiny8", seed=3, jobs=2,
-                                                          quant="q5_k_m")
+    for quant in ("q5_k_m", "q8_0"):
+        files[f"tiny8-{quant}"] = speed_model.write_speed_model(d / f"tiny8-{quant}.gguf", "tiny8", seed=3, jobs=2,
+                                                                quant=quant)
     return files
 
 
@@ -99,7 +100,23 @@ def test_q5_k_m_file_follows_its_rule(speed_files, tmp_path):
            [(n, v.ggml_type, tuple(v.ne), v.nbytes) for n, v in theirs.tensors.items()]
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny8", "tiny8-q5_k_m"])
+def test_q8_0_file_follows_its_rule(speed_files, tmp_path):
+    """The Q8_0 mix: every 2-D weight Q8_0 but ssm_conv1d (llama-quantize's rule for that file type,
+    written out here), and the normal writer's names, shapes, types and sizes."""
+    from pyspecla.loader.target import ModelFile
+
+    p = testmodels.PRESETS["tiny8"]
+    types = {t.name: t.tensor_type for t in GGUFReader(speed_files["tiny8-q8_0"]).tensors}
+    expected = {s.name: Q.F32 if len(s.shape) == 1 or ".ssm_conv1d." in s.name else Q.Q8_0
+                for s in testmodels.tensor_plan(p)}
+    assert types == expected
+    values = testmodels.write_test_model(tmp_path / "values.gguf", "tiny8", "q8_0", seed=3)
+    ours, theirs = ModelFile.open(str(speed_files["tiny8-q8_0"])), ModelFile.open(str(values))
+    assert [(n, v.ggml_type, tuple(v.ne), v.nbytes) for n, v in ours.tensors.items()] == \
+           [(n, v.ggml_type, tuple(v.ne), v.nbytes) for n, v in theirs.tensors.items()]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny8", "tiny8-q5_k_m", "tiny8-q8_0"])
 def test_every_tensor_decodes_finite_with_the_intended_spread(speed_files, preset):
     plan = {s.name: s for s in testmodels.tensor_plan(testmodels.PRESETS[preset.split("-")[0]])}
     for t in GGUFReader(speed_files[preset]).tensors:
@@ -118,10 +135,12 @@ def test_every_tensor_decodes_finite_with_the_intended_spread(speed_files, prese
             ratio = np.sqrt(np.mean(x**2)) / std
             assert 0.9 <= ratio <= 1.1, f"{t.name}: rms / std = {ratio:.3f}"
             assert abs(x.mean()) <= 4 * 0.8 * std / np.sqrt(x.size / 32), f"{t.name}: mean {x.mean():.3g}"
-        # f16 scales: finite, positive (Q4_K / Q5_K d and dmin at bytes 0-3, Q6_K d at 208-209)
-        block = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[t.tensor_type]
+        # f16 scales: finite, positive (Q4_K / Q5_K d and dmin at bytes 0-3, Q6_K d at 208-209,
+        # Q8_0 d at 0-1)
+        block = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.Q8_0: 34}[t.tensor_type]
         raw = np.asarray(t.data).reshape(-1, block)
-        scales = (raw[:, 208:210] if t.tensor_type == Q.Q6_K else raw[:, 0:4]).copy().view(np.float16)
+        at = {Q.Q4_K: (0, 4), Q.Q5_K: (0, 4), Q.Q6_K: (208, 210), Q.Q8_0: (0, 2)}[t.tensor_type]
+        scales = raw[:, at[0]:at[1]].copy().view(np.float16)
         assert np.isfinite(scales).all() and (scales > 0).all(), t.name
 
 
@@ -167,7 +186,7 @@ def test_pieces_are_cut_and_placed_right(tmp_path, monkeypatch):
             assert not np.array_equal(np.asarray(a.data), np.asarray(b.data)), b.name
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny8", "tiny8-q5_k_m"])
+@pytest.mark.parametrize("preset", ["tiny", "tiny8", "tiny8-q5_k_m", "tiny8-q8_0"])
 def test_forward_gives_finite_logits(speed_files, preset):
     from pyspecla.model import Model
 
@@ -188,8 +207,8 @@ def test_bad_arguments_are_named(tmp_path, capsys):
     assert "--jobs" in capsys.readouterr().err
     assert speed_model.main(["--preset", "tiny", "--out", str(tmp_path / "missing" / "x.gguf")]) == 2
     assert "missing" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="q4_k_m or q5_k_m, not 'q8_0'"):
-        speed_model.write_speed_model(tmp_path / "x.gguf", "tiny", quant="q8_0")
+    with pytest.raises(ValueError, match="q4_k_m or q5_k_m or q8_0, not 'q6_k'"):
+        speed_model.write_speed_model(tmp_path / "x.gguf", "tiny", quant="q6_k")
 
 
 def test_make_test_model_speed_only_flag(tmp_path, capsys):
@@ -204,7 +223,7 @@ def test_make_test_model_speed_only_flag(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         make_test_model.main(["--preset", "tiny", "--speed-only", "--out", str(out)])  # f32: not q4_k_m
     assert exc.value.code == 2
-    assert "--speed-only writes q4_k_m or q5_k_m targets" in capsys.readouterr().err
+    assert "--speed-only writes q4_k_m or q5_k_m or q8_0 targets" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         make_test_model.main(["--preset", "tiny", "--quant", "q4_k_m", "--jobs", "2", "--out", str(out)])
     assert "--jobs only goes with --speed-only" in capsys.readouterr().err

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Speed-only synthetic Q4_K_M (or Q5_K_M) GGUF: the shapes, names, metadata and tokenizer of
+"""Speed-only synthetic Q4_K_M (or Q5_K_M, or Q8_0) GGUF: the shapes, names, metadata and tokenizer of
 pyspecla.testing.models' writer for a preset, with valid random quant blocks written directly.
 
-    python tools/speed_model.py --preset 27b --seed 0 --out 27b-speed.gguf [--jobs 16] [--quant q5_k_m]
+    python tools/speed_model.py --preset 27b --seed 0 --out 27b-speed.gguf [--jobs 16] [--quant q5_k_m|q8_0]
     python tools/make_test_model.py --preset 27b --quant q4_k_m --speed-only --out 27b-speed.gguf
 
 The normal writer draws Gaussian weights and encodes them through the Python quantizer (hours
 for 27 G weights). A kernel's speed does not depend on the weight values, so this writer skips
-the encoding: each Q4_K / Q5_K / Q6_K block gets random quant bits and scale bytes and a finite,
+the encoding: each Q4_K / Q5_K / Q6_K / Q8_0 block gets random quant bits and scale bytes and a finite,
 small positive f16 super-block scale `d` chosen so the block's values have the standard deviation
 the normal writer would give that tensor (activations stay O(1) and a forward gives finite
 logits). The F32 tensors (norms ~1, ssm_a < 0, dt bias, conv1d, biases) are the normal writer's
@@ -15,7 +15,7 @@ own values. The file records the mode under MODE_KEY; `pyspecla inspect` prints 
 `synthetic_mode` reads it for benchmark rows. Its logits carry no meaning: never use it for
 accuracy or acceptance figures.
 
-Type placement is the normal writer's q4_k_m (or q5_k_m) rule (testmodels.tensor_type:
+Type placement is the normal writer's q4_k_m (or q5_k_m, or q8_0) rule (testmodels.tensor_type:
 llama-quantize's mixes). Tensors are cut into pieces of about PIECE_BYTES; piece k of tensor `name` draws from
 np.random.default_rng([seed, crc32(name), k]), so the bytes depend on the seed only, not on the
 number of processes. Worker processes write their pieces in place (os.pwrite) into a file
@@ -44,7 +44,7 @@ from pyspecla.testing import models as testmodels  # noqa: E402
 MODE_KEY = "pyspecla.synthetic.mode"
 SPEED_ONLY = "speed-only"
 QUANT = "q4_k_m"  # the default mix
-QUANTS = ("q4_k_m", "q5_k_m")  # the mixes this writer makes
+QUANTS = ("q4_k_m", "q5_k_m", "q8_0")  # the mixes this writer makes
 PIECE_BYTES = 8 << 20  # bytes per work item; part of the file format: changing it changes the bytes
 
 Q = GGMLQuantizationType
@@ -57,11 +57,13 @@ Q = GGMLQuantizationType
 #   E[(x/d)^2] = E[sc^2] E[(q-32)^2] = 5461.5 * 341.5 (mean -0.25 d*sc, negligible).
 # Q5_K: as Q4_K with q uniform on 0..31 (every qh bit pattern is valid): with dmin = 15.5 d the mean
 #   is 0 and Var(x/d) = (1333.5*325.5 - 488.25^2) + 15.5^2*341.25.
+# Q8_0: x = d*q with q a uniform int8: E[(x/d)^2] = E[q^2] = 5460 (mean -0.5 d, negligible).
 Q4_K_DMIN_OVER_D = 7.5
 Q4_K_UNIT_STD = math.sqrt((1333.5 * 77.5 - 236.25**2) + Q4_K_DMIN_OVER_D**2 * 341.25)
 Q5_K_DMIN_OVER_D = 15.5
 Q5_K_UNIT_STD = math.sqrt((1333.5 * 325.5 - 488.25**2) + Q5_K_DMIN_OVER_D**2 * 341.25)
 Q6_K_UNIT_STD = math.sqrt(5461.5 * 341.5)
+Q8_0_UNIT_STD = math.sqrt(5460.0)
 D_SPREAD = (0.5, 1.5)  # d of each block = the tensor's d times a uniform factor in this range,
 D_SPREAD_RMS = math.sqrt((D_SPREAD[0] ** 2 + D_SPREAD[0] * D_SPREAD[1] + D_SPREAD[1] ** 2) / 3)  # whose rms this is
 F16_TINY = np.float16(2.0**-24)  # the smallest positive f16: no block gets d = 0
@@ -101,7 +103,7 @@ def _work_items(path: str, plan, types, offsets, seed: int) -> list[tuple]:
 
 
 def random_blocks(qtype: GGMLQuantizationType, n_blocks: int, std: float, rng: np.random.Generator) -> np.ndarray:
-    """n_blocks valid random Q4_K, Q5_K or Q6_K blocks (uint8 (n_blocks, block_bytes)) whose values
+    """n_blocks valid random Q4_K, Q5_K, Q6_K or Q8_0 blocks (uint8 (n_blocks, block_bytes)) whose values
     have about standard deviation `std`: random quant and scale bytes, f16 d > 0 (and dmin = 7.5 d
     for Q4_K, 15.5 d for Q5_K)."""
     block_bytes = GGML_QUANT_SIZES[qtype][1]
@@ -114,8 +116,10 @@ def random_blocks(qtype: GGMLQuantizationType, n_blocks: int, std: float, rng: n
         unit, d_at, dmin_over_d = Q5_K_UNIT_STD, 0, Q5_K_DMIN_OVER_D
     elif qtype == Q.Q6_K:
         unit, d_at, dmin_over_d = Q6_K_UNIT_STD, 208, None  # ql[128], qh[64], scales[16], then d
+    elif qtype == Q.Q8_0:
+        unit, d_at, dmin_over_d = Q8_0_UNIT_STD, 0, None  # d, then qs[32]
     else:
-        raise ValueError(f"speed-only blocks are Q4_K, Q5_K or Q6_K, not {qtype.name}")
+        raise ValueError(f"speed-only blocks are Q4_K, Q5_K, Q6_K or Q8_0, not {qtype.name}")
     d = (std / (unit * D_SPREAD_RMS)) * rng.uniform(*D_SPREAD, n_blocks)
     d16 = np.maximum(d.astype(np.float16), F16_TINY).view(np.uint16)
     if dmin_over_d is not None:
@@ -150,7 +154,7 @@ def _write_piece(item) -> int:
 
 def write_speed_model(path, preset="27b", seed: int = 0, *, jobs: int | None = None, arch: str | None = None,
                       log=None, quant: str = QUANT, **overrides) -> Path:
-    """Write a speed-only file of mix `quant` (q4_k_m or q5_k_m; see the module doc) with `jobs`
+    """Write a speed-only file of mix `quant` (q4_k_m, q5_k_m or q8_0; see the module doc) with `jobs`
     processes (default: every core). Same preset, mix and seed → identical bytes. Written to
     PATH.tmp, then renamed. Returns the path."""
     if quant not in QUANTS:

@@ -28,7 +28,7 @@
 # 4096; tokens/s with the oracle drafter vs plain decoding, recorded steps on and off.)
 #
 # Knobs (environment): BUDGET_S (default 540: the whole script), SPEED_PRESET (27b), SPEED_SEED (0),
-# SPEED_QUANT (q4_k_m, or q5_k_m: the speed-only file's mix; llama-bench times the same file),
+# SPEED_QUANT (q4_k_m, or q5_k_m or q8_0: the speed-only file's mix; llama-bench times the same file),
 # LLAMA_BENCH_REPS (3), LLAMA_BENCH_ARGS (the -p/-n/-d grid), LLAMA_BUILD_MIN_S (340: a fresh llama.cpp
 # build given less time than this is not started; it took 322 s on the H200 machine at 8d1e586), GGML_CUDA=OFF (a CPU-only
 # llama-bench, to try the plumbing on a machine without a GPU), SKIP_LLAMA=1 (no llama.cpp steps),
@@ -69,7 +69,7 @@ case "$PYTEST_S" in *[!0-9]*|'') echo "run_gpu.sh: PYTEST_S must be a number of 
 SPEED_PRESET=${SPEED_PRESET:-27b}
 SPEED_SEED=${SPEED_SEED:-0}
 SPEED_QUANT=${SPEED_QUANT:-q4_k_m}
-case "$SPEED_QUANT" in q4_k_m | q5_k_m) ;; *) echo "run_gpu.sh: SPEED_QUANT must be q4_k_m or q5_k_m (got '$SPEED_QUANT')" >&2; exit 2 ;; esac
+case "$SPEED_QUANT" in q4_k_m | q5_k_m | q8_0) ;; *) echo "run_gpu.sh: SPEED_QUANT must be q4_k_m, q5_k_m or q8_0 (got '$SPEED_QUANT')" >&2; exit 2 ;; esac
 LLAMA_BENCH_REPS=${LLAMA_BENCH_REPS:-3}
 LLAMA_BUILD_MIN_S=${LLAMA_BUILD_MIN_S:-340}
 case "$LLAMA_BUILD_MIN_S" in *[!0-9]*|'') echo "run_gpu.sh: LLAMA_BUILD_MIN_S must be a number of seconds (got '$LLAMA_BUILD_MIN_S')" >&2; exit 2;; esac
