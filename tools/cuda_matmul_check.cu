@@ -9,12 +9,14 @@
  *   (1) every output element is written (y is poisoned with NaN first) and finite;
  *   (2) every row is bit-identical to the n_batch = 1 run of the same input row, for n_batch in
  *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with each kernel choice of cuda_matmul_set_tensor_cores
- *       (the default: the staged int8 tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other
+ *       (the default: the staged int8 tensor-core kernel for Q4_K/Q5_K/Q6_K, the per-warp one for the other
  *       8-bit types; the per-warp one for all; the dp4a kernel alone), and a group launch gives the
  *       bits of separate calls, a group of Q4_K and Q6_K matrices also in one launch for both
  *       (cuda_matmul_set_pair_launch);
  *   (3) |gpu - cpu| <= bound * sum_i |w_i x_i| per element against specla_op_matmul (the CPU oracle,
  *       scalar kernels unless --oracle-kernels says otherwise), the bound per type printed below;
+ *       for Q5_K, whose activations the GPU rounds to Q8_K blocks where the CPU multiplies floats,
+ *       against the float64 product of what the GPU multiplies (oracle_matmul_seen);
  *   (4) the GPU's activation blocks are the CPU's bytes (specla_op_quantize_activations), special
  *       rows (zeros, ties, NaN, inf, tiny, huge) included;
  *   (5) every output is bit-identical to the host model of the kernels (below), which computes the
@@ -34,7 +36,7 @@
  * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
  * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
  * MMA (check_mma_emulation) and compares it bit for bit with the host model; the same for the staged
- * kernel (matmul_tile.cuh, Q4_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own),
+ * kernel (matmul_tile.cuh, Q4_K/Q5_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own),
  * and the F16/BF16 tensor-core kernel (matmul_float_tc.cuh, f16/bf16 m16n8k16 emulated) against
  * host_ftc_model, bit for bit (check_ftc_emulation). Always (host code): the staged kernel's weight
  * fragments read from a shared-memory stage (its bulk form) against those read from the weight
@@ -1074,7 +1076,7 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
     const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K;
     for (int pass = 0; pass < 3 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
         /* every n_batch with each kernel choice (cuda_matmul_set_tensor_cores): the default (the
-         * staged tensor-core kernel for Q4_K/Q6_K, the per-warp one for the other 8-bit types, at
+         * staged tensor-core kernel for Q4_K/Q5_K/Q6_K, the per-warp one for the other 8-bit types, at
          * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only */
         const int n_batch = kBatches[pass / 3];
         const int mode = kModes[pass % 3];

@@ -93,7 +93,7 @@ template <class Call> static void matmul_call(const backend *be, const char *op,
  * SPECLA_CUDA_UNFINISHED_MATMUL (cuda_backend_create) picks the readers: 1 both (the default), rms
  * or silu one, 0 none (then nothing is held and every op runs as it is called). */
 /* ---- the fused quantize --------------------------------------------------------------------------
- * The ops whose output a layer's Q4_K/Q6_K matmuls read (the wide add_rms_norm and the silu_mul that
+ * The ops whose output a layer's Q8_K-block matmuls (Q4_K, Q5_K, Q6_K) read (the wide add_rms_norm and the silu_mul that
  * read partial sums: the residual norms and the SwiGLU; the GDN's gated_rms_norm on heads of 128 and
  * the attention's sigmoid_mul) also write their output's Q8_K blocks into the instance's prequantized
  * buffer (matmul_quantize.cuh: the quantize kernel's own functions, so the same bytes), and the held

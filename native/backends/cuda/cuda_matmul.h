@@ -10,8 +10,8 @@
  *
  * Supported weight types: F32, F16, BF16 (ne0 a multiple of 32), Q8_0, Q4_0, Q5_0 (8-bit activation
  * blocks of 32, as the CPU), Q4_K, Q6_K (8-bit activation blocks of 256, as the CPU), Q5_K (blocks
- * of 256 too, where the CPU multiplies floats: docs/cuda-matmul.md; the dp4a kernel only). Q4_1 and
- * Q5_1 return cudaErrorNotSupported for now. */
+ * of 256 too, where the CPU multiplies floats: docs/cuda-matmul.md). Q4_1 and Q5_1 return
+ * cudaErrorNotSupported for now. */
 #ifndef SPECLA_CUDA_MATMUL_H
 #define SPECLA_CUDA_MATMUL_H
 #include <stddef.h>
@@ -108,7 +108,7 @@ typedef struct cuda_matmul_q8k {
 size_t cuda_matmul_prequantized_bytes(int64_t max_elements);
 cuda_matmul_q8k cuda_matmul_prequantized_blocks(void *buffer, size_t bytes, int64_t elements);
 /* cuda_matmul_group (sums NULL) or cuda_matmul_group_unfinished whose Q8_K activations (the
- * Q4_K/Q6_K weights' input) are already in `buffer` (cuda_matmul_prequantized_blocks of n_batch times
+ * Q4_K/Q5_K/Q6_K weights' input) are already in `buffer` (cuda_matmul_prequantized_blocks of n_batch times
  * the weights' ne0, written by the kernel just before on the stream): no quantize kernel for them,
  * the buffer's counters for the split-K finishes. The same bits as the call without the buffer. */
 cudaError_t cuda_matmul_group_prequantized(cudaStream_t stream, int n_mats, const specla_tensor *const *w,
@@ -116,17 +116,18 @@ cudaError_t cuda_matmul_group_prequantized(cudaStream_t stream, int n_mats, cons
                                            cuda_matmul_sums *sums, void *buffer, size_t bytes);
 
 /* The activation blocks a matmul with weight_type uses, as the matmul makes them (the same bytes as
- * specla_op_quantize_activations): codes[n_batch][n], scales[n_batch][n / block] and, for Q4_K/Q6_K
- * (blocks of 256), bsums[n_batch][n / 16] (sums of 16 consecutive codes; may be NULL otherwise).
+ * specla_op_quantize_activations): codes[n_batch][n], scales[n_batch][n / block] and, for
+ * Q4_K/Q5_K/Q6_K (blocks of 256), bsums[n_batch][n / 16] (sums of 16 consecutive codes; may be NULL otherwise).
  * Device pointers; cudaErrorNotSupported for a weight type that keeps float activations. */
 cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight_type, const float *x, int n_batch,
                                              int n, int8_t *codes, float *scales, int16_t *bsums);
 
 /* Which kernel 2..64-token calls on the 8-bit types run (sm_80 and later; the bits are the same
  * either way): CUDA_MATMUL_TC_STAGED (the default; any value but the two others) the int8 tensor-core
- * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K and Q6_K, the
- * per-warp one for Q8_0/Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
- * (matmul_mma.cuh) for every 8-bit type, kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel.
+ * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K, Q5_K and Q6_K,
+ * the per-warp one for Q8_0/Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
+ * (matmul_mma.cuh) for every 8-bit type but Q5_K (which has no step there and takes the dp4a kernel),
+ * kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel.
  * F16/BF16 weights (CUDA, sm_80+): any mode but CUDA_MATMUL_TC_OFF runs them on the f16/bf16
  * tensor-core kernel (matmul_float_tc.cuh) for every n_batch; CUDA_MATMUL_TC_OFF on the fma path.
  * For these two types the choice CHANGES the bits (two summation orders): set it before a run, never
@@ -143,7 +144,7 @@ void cuda_matmul_set_tensor_cores(int mode);
 #define CUDA_MATMUL_PAIR_BATCH 2
 void cuda_matmul_set_pair_launch(int forms);
 int cuda_matmul_pair_launch(void); /* the forms in force */
-/* 1 when the staged kernel (2..64 tokens, Q4_K/Q6_K) runs its bulk-copy form on the current device:
+/* 1 when the staged kernel (2..64 tokens, Q4_K/Q5_K/Q6_K) runs its bulk-copy form on the current device:
  * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
 int cuda_matmul_staged_bulk(void);
 /* Kernels the calling thread's matmul functions have launched so far (every cuda_matmul_* call that

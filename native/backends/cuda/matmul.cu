@@ -4,8 +4,9 @@
  * model in tools/cuda_matmul_check.cu):
  *
  * 1. Activations. For Q8_0/Q4_0/Q5_0 weights each row x[b] is rounded to Q8_0 activation blocks of
- *    32, for Q4_K/Q6_K to Q8_K blocks of 256, with the CPU's quantizers operation for operation
- *    (activation_q8.c): the GPU's codes, scales and bsums are the CPU's bytes. F32/F16/BF16 weights
+ *    32, for Q4_K/Q5_K/Q6_K to Q8_K blocks of 256, with the CPU's quantizers operation for operation
+ *    (activation_q8.c): the GPU's codes, scales and bsums are the CPU's bytes (the CPU's Q5_K matmul
+ *    takes the floats instead: matmul_blocks.h, mm_act_kind). F32/F16/BF16 weights
  *    take the float activations.
  * 2. Blocks. A row's ne0 elements are n_blocks blocks (the weight's blocks; 32 elements for the
  *    float types). Per block and token, the 8-bit types form exact integer sums and then:
@@ -39,7 +40,7 @@
  * F32, F16/BF16 with their tensor-core path off, every type before sm_80) gives each lane a row;
  * the prepared layout (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp
  * access, and the warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
- * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K and Q6_K run matmul_tile.cuh's
+ * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K, Q5_K and Q6_K run matmul_tile.cuh's
  * staged int8 tensor-core kernel (a CTA per two row groups and one chunk, the activations staged in
  * shared memory; the same units' sums), the other 8-bit types matmul_mma.cuh's per-warp one
  * (cuda_matmul_set_tensor_cores chooses); F16/BF16, for every n_batch, matmul_float_tc.cuh's per-warp
@@ -640,7 +641,7 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
-/* Whether an n_batch-token call over n inputs on Q4_K or Q6_K takes the staged tensor-core kernel
+/* Whether an n_batch-token call over n inputs on Q4_K, Q5_K or Q6_K takes the staged tensor-core kernel
  * (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
  * MMA, and its activation offsets fit 32 bits. */
 static int mm_takes_staged(int n_batch, int64_t n) {
