@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: build llama.cpp's llama-bench with the CUDA backend for the H200 (sm_90) from
 # the pack that tools/device/pack_llama_cpp.sh wrote (.device/llama.cpp.tar.gz, carried with the
-# call). Extracts under $HOME and reuses an earlier build there (a warm machine keeps $HOME).
+# call). Extracts under $HOME and reuses an earlier build there (a warm machine keeps $HOME); or,
+# where prebuild_llama_bench.sh built one from the same pack and it starts here, uses that binary.
 # Prints the path of the llama-bench binary on its last line.
 #
 #     tools/device/build_llama_bench.sh [PACK]        # PACK defaults to .device/llama.cpp.tar.gz
@@ -17,6 +18,45 @@ BIN=$BUILD/bin/llama-bench
 CUDA_ARCH=${LLAMA_CUDA_ARCHITECTURES:-90-real}
 
 test -f "$PACK" || { echo "build_llama_bench: no $PACK (run tools/device/pack_llama_cpp.sh here and carry .device)" >&2; exit 1; }
+
+# A llama-bench that prebuild_llama_bench.sh built from this pack on the 2-core machine (carried as
+# .device/llama-bench.gz) is used as it is where it starts here: llama.cpp's build then costs the
+# call nothing. Its CUDA runtime and cuBLAS come from this machine's toolkit, found below and named
+# to the loader by a wrapper script, whose path is printed as the binary's. Anything amiss (another
+# pack, a library not found, a start that fails or sees no GPU) is said and the build from the pack
+# follows.
+CARRIED=$ROOT/.device/llama-bench.gz
+if [ "$GGML_CUDA" = ON ] && [ -f "$CARRIED" ] && [ "${LLAMA_BENCH_CARRIED:-1}" = 1 ]; then
+  dir=$HOME/llama-bench-carried
+  pack_sum=$(sha256sum < "$PACK" | cut -d' ' -f1)
+  if [ "$(cut -d' ' -f2 "$ROOT/.device/llama-bench.stamp" 2>/dev/null)" != "$pack_sum" ]; then
+    echo "build_llama_bench: the carried llama-bench was built from another pack than $PACK; building" >&2
+  else
+    rm -rf "$dir"; mkdir -p "$dir"
+    gunzip -c "$CARRIED" > "$dir/llama-bench" && chmod +x "$dir/llama-bench"
+    # the folders that hold the CUDA runtime and cuBLAS the binary needs, the loader's own first
+    needed=$(readelf -d "$dir/llama-bench" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(libcu[a-zA-Z]*\.so[.0-9]*\)\]/\1/p' || true)
+    libdirs=
+    for lib in $needed; do
+      [ "$lib" = libcuda.so.1 ] && continue
+      ldconfig -p 2>/dev/null | awk '{print $1}' | grep -qx "$lib" && continue
+      found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1 || true)
+      [ -n "$found" ] && libdirs="${libdirs:+$libdirs:}$(dirname "$found")"
+    done
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s" "$@"\n' \
+      "$libdirs" "$dir/llama-bench" > "$dir/llama-bench.sh"
+    chmod +x "$dir/llama-bench.sh"
+    missing=$(LD_LIBRARY_PATH="$libdirs" ldd "$dir/llama-bench" 2>/dev/null | grep "not found" || true)
+    # it must load its libraries and see the GPU (llama-bench --list-devices names it CUDA0)
+    if [ -z "$missing" ] && "$dir/llama-bench.sh" --list-devices > "$dir/start.log" 2>&1 \
+        && grep -q "CUDA0" "$dir/start.log"; then
+      echo "build_llama_bench: the carried llama-bench starts (libraries from: ${libdirs:-the loader cache})" >&2
+      echo "$dir/llama-bench.sh"
+      exit 0
+    fi
+    echo "build_llama_bench: the carried llama-bench does not start here (${missing:-$(tail -2 "$dir/start.log" | tr '\n' ' ')}); building" >&2
+  fi
+fi
 if [ ! -f "$SRC/CMakeLists.txt" ] || ! cmp -s "$PACK" "$SRC/.pack.tar.gz"; then
   rm -rf "$SRC"
   tar -xzf "$PACK" -C "$HOME"

@@ -9,7 +9,9 @@
 # (348 s of wall time on an H200 at 8d1e586, before the two profiles at the end were added, about
 # 30-40 s more). llama.cpp's build took 322 s on the H200 machine (8d1e586) and 233 s on an H100 one
 # (d659771), so a call that is to time llama-bench needs a BUDGET_S near 520; with less, run_gpu.sh
-# does not start the build (LLAMA_BUILD_MIN_S) and the wait below ends at once. The GPU-timed parts
+# does not start the build (LLAMA_BUILD_MIN_S) and the wait below ends at once. A carried llama-bench
+# (tools/device/prebuild_llama_bench.sh, .device/llama-bench.gz) needs no build: then the budget is
+# what our own parts take. The GPU-timed parts
 # run first, while llama.cpp builds:
 # bench_gpu (decode, the N-token curve at depth 0 and 4096), bench_specla (the SpecLA ops, 1 and 48
 # layers), cuda_matmul_check (every check, then the draft's and two small attention matrices),
