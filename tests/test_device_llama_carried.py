@@ -92,3 +92,19 @@ def test_a_binary_that_sees_no_gpu_falls_back_to_the_build(tmp_path):
     result = _run(repo, tmp_path / "home")
     assert "does not start here" in result.stderr and "(none)" in result.stderr
     assert result.returncode != 0
+
+
+def test_a_carried_binary_without_its_pack_is_used(tmp_path):
+    repo = _tree(tmp_path, STARTS, stamp_of_pack=True)
+    (repo / ".device" / "llama.cpp.tar.gz").unlink()
+    result = _run(repo, tmp_path / "home")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("llama-bench-carried/llama-bench.sh")
+
+
+def test_no_pack_and_no_binary_is_named(tmp_path):
+    repo = _tree(tmp_path, STARTS, stamp_of_pack=True)
+    (repo / ".device" / "llama.cpp.tar.gz").unlink()
+    (repo / ".device" / "llama-bench.gz").unlink()
+    result = _run(repo, tmp_path / "home")
+    assert result.returncode != 0 and "no " in result.stderr and "llama.cpp.tar.gz" in result.stderr

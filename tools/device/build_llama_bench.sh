@@ -17,7 +17,6 @@ BUILD=$HOME/llama.cpp-build-cuda-$GGML_CUDA
 BIN=$BUILD/bin/llama-bench
 CUDA_ARCH=${LLAMA_CUDA_ARCHITECTURES:-90-real}
 
-test -f "$PACK" || { echo "build_llama_bench: no $PACK (run tools/device/pack_llama_cpp.sh here and carry .device)" >&2; exit 1; }
 
 # A llama-bench that prebuild_llama_bench.sh built from this pack on the 2-core machine (carried as
 # .device/llama-bench.gz) is used as it is where it starts here: llama.cpp's build then costs the
@@ -28,8 +27,11 @@ test -f "$PACK" || { echo "build_llama_bench: no $PACK (run tools/device/pack_ll
 CARRIED=$ROOT/.device/llama-bench.gz
 if [ "$GGML_CUDA" = ON ] && [ -f "$CARRIED" ] && [ "${LLAMA_BENCH_CARRIED:-1}" = 1 ]; then
   dir=$HOME/llama-bench-carried
-  pack_sum=$(sha256sum < "$PACK" | cut -d' ' -f1)
-  if [ "$(cut -d' ' -f2 "$ROOT/.device/llama-bench.stamp" 2>/dev/null)" != "$pack_sum" ]; then
+  # without the pack (a call may carry the binary and its stamp alone: the pack adds 11 MB to the
+  # 64 MiB a call carries) there is nothing to compare and nothing to fall back to
+  stamp_sum=$(cut -d' ' -f2 "$ROOT/.device/llama-bench.stamp" 2>/dev/null || true)
+  if [ -f "$PACK" ]; then pack_sum=$(sha256sum < "$PACK" | cut -d' ' -f1); else pack_sum=$stamp_sum; fi
+  if [ -z "$stamp_sum" ] || [ "$stamp_sum" != "$pack_sum" ]; then
     echo "build_llama_bench: the carried llama-bench was built from another pack than $PACK; building" >&2
   else
     rm -rf "$dir"; mkdir -p "$dir"
@@ -57,6 +59,7 @@ if [ "$GGML_CUDA" = ON ] && [ -f "$CARRIED" ] && [ "${LLAMA_BENCH_CARRIED:-1}" =
     echo "build_llama_bench: the carried llama-bench does not start here (${missing:-$(tail -2 "$dir/start.log" | tr '\n' ' ')}); building" >&2
   fi
 fi
+test -f "$PACK" || { echo "build_llama_bench: no $PACK (run tools/device/pack_llama_cpp.sh here and carry .device)" >&2; exit 1; }
 if [ ! -f "$SRC/CMakeLists.txt" ] || ! cmp -s "$PACK" "$SRC/.pack.tar.gz"; then
   rm -rf "$SRC"
   tar -xzf "$PACK" -C "$HOME"
