@@ -69,29 +69,19 @@ def test_a_carried_binary_of_this_pack_that_starts_is_used(tmp_path):
     assert ran.returncode == 0 and ran.stdout == "Available devices:\n  CUDA0: NVIDIA H200 (-m x.gguf)\n"
 
 
-def test_a_binary_of_another_pack_is_not_used(tmp_path):
-    repo = _tree(tmp_path, STARTS, stamp_of_pack=False)
+@pytest.mark.parametrize("binary, stamp_of_pack, reasons", [
+    (STARTS, False, ["built from another pack"]),
+    (FAILS, True, ["does not start here", "libcublas.so.13"]),
+    (SEES_NO_GPU, True, ["does not start here", "(none)"]),
+], ids=["another-pack", "does-not-start", "sees-no-gpu"])
+def test_a_binary_that_cannot_be_used_falls_back_to_the_build(tmp_path, binary, stamp_of_pack, reasons):
+    repo = _tree(tmp_path, binary, stamp_of_pack=stamp_of_pack)
     result = _run(repo, tmp_path / "home")
-    assert "built from another pack" in result.stderr
+    for reason in reasons:
+        assert reason in result.stderr, result.stderr
     # the fallback builds from the pack, which here has no CMakeLists.txt: the script fails
     assert result.returncode != 0
     assert "llama-bench-carried" not in result.stdout
-
-
-def test_a_binary_that_does_not_start_falls_back_to_the_build(tmp_path):
-    repo = _tree(tmp_path, FAILS, stamp_of_pack=True)
-    result = _run(repo, tmp_path / "home")
-    assert "does not start here" in result.stderr
-    assert "libcublas.so.13" in result.stderr
-    assert result.returncode != 0
-    assert "llama-bench-carried" not in result.stdout
-
-
-def test_a_binary_that_sees_no_gpu_falls_back_to_the_build(tmp_path):
-    repo = _tree(tmp_path, SEES_NO_GPU, stamp_of_pack=True)
-    result = _run(repo, tmp_path / "home")
-    assert "does not start here" in result.stderr and "(none)" in result.stderr
-    assert result.returncode != 0
 
 
 def test_a_carried_binary_without_its_pack_is_used(tmp_path):
