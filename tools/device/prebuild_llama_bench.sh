@@ -6,7 +6,7 @@
 # the pack as before otherwise. The device build took 322 s on the H200 machine and 233 s on an H100
 # one, beside our benchmarks; so a call that measures both runtimes needs about that much less budget.
 #
-#     tools/device/prebuild_llama_bench.sh        # 22 min on 2 cores; then carry `.device`
+#     tools/device/prebuild_llama_bench.sh        # 22 min on 2 cores; then carry .device/llama-bench.{gz,stamp}
 #
 # The build is the device's (build_llama_bench.sh: Release, GGML_NATIVE=OFF, sm_90 real code) but
 # static in llama.cpp's own libraries, so the binary needs only the CUDA runtime and cuBLAS of the
