@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gunzip") is None or shutil.which("
                                 reason="needs gunzip and sha256sum")
 
 
-def _tree(tmp_path: pathlib.Path, binary: str, stamp_of_pack: bool) -> pathlib.Path:
+def _tree(tmp_path: pathlib.Path, binary: str, stamp_of_pack: bool | None) -> pathlib.Path:
     """A repository-like folder holding the script, a pack without CMakeLists.txt (so that a build
     from it fails at once), the gzipped stand-in binary and its stamp."""
     repo = tmp_path / "repo"
@@ -39,8 +39,9 @@ def _tree(tmp_path: pathlib.Path, binary: str, stamp_of_pack: bool) -> pathlib.P
         tar.addfile(info, io.BytesIO(data))
     pack = device / "llama.cpp.tar.gz"
     pack.write_bytes(buf.getvalue())
-    digest = hashlib.sha256(pack.read_bytes()).hexdigest() if stamp_of_pack else "0" * 64
-    (device / "llama-bench.stamp").write_text(f"pack {digest} cuda 13 arch 90-real\n")
+    if stamp_of_pack is not None:  # None: no stamp at all
+        digest = hashlib.sha256(pack.read_bytes()).hexdigest() if stamp_of_pack else "0" * 64
+        (device / "llama-bench.stamp").write_text(f"pack {digest} cuda 13 arch 90-real\n")
     (device / "llama-bench.gz").write_bytes(gzip.compress(binary.encode()))
     return repo
 
@@ -71,9 +72,10 @@ def test_a_carried_binary_of_this_pack_that_starts_is_used(tmp_path):
 
 @pytest.mark.parametrize("binary, stamp_of_pack, reasons", [
     (STARTS, False, ["built from another pack"]),
+    (STARTS, None, ["has no stamp"]),
     (FAILS, True, ["does not start here", "libcublas.so.13"]),
     (SEES_NO_GPU, True, ["does not start here", "(none)"]),
-], ids=["another-pack", "does-not-start", "sees-no-gpu"])
+], ids=["another-pack", "no-stamp", "does-not-start", "sees-no-gpu"])
 def test_a_binary_that_cannot_be_used_falls_back_to_the_build(tmp_path, binary, stamp_of_pack, reasons):
     repo = _tree(tmp_path, binary, stamp_of_pack=stamp_of_pack)
     result = _run(repo, tmp_path / "home")

@@ -138,10 +138,9 @@ def test_every_tensor_decodes_finite_with_the_intended_spread(speed_files, prese
             assert abs(x.mean()) <= 4 * 0.8 * std / np.sqrt(x.size / 32), f"{t.name}: mean {x.mean():.3g}"
         # f16 scales: finite, positive (Q4_K / Q5_K d and dmin at bytes 0-3, Q6_K d at 208-209,
         # Q8_0 d at 0-1)
-        block = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.Q8_0: 34}[t.tensor_type]
-        raw = np.asarray(t.data).reshape(-1, block)
-        at = {Q.Q4_K: (0, 4), Q.Q5_K: (0, 4), Q.Q6_K: (208, 210), Q.Q8_0: (0, 2)}[t.tensor_type]
-        scales = raw[:, at[0]:at[1]].copy().view(np.float16)
+        block, first, end = {Q.Q4_K: (144, 0, 4), Q.Q5_K: (176, 0, 4), Q.Q6_K: (210, 208, 210),
+                             Q.Q8_0: (34, 0, 2)}[t.tensor_type]
+        scales = np.asarray(t.data).reshape(-1, block)[:, first:end].copy().view(np.float16)
         assert np.isfinite(scales).all() and (scales > 0).all(), t.name
 
 
