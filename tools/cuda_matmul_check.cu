@@ -9,8 +9,8 @@
  *   (1) every output element is written (y is poisoned with NaN first) and finite;
  *   (2) every row is bit-identical to the n_batch = 1 run of the same input row, for n_batch in
  *       {1, 2, 3, 4, 5, 8, 16, 23, 32, 64}, with each kernel choice of cuda_matmul_set_tensor_cores
- *       (the default: the staged int8 tensor-core kernel for Q4_K/Q5_K/Q6_K, the per-warp one for the other
- *       8-bit types; the per-warp one for all; the dp4a kernel alone), and a group launch gives the
+ *       (the default: the staged int8 tensor-core kernel for Q4_K/Q5_K/Q6_K/Q8_0, the per-warp one for the
+ *       other 8-bit types; the per-warp one for all; the dp4a kernel alone), and a group launch gives the
  *       bits of separate calls, a group of Q4_K and Q6_K matrices also in one launch for both
  *       (cuda_matmul_set_pair_launch);
  *   (3) |gpu - cpu| <= bound * sum_i |w_i x_i| per element against specla_op_matmul (the CPU oracle,
@@ -36,7 +36,7 @@
  * --self-test (with --host-model) injects a fault into each check and fails unless every one is caught.
  * --host-model also runs the tensor-core kernel's per-lane code on 32 host threads with an emulated
  * MMA (check_mma_emulation) and compares it bit for bit with the host model; the same for the staged
- * kernel (matmul_tile.cuh, Q4_K/Q5_K/Q6_K: its CTA barriers emulated too, m16n8k32 emulated on its own),
+ * kernel (matmul_tile.cuh, Q4_K/Q5_K/Q6_K/Q8_0: its CTA barriers emulated too, m16n8k32 emulated on its own),
  * and the F16/BF16 tensor-core kernel (matmul_float_tc.cuh, f16/bf16 m16n8k16 emulated) against
  * host_ftc_model, bit for bit (check_ftc_emulation). Always (host code): the staged kernel's weight
  * fragments read from a shared-memory stage (its bulk form) against those read from the weight
@@ -687,49 +687,68 @@ static void emulate_tile_matmul(int32_t type, const uint8_t *prep, int ne0, int 
         case SPECLA_TYPE_Q4_K: emulate_tile_dispatch<SPECLA_TYPE_Q4_K>(args); break;
         case SPECLA_TYPE_Q5_K: emulate_tile_dispatch<SPECLA_TYPE_Q5_K>(args); break;
         case SPECLA_TYPE_Q6_K: emulate_tile_dispatch<SPECLA_TYPE_Q6_K>(args); break;
+        case SPECLA_TYPE_Q8_0: emulate_tile_dispatch<SPECLA_TYPE_Q8_0>(args); break;
         default: fprintf(stderr, "cuda_matmul_check: no staged tensor-core kernel for %s\n", type_name(type)), exit(2);
         }
     });
 }
 
+/* Q8_0 fragments hold 8 blocks; those past the step's nv are never used: zeroed before a comparison */
+template <int TYPE> static void clear_unused_blocks(mm_tile_frag<TYPE> &f, int nv) {
+    if constexpr (TYPE == SPECLA_TYPE_Q8_0)
+        for (int r = 0; r < 2; r++)
+            for (int j = nv; j < 8; j++) f.q[r][j] = make_uint2(0u, 0u), f.d[r][j] = 0;
+    else (void)f, (void)nv;
+}
+
 /* The staged kernel's fragment loads, from the prepared weight (the register form) and from a
- * shared-memory stage holding a CTA's two slots of block k (the bulk form, mm_tile_load<TYPE, true>):
- * the same fragment for every thread of every CTA and block, bytes compared. An odd row-group count
- * puts a pair's second slot past the weight: that warp is inactive in the kernels and skipped here. */
-template <int TYPE> static void check_tile_stage_loads_of(int ne0, int ne1, uint64_t seed) {
+ * shared-memory stage holding a CTA's two row groups' slots of the step at block k (the bulk form,
+ * mm_tile_load<TYPE, true>; the stage past the step's slots holds stale bytes, 0xA5 here): the same
+ * fragment for every thread of every CTA and step, bytes compared. Q8_0's steps are those of a chunk
+ * of `chunk` blocks (a short last one included). An odd row-group count puts a pair's second slot
+ * past the weight: that warp is inactive in the kernels and skipped here. */
+template <int TYPE> static void check_tile_stage_loads_of(int ne0, int ne1, uint64_t seed, int chunk = 1) {
     Rng r(seed);
     const std::vector<uint8_t> w = make_weight(TYPE, ne0, ne1, r);
     const specla_tensor hw = host_tensor(w, TYPE, ne0, ne1);
     std::vector<uint8_t> prep(cuda_matmul_prepared_bytes(TYPE, ne0, ne1));
     if (cuda_matmul_repack_host(&hw, prep.data()) != 0) fail("cannot prepare %s", type_name(TYPE));
     const mm_plan p = mm_plan_for(TYPE, ne0, ne1);
-    const int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
-    std::vector<uint8_t> stage(2 * (size_t)slot_bytes);
+    const int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes, step_bytes = mm_tile_step_bytes<TYPE>();
+    std::vector<uint8_t> stage(2 * (size_t)step_bytes);
     const int before = g_failures;
     for (int pair = 0; 2 * pair < p.row_groups && g_failures == before; pair++)
-        for (int k = 0; k < p.n_blocks && g_failures == before; k++) {
-            for (int i = 0; i < 2 && 2 * pair + i < p.row_groups; i++)
-                memcpy(stage.data() + (size_t)i * slot_bytes, prep.data() + mm_slot_offset(TYPE, p.n_blocks, 2 * pair + i, k),
-                       slot_bytes);
-            for (int warp = 0; warp < 4; warp++) {
-                const int rg = 2 * pair + (warp >> 1), half = warp & 1;
-                if (rg >= p.row_groups) continue;
-                for (int lane = 0; lane < 32; lane++) {
-                    const int g = lane >> 2, t = lane & 3;
-                    mm_tile_frag<TYPE> from_global, from_stage;
-                    memset(&from_global, 0, sizeof from_global), memset(&from_stage, 0, sizeof from_stage);
-                    mm_tile_load<TYPE>(from_global,
-                                       mm_tile_wptr_for<TYPE>(prep.data() + mm_slot_offset(TYPE, p.n_blocks, rg, 0), half, g, t), k);
-                    mm_tile_load<TYPE, true>(
-                        from_stage, mm_tile_wptr_for<TYPE>(stage.data() + (size_t)(warp >> 1) * slot_bytes, half, g, t), 0);
-                    if (memcmp(&from_global, &from_stage, sizeof from_global) != 0) {
-                        fail("%s %dx%d: the staged fragment of row group %d block %d warp %d lane %d differs between "
-                             "global memory and the shared-memory stage", type_name(TYPE), ne0, ne1, rg, k, warp, lane);
-                        break;
+        for (int k_begin = 0; k_begin < p.n_blocks; k_begin += chunk)
+            for (int k = k_begin; k < std::min(k_begin + chunk, p.n_blocks) && g_failures == before;
+                 k += mm_tile_traits<TYPE>::step_blocks) {
+                const int nv = mm_tile_step_blocks<TYPE>(k, std::min(k_begin + chunk, p.n_blocks));
+                std::fill(stage.begin(), stage.end(), 0xA5);
+                for (int i = 0; i < 2 && 2 * pair + i < p.row_groups; i++)
+                    memcpy(stage.data() + (size_t)i * step_bytes, prep.data() + mm_slot_offset(TYPE, p.n_blocks, 2 * pair + i, k),
+                           (size_t)nv * slot_bytes);
+                for (int warp = 0; warp < 4; warp++) {
+                    const int rg = 2 * pair + (warp >> 1), half = warp & 1;
+                    if (rg >= p.row_groups) continue;
+                    for (int lane = 0; lane < 32; lane++) {
+                        const int g = lane >> 2, t = lane & 3;
+                        mm_tile_frag<TYPE> from_global, from_stage;
+                        memset(&from_global, 0, sizeof from_global), memset(&from_stage, 0, sizeof from_stage);
+                        mm_tile_load<TYPE>(from_global,
+                                           mm_tile_wptr_for<TYPE>(prep.data() + mm_slot_offset(TYPE, p.n_blocks, rg, 0), half, g, t),
+                                           k, nv);
+                        mm_tile_load<TYPE, true>(
+                            from_stage, mm_tile_wptr_for<TYPE>(stage.data() + (size_t)(warp >> 1) * step_bytes, half, g, t), 0,
+                            nv);
+                        clear_unused_blocks(from_global, nv), clear_unused_blocks(from_stage, nv);
+                        if (memcmp(&from_global, &from_stage, sizeof from_global) != 0) {
+                            fail("%s %dx%d: the staged fragment of row group %d step %d (%d blocks) warp %d lane %d differs "
+                                 "between global memory and the shared-memory stage", type_name(TYPE), ne0, ne1, rg, k, nv,
+                                 warp, lane);
+                            break;
+                        }
                     }
                 }
             }
-        }
     printf("  %-5s ne0 %5d ne1 %4d: fragments from the weight and from a stage %s\n", type_name(TYPE), ne0, ne1,
            g_failures == before ? "equal" : "FAILED");
 }
@@ -738,6 +757,8 @@ static void check_tile_stage_loads() {
     check_tile_stage_loads_of<SPECLA_TYPE_Q4_K>(5 * 256, 70, 7100); /* 3 row groups: an odd last pair */
     check_tile_stage_loads_of<SPECLA_TYPE_Q5_K>(5 * 256, 70, 7102);
     check_tile_stage_loads_of<SPECLA_TYPE_Q6_K>(5 * 256, 70, 7101);
+    /* chunks of 19 blocks: two full steps of 8 and one of 3 */
+    check_tile_stage_loads_of<SPECLA_TYPE_Q8_0>(40 * 32, 70, 7103, 19);
 }
 
 /* The split-K finish (matmul_launch.h's mm_finish_rows, as the per-warp kernels and the staged CTA
@@ -805,11 +826,16 @@ static void check_mma_emulation(bool one_type = false) {
         const int unit = mm_unit_elements(type);
         /* the last shape's plan has chunks of 2 blocks (34 chunks x 31 row groups): the kernels'
          * prefetch and double buffering across blocks; only 5 and 23 tokens there (it is the slow one) */
-        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}, {5 * unit, 70}, {68 * unit, 990}};
+        /* Q8_0's staged steps of 8 blocks need chunks longer than 8, so shapes of 20M+ weights under its
+         * plan: 110 x 200 row groups is cut into chunks of 10 blocks (a full step and one of 2) */
+        const int shapes[][2] = {{unit, 7}, {4 * unit, 33}, {2 * unit, 100}, {5 * unit, 70}, {68 * unit, 990},
+                                 {110 * unit, 6400}};
         for (const auto &sh : shapes) {
             const int ne0 = sh[0], ne1 = sh[1];
-            if (one_type && ne1 == 990) continue; /* the self-test: the small shapes catch its fault */
-            const std::vector<int> batches = ne1 == 990 ? std::vector<int>{5, 23} : std::vector<int>{2, 5, 8, 17, 23, 25, 64};
+            const bool slow = ne1 >= 990;
+            if (ne1 == 6400 && type != SPECLA_TYPE_Q8_0) continue;
+            if (one_type && slow) continue; /* the self-test: the small shapes catch its fault */
+            const std::vector<int> batches = slow ? std::vector<int>{5, 23} : std::vector<int>{2, 5, 8, 17, 23, 25, 64};
             Rng r(seed++);
             const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
             const std::vector<float> x = make_activations(ne0, r);
@@ -819,7 +845,8 @@ static void check_mma_emulation(bool one_type = false) {
             std::vector<float> model((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
             host_model(type, prep.data(), ne0, ne1, x.data(), MAX_BATCH, model.data());
             const int before = g_failures;
-            const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K;
+            const bool staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K ||
+                                type == SPECLA_TYPE_Q8_0;
             const bool per_warp = type != SPECLA_TYPE_Q5_K; /* Q5_K has no per-warp tensor-core step */
             for (int kernel = per_warp ? 0 : 1; kernel < (staged ? 2 : 1); kernel++)
                 for (int n_batch : batches) {
@@ -836,7 +863,7 @@ static void check_mma_emulation(bool one_type = false) {
                 }
             const mm_plan p = mm_plan_for(type, ne0, ne1);
             printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s, %s: %s\n", type_name(type), ne0, ne1,
-                   p.n_chunks, p.chunk_blocks, ne1 == 990 ? "{5,23}" : "{2,5,8,17,23,25,64}",
+                   p.n_chunks, p.chunk_blocks, slow ? "{5,23}" : "{2,5,8,17,23,25,64}",
                    !per_warp ? "staged kernel" : staged ? "per-warp and staged kernels" : "per-warp kernel",
                    g_failures == before ? "bits equal" : "FAILED");
             fflush(stdout);
@@ -1073,10 +1100,11 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
     std::vector<float> ref1((size_t)MAX_BATCH * ne1), y((size_t)MAX_BATCH * ne1);
     for (int b = 0; b < MAX_BATCH; b++) s.run(b, 1, ref1.data() + (size_t)b * ne1);
     static const int kModes[3] = {CUDA_MATMUL_TC_STAGED, CUDA_MATMUL_TC_PER_WARP, CUDA_MATMUL_TC_OFF};
-    const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K;
+    const bool has_staged = type == SPECLA_TYPE_Q4_K || type == SPECLA_TYPE_Q5_K || type == SPECLA_TYPE_Q6_K ||
+                            type == SPECLA_TYPE_Q8_0;
     for (int pass = 0; pass < 3 * (int)(sizeof kBatches / sizeof kBatches[0]); pass++) {
         /* every n_batch with each kernel choice (cuda_matmul_set_tensor_cores): the default (the
-         * staged tensor-core kernel for Q4_K/Q5_K/Q6_K, the per-warp one for the other 8-bit types, at
+         * staged tensor-core kernel for Q4_K/Q5_K/Q6_K/Q8_0, the per-warp one for the other 8-bit types, at
          * n_batch >= 2 on sm_80 and later), the per-warp tensor-core kernel, the dp4a kernel only */
         const int n_batch = kBatches[pass / 3];
         const int mode = kModes[pass % 3];
@@ -1643,7 +1671,8 @@ static void run_bench() {
             const bool mma = n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 &&
                              g_opt.tc_mode != CUDA_MATMUL_TC_OFF;
             const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
-                                (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q6_K);
+                                (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q5_K || bs.type == SPECLA_TYPE_Q6_K ||
+                                 bs.type == SPECLA_TYPE_Q8_0);
             const bool float_mma = float_tc_path(bs.type, g_opt.tc_mode) && prop.major >= 8;
             const char *kernel = float_mma ? "float-mma"
                                  : !mma    ? "dp4a"

@@ -124,8 +124,8 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
 
 /* Which kernel 2..64-token calls on the 8-bit types run (sm_80 and later; the bits are the same
  * either way): CUDA_MATMUL_TC_STAGED (the default; any value but the two others) the int8 tensor-core
- * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K, Q5_K and Q6_K,
- * the per-warp one for Q8_0/Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
+ * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K, Q5_K, Q6_K and
+ * Q8_0, the per-warp one for Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
  * (matmul_mma.cuh) for every 8-bit type but Q5_K (which has no step there and takes the dp4a kernel),
  * kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel.
  * F16/BF16 weights (CUDA, sm_80+): any mode but CUDA_MATMUL_TC_OFF runs them on the f16/bf16
@@ -144,7 +144,7 @@ void cuda_matmul_set_tensor_cores(int mode);
 #define CUDA_MATMUL_PAIR_BATCH 2
 void cuda_matmul_set_pair_launch(int forms);
 int cuda_matmul_pair_launch(void); /* the forms in force */
-/* 1 when the staged kernel (2..64 tokens, Q4_K/Q5_K/Q6_K) runs its bulk-copy form on the current device:
+/* 1 when the staged kernel (2..64 tokens, Q4_K/Q5_K/Q6_K/Q8_0) runs its bulk-copy form on the current device:
  * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
 int cuda_matmul_staged_bulk(void);
 /* Kernels the calling thread's matmul functions have launched so far (every cuda_matmul_* call that

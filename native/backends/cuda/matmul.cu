@@ -40,7 +40,7 @@
  * F32, F16/BF16 with their tensor-core path off, every type before sm_80) gives each lane a row;
  * the prepared layout (matmul_blocks.h) makes each of its 16-byte loads one coalesced 512-byte warp
  * access, and the warp loads the next load group of blocks while it computes the current one. Tokens go in tiles
- * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K, Q5_K and Q6_K run matmul_tile.cuh's
+ * of up to 8 per pass over the chunk. For 2..64 tokens (sm_80+) Q4_K, Q5_K, Q6_K and Q8_0 run matmul_tile.cuh's
  * staged int8 tensor-core kernel (a CTA per two row groups and one chunk, the activations staged in
  * shared memory; the same units' sums), the other 8-bit types matmul_mma.cuh's per-warp one
  * (cuda_matmul_set_tensor_cores chooses); F16/BF16, for every n_batch, matmul_float_tc.cuh's per-warp
@@ -641,7 +641,7 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
-/* Whether an n_batch-token call over n inputs on Q4_K, Q5_K or Q6_K takes the staged tensor-core kernel
+/* Whether an n_batch-token call over n inputs on Q4_K, Q5_K, Q6_K or Q8_0 takes the staged tensor-core kernel
  * (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
  * MMA, and its activation offsets fit 32 bits. */
 static int mm_takes_staged(int n_batch, int64_t n) {

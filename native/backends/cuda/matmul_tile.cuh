@@ -1,4 +1,4 @@
-/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K, Q5_K and Q6_K weights: the same
+/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K, Q5_K, Q6_K and Q8_0 weights: the same
  * units (row group of 32, chunk), the same per-block integers and the same float operations as
  * mm_kernel and mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
  *
@@ -34,6 +34,15 @@
  * every sub-block are 8t..8t+7 (of the run), whose fifth bits are bit j of qh bytes 8t..8t+7, one
  * 8-byte load per row a block. Q6_K keeps the natural order (k 4t..4t+3 of a group of 16 = its
  * elements 4t..4t+3).
+ *
+ * Q8_0. Its blocks are 32 elements with an fp16 scale each, so a step of the chunk walk takes 8 of them
+ * (mm_tile_traits::step_blocks): 256 activation codes per token staged as a k-quant block's, 8 scales
+ * per token, and 8 x 34 bytes per weight row (a row group's 8 slots are contiguous in the prepared
+ * layout: one bulk copy). A chunk need not hold a multiple of 8 blocks: its last step takes the
+ * blocks left (nv < 8), the fragments of the others are loaded from the last valid slot and never
+ * used. Per block one m16n8k32 per token tile with Q4_K's k order (a thread's A: qs bytes 8t..8t+7
+ * of the block's rows g and g + 8, B: the token's codes 8t..8t+7, one 8-byte load each), then
+ * matmul_blocks.h's step: acc = fma(d * da, s, acc), block after block in chunk order.
  *
  * Fragments (PTX ISA, .s8): m16n8k32: A reg 0 = row g, k 4t..4t+3; reg 1 = row g + 8, the same k;
  * reg 2 = row g, k 16+4t..16+4t+3; reg 3 = row g + 8, the same; B reg 0 = k 4t..4t+3 of column g,
@@ -132,16 +141,23 @@ MM_HD uint2 mm_ld_stream_8(const void *p) {
 }
 
 template <int TYPE> struct mm_tile_traits {
-    static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q5_K || TYPE == SPECLA_TYPE_Q6_K;
+    static constexpr bool supported = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q5_K || TYPE == SPECLA_TYPE_Q6_K ||
+                                      TYPE == SPECLA_TYPE_Q8_0;
     /* Q4_K and Q5_K share the block step (Q5_K adds the fifth bit of each level from qh) */
     static constexpr bool k4k5 = TYPE == SPECLA_TYPE_Q4_K || TYPE == SPECLA_TYPE_Q5_K;
+    /* weight blocks per step of the chunk walk (a staging buffer, a barrier): 256 elements either way */
+    static constexpr int step_blocks = TYPE == SPECLA_TYPE_Q8_0 ? 8 : 1;
+    static constexpr int block_elements = 256 / step_blocks;
     /* token tiles of 8 per pass (more tokens take further passes over the chunk) */
     static constexpr int max_tiles = 4;
-    /* bytes per token row of staged codes: 256 + padding. Q4_K reads 8 bytes at 32j + 8t of rows g
-     * (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks); Q6_K
-     * reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
-    static constexpr int row_stride = k4k5 ? 288 : 272;
+    /* bytes per token row of staged codes: 256 + padding. Q4_K and Q8_0 read 8 bytes at 32j + 8t of
+     * rows g (a half-warp: 4 rows x 32 bytes; 288 = 32 mod 128 spreads them over 128 bytes of banks);
+     * Q6_K reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
+    static constexpr int row_stride = TYPE == SPECLA_TYPE_Q6_K ? 272 : 288;
     static constexpr int has_minops = k4k5;
+    /* shared-memory stages of the bulk form: Q8_0's steps are 17 KB a CTA (two row groups), so one
+     * ahead keeps 4 CTAs an SM (70 KB in flight there) */
+    static constexpr int bulk_stages = TYPE == SPECLA_TYPE_Q8_0 ? 2 : 3;
 };
 
 /* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q5_K 4
@@ -152,42 +168,68 @@ template <int TYPE> struct mm_tile_traits {
 template <int TYPE, int NT> struct mm_tile_occupancy {
     static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT == 1 ? 5 : NT <= 3 ? 4 : 3)
                                        : TYPE == SPECLA_TYPE_Q5_K ? (NT <= 2 ? 4 : 3)
+                                       : TYPE == SPECLA_TYPE_Q8_0 ? 3
                                                                   : (NT <= 3 ? 3 : 2);
 };
 
 
 /* One staging buffer for `tokens` tokens: codes [tokens][row_stride], min operands [tokens][16]
- * (Q4_K), Q8_K scales [tokens] */
+ * (Q4_K), activation scales [step block][tokens] (a Q8_K scale, or the 8 Q8_0 scales of a step) */
 template <int TYPE> MM_HD constexpr int mm_tile_buf_bytes(int tokens) {
-    return tokens * (mm_tile_traits<TYPE>::row_stride + 16 * mm_tile_traits<TYPE>::has_minops + 4);
+    return tokens * (mm_tile_traits<TYPE>::row_stride + 16 * mm_tile_traits<TYPE>::has_minops +
+                     4 * mm_tile_traits<TYPE>::step_blocks);
 }
 
-/* Stage block k's activations of tokens p0 .. p0 + 8 NT - 1 into buf (zeros past the batch): thread
- * `tid` of NTHREADS issues its share of the copies (a fixed set per thread: the same pieces of every
- * block). Offsets are 32-bit: the launch guarantees n_batch * n < 2^31. */
+/* The blocks of the step that starts at block k of a chunk ending at k_end (one unless Q8_0). */
+template <int TYPE> MM_HD int mm_tile_step_blocks(int k, int k_end) {
+    constexpr int S = mm_tile_traits<TYPE>::step_blocks;
+    if constexpr (S == 1) return 1; /* k < k_end: a constant for the k-quant kernels */
+    else return k_end - k < S ? k_end - k : S;
+}
+
+/* Stage the activations of the step at block k (nv blocks) for tokens p0 .. p0 + 8 NT - 1 into buf
+ * (zeros past the batch and past the step's blocks): thread `tid` of NTHREADS issues its share of the
+ * copies (a fixed set per thread: the same pieces of every step). Offsets are 32-bit: the launch
+ * guarantees n_batch * n < 2^31. */
 template <int TYPE, int NT, int NTHREADS>
-MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, uint32_t n, int n_batch, int k, int p0, int tid) {
+MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, uint32_t n, int n_batch, int k, int nv, int p0, int tid) {
     typedef mm_tile_traits<TYPE> tr;
     constexpr int tokens = 8 * NT, pieces = 16 * tokens; /* 16 pieces of 16 codes per token */
-    static_assert(tokens <= NTHREADS, "one thread per token for the min operands and scales");
+    constexpr int n_scales = tokens * tr::step_blocks;
+    static_assert(tokens <= NTHREADS, "one thread per token for the min operands and Q8_K scales");
     uint8_t *mins = buf + tokens * tr::row_stride;
     uint8_t *scales = mins + 16 * tr::has_minops * tokens;
-    const uint32_t blocks = n / 256;
+    const uint32_t blocks = n / (uint32_t)tr::block_elements;
+    const int valid_pieces = tr::step_blocks == 1 ? 16 : 2 * nv; /* a Q8_0 block is 2 pieces */
 #pragma unroll
     for (int m = 0; m < (pieces + NTHREADS - 1) / NTHREADS; m++) {
         const int i = tid + NTHREADS * m;
         if (pieces % NTHREADS != 0 && i >= pieces) break;
         const int tok = i >> 4, part = i & 15, b = p0 + tok;
-        const bool valid = b < n_batch;
-        const uint32_t src = (uint32_t)(valid ? b : n_batch - 1) * n + (uint32_t)k * 256u + 16u * (uint32_t)part;
+        const bool valid = b < n_batch && part < valid_pieces;
+        /* an invalid piece still names a readable address: the step's first piece of a batch token */
+        const uint32_t src = (uint32_t)(b < n_batch ? b : n_batch - 1) * n + (uint32_t)k * (uint32_t)tr::block_elements +
+                             (part < valid_pieces ? 16u * (uint32_t)part : 0u);
         mm_copy16_async(buf + tok * tr::row_stride + 16 * part, act.codes + src, valid);
     }
-    if (tid < tokens) { /* the min operands and the scale of token tid */
-        const int b = p0 + tid;
-        const bool valid = b < n_batch;
-        const uint32_t blk = (uint32_t)(valid ? b : n_batch - 1) * blocks + (uint32_t)k;
-        if (tr::has_minops) mm_copy16_async(mins + 16 * tid, act.minops + 16u * blk, valid);
-        mm_copy4_async(scales + 4 * tid, act.scales + blk, valid);
+    if constexpr (tr::step_blocks == 1) {
+        if (tid < tokens) { /* the min operands and the scale of token tid */
+            const int b = p0 + tid;
+            const bool valid = b < n_batch;
+            const uint32_t blk = (uint32_t)(valid ? b : n_batch - 1) * blocks + (uint32_t)k;
+            if (tr::has_minops) mm_copy16_async(mins + 16 * tid, act.minops + 16u * blk, valid);
+            mm_copy4_async(scales + 4 * tid, act.scales + blk, valid);
+        }
+    } else {
+#pragma unroll
+        for (int m = 0; m < (n_scales + NTHREADS - 1) / NTHREADS; m++) { /* scale j of token tok */
+            const int i = tid + NTHREADS * m;
+            if (n_scales % NTHREADS != 0 && i >= n_scales) break;
+            const int tok = i % tokens, j = i / tokens, b = p0 + tok;
+            const bool valid = b < n_batch && j < nv;
+            const uint32_t blk = (uint32_t)(b < n_batch ? b : n_batch - 1) * blocks + (uint32_t)k + (uint32_t)(j < nv ? j : 0);
+            mm_copy4_async(scales + 4 * i, act.scales + blk, valid);
+        }
     }
 }
 
@@ -207,23 +249,29 @@ template <> struct mm_tile_frag<SPECLA_TYPE_Q6_K> {
     uint4 sc[2];       /* the 16 int8 group scales */
     uint16_t d[2];
 };
+template <> struct mm_tile_frag<SPECLA_TYPE_Q8_0> {
+    uint2 q[2][8];     /* [row][block of the step]: qs bytes 8t .. 8t + 7 */
+    uint16_t d[2][8];  /* [row][block]: the fp16 scale */
+};
 
 /* A thread's weight addresses in a row group (rows 16 half + g and, 128 bytes further in every plane,
  * 16 half + g + 8), computed once per pass; a block adds k * 32 * unit_bytes. */
 struct mm_tile_wptr {
     const uint8_t *h;  /* the row's 16 bytes of plane 0 (Q4_K, Q5_K: d, dmin, scales) */
     const uint8_t *q;  /* Q4_K: qs bytes 8t.. (piece 1 + t / 2, 8 (t & 1)); Q5_K the same from piece 3;
-                          Q6_K: word t of plane 0 */
-    const uint8_t *d;  /* Q6_K: the row's fp16 d */
+                          Q8_0 the same from piece 0; Q6_K: word t of plane 0 */
+    const uint8_t *d;  /* Q6_K, Q8_0: the row's fp16 d (the side plane) */
     const uint8_t *qh; /* Q5_K: qh bytes 8t.. (piece 1 + t / 2, 8 (t & 1)) */
 };
 template <int TYPE> MM_HD mm_tile_wptr mm_tile_wptr_for(const uint8_t *group_base, int half, int g, int t) {
     mm_tile_wptr p;
     const int row = 16 * half + g;
     p.h = group_base + 16 * row;
-    const int q_piece = TYPE == SPECLA_TYPE_Q5_K ? 3 : 1; /* Q5_K's qh takes pieces 1 and 2 */
-    p.q = mm_tile_traits<TYPE>::k4k5 ? p.h + 16 * MM_GROUP_ROWS * (q_piece + (t >> 1)) + 8 * (t & 1) : p.h + 4 * t;
-    p.d = group_base + 13 * 16 * MM_GROUP_ROWS + 2 * row; /* Q6_K's side plane (unused for the others) */
+    /* Q5_K's qh takes pieces 1 and 2; Q8_0's qs starts the block */
+    const int q_piece = TYPE == SPECLA_TYPE_Q5_K ? 3 : TYPE == SPECLA_TYPE_Q8_0 ? 0 : 1;
+    p.q = mm_tile_traits<TYPE>::k4k5 || TYPE == SPECLA_TYPE_Q8_0 ? p.h + 16 * MM_GROUP_ROWS * (q_piece + (t >> 1)) + 8 * (t & 1)
+                                                                   : p.h + 4 * t;
+    p.d = group_base + mm_traits<TYPE>::pieces * 16 * MM_GROUP_ROWS + 2 * row; /* the side plane (Q6_K, Q8_0) */
     p.qh = p.h + 16 * MM_GROUP_ROWS * (1 + (t >> 1)) + 8 * (t & 1); /* read for Q5_K only */
     return p;
 }
@@ -239,54 +287,97 @@ template <typename T> MM_HD T mm_lds(const uint8_t *p) {
 #endif
 }
 
-/* Load block k of the thread's two rows: from the prepared weight in global memory (streaming loads),
- * or, with SHARED, from slots laid out the same way in shared memory (the bulk kernel's stages). */
-template <int TYPE, bool SHARED = false> MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k) {
-    const int koff = k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
-    const uint8_t *h = p.h + koff, *q = p.q + koff;
+/* Load the step at block k (nv blocks: one unless Q8_0) of the thread's two rows: from the prepared
+ * weight in global memory (streaming loads), or, with SHARED, from slots laid out the same way in
+ * shared memory (the bulk kernel's stages). A Q8_0 block past nv is loaded from block nv - 1 (an
+ * address the caller vouches for), and never used. */
+template <int TYPE, bool SHARED = false>
+MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k, int nv = 1) {
+    constexpr int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    if constexpr (TYPE == SPECLA_TYPE_Q8_0) {
 #pragma unroll
-    for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
-        if constexpr (TYPE == SPECLA_TYPE_Q5_K) {
-            const uint8_t *qh = p.qh + koff + 128 * r;
-            if constexpr (SHARED) f.qh[r] = mm_lds<uint2>(qh);
-            else f.qh[r] = mm_ld_stream_8(qh);
+        for (int j = 0; j < 8; j++) {
+            const int koff = (k + (j < nv ? j : nv - 1)) * slot_bytes;
+#pragma unroll
+            for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every plane */
+                const uint8_t *q = p.q + koff + 128 * r, *d = p.d + koff + 16 * r;
+                if constexpr (SHARED) f.q[r][j] = mm_lds<uint2>(q), f.d[r][j] = mm_lds<uint16_t>(d);
+                else f.q[r][j] = mm_ld_stream_8(q), f.d[r][j] = mm_ld_u16(d);
+            }
         }
-        if constexpr (mm_tile_traits<TYPE>::k4k5) {
-            if constexpr (SHARED) {
-                f.h[r] = mm_lds<uint4>(h + 128 * r);
-            } else {
-                /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
-                 * ptxas route the first block's header through local memory at 3 tiles */
-                const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
-                f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    } else {
+        (void)nv;
+        const int koff = k * slot_bytes;
+        const uint8_t *h = p.h + koff, *q = p.q + koff;
+#pragma unroll
+        for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
+            if constexpr (TYPE == SPECLA_TYPE_Q5_K) {
+                const uint8_t *qh = p.qh + koff + 128 * r;
+                if constexpr (SHARED) f.qh[r] = mm_lds<uint2>(qh);
+                else f.qh[r] = mm_ld_stream_8(qh);
             }
+            if constexpr (mm_tile_traits<TYPE>::k4k5) {
+                if constexpr (SHARED) {
+                    f.h[r] = mm_lds<uint4>(h + 128 * r);
+                } else {
+                    /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
+                     * ptxas route the first block's header through local memory at 3 tiles */
+                    const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
+                    f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                }
 #pragma unroll
-            for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
-                const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
-                if constexpr (SHARED) f.q[r][run] = mm_lds<uint2>(at);
-                else f.q[r][run] = mm_ld_stream_8(at);
-            }
-        } else {
-            const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
-            if constexpr (SHARED) {
-#pragma unroll
-                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds<uint32_t>(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-                f.sc[r] = mm_lds<uint4>(sc), f.d[r] = mm_lds<uint16_t>(d);
+                for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
+                    const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
+                    if constexpr (SHARED) f.q[r][run] = mm_lds<uint2>(at);
+                    else f.q[r][run] = mm_ld_stream_8(at);
+                }
             } else {
+                const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
+                if constexpr (SHARED) {
 #pragma unroll
-                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-                f.sc[r] = mm_ld_stream_16(sc), f.d[r] = mm_ld_u16(d);
+                    for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds<uint32_t>(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                    f.sc[r] = mm_lds<uint4>(sc), f.d[r] = mm_lds<uint16_t>(d);
+                } else {
+#pragma unroll
+                    for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                    f.sc[r] = mm_ld_stream_16(sc), f.d[r] = mm_ld_u16(d);
+                }
             }
         }
     }
 }
 
-/* The block's step for the warp's 16 rows and the pass's NT tiles (tile nt: staged tokens 8 nt ..
- * 8 nt + 7; every tile is computed, staged tokens past the batch are zeros and never stored):
- * acc[nt][i] for the thread's C element i. No branch inside, so the compiler can interleave the
- * shared-memory loads, MMAs and integer adds of different sub-blocks and tiles. */
+/* A Q8_0 step of nv blocks (FULL: all 8, no branch inside) for the warp's 16 rows and NT tiles: per
+ * block and tile one m16n8k32 (the block's exact int32 dot), then mm_block_q8_0's float step for the
+ * thread's C elements, acc = fma(d * da, s, acc), blocks in chunk order. */
+template <int NT, bool FULL>
+MM_HD void mm_tile_block_q8_0(const mm_tile_frag<SPECLA_TYPE_Q8_0> &f, const uint8_t *buf, int g, int t, int nv,
+                              float acc[NT][4]) {
+    typedef mm_tile_traits<SPECLA_TYPE_Q8_0> tr;
+    const int lane = 4 * g + t;
+    const uint8_t *scales = buf + 8 * NT * tr::row_stride; /* [block][token] */
+    const uint8_t *brow = buf + g * tr::row_stride;        /* token g of tile 0 */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (!FULL && j >= nv) break;
+        const float d0 = mm_half(f.d[0][j]), d1 = mm_half(f.d[1][j]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint2 b = mm_lds<uint2>(brow + 8 * nt * tr::row_stride + 32 * j + 8 * t);
+            int32_t c[4] = {0, 0, 0, 0};
+            mm_mma_k32(c, f.q[0][j].x, f.q[1][j].x, f.q[0][j].y, f.q[1][j].y, b.x, b.y, lane);
+            const float2 da = mm_lds<float2>(scales + 4 * (8 * NT * j + 8 * nt + 2 * t)); /* tokens 2t, 2t + 1 */
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[nt][i] = mm_fma(mm_mul(i < 2 ? d0 : d1, (i & 1) ? da.y : da.x), mm_i2f(c[i]), acc[nt][i]);
+        }
+    }
+}
+
+/* A k-quant block's step for the warp's 16 rows and NT tiles. No branch inside, so the compiler can
+ * interleave the shared-memory loads, MMAs and integer adds of different sub-blocks and tiles. */
 template <int TYPE, int NT>
-MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g, int t, float acc[NT][4]) {
+MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g, int t, float acc[NT][4]) {
     typedef mm_tile_traits<TYPE> tr;
     const int lane = 4 * g + t;
     const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
@@ -388,21 +479,37 @@ MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g,
     }
 }
 
-/* One block of a pass: load block k + 1 into `ahead`, stage block
- * k + 1's activations into the other buffer, run block k from `cur` and the buffer staged one step
- * earlier, then wait for this thread's copies and meet the CTA (after which the buffer just read may
- * be staged again and the one just staged may be read). */
+/* The step's arithmetic for the warp's 16 rows and the pass's NT tiles (tile nt: staged tokens 8 nt ..
+ * 8 nt + 7; every tile is computed, staged tokens past the batch are zeros and never stored):
+ * acc[nt][i] for the thread's C element i; nv: the step's blocks (Q8_0; one otherwise). */
+template <int TYPE, int NT>
+MM_HD void mm_tile_block(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g, int t, float acc[NT][4], int nv = 1) {
+    if constexpr (TYPE == SPECLA_TYPE_Q8_0) {
+        if (nv == 8) mm_tile_block_q8_0<NT, true>(f, buf, g, t, 8, acc);
+        else mm_tile_block_q8_0<NT, false>(f, buf, g, t, nv, acc);
+    } else {
+        (void)nv;
+        mm_tile_block_k<TYPE, NT>(f, buf, g, t, acc);
+    }
+}
+
+/* One step of a pass (the step at block k; kn = k + step_blocks the next): load step kn into `ahead`,
+ * stage step kn's activations into the other buffer, run step k from `cur` and the buffer staged one
+ * step earlier, then wait for this thread's copies and meet the CTA (after which the buffer just read
+ * may be staged again and the one just staged may be read). */
 template <int TYPE, int NT, int NTHREADS>
 MM_HD void mm_tile_step(const mm_launch_args &args, const mm_tile_frag<TYPE> &cur, mm_tile_frag<TYPE> &ahead, bool active,
                         const mm_tile_wptr &wp, int k, int k_begin, int k_end, int p0, int g, int t, int tid,
                         uint8_t *smem, float acc[NT][4]) {
-    constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT);
-    const int next_buf = (k + 1 - k_begin) & 1;
+    constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(8 * NT), S = mm_tile_traits<TYPE>::step_blocks;
+    const int kn = k + S, next_buf = ((kn - k_begin) / S) & 1;
     /* clamped as well as guarded (matmul_mma.cuh's mm_ld_stream_u32 says why) */
-    if (active && k + 1 < k_end) mm_tile_load(ahead, wp, min(k + 1, k_end - 1));
-    if (k + 1 < k_end) /* buffer next_buf was last read before the previous step's barrier */
-        mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, k + 1, p0, tid);
-    if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc);
+    const int kn_clamped = min(kn, k_end - 1);
+    if (active && kn < k_end) mm_tile_load(ahead, wp, kn_clamped, mm_tile_step_blocks<TYPE>(kn_clamped, k_end));
+    if (kn < k_end) /* buffer next_buf was last read before the previous step's barrier */
+        mm_tile_stage<TYPE, NT, NTHREADS>(smem + next_buf * buf_bytes, args.act, (uint32_t)args.n, args.n_batch, kn,
+                                          mm_tile_step_blocks<TYPE>(kn, k_end), p0, tid);
+    if (active) mm_tile_block<TYPE, NT>(cur, smem + (next_buf ^ 1) * buf_bytes, g, t, acc, mm_tile_step_blocks<TYPE>(k, k_end));
     mm_tile_copies_wait();
     mm_cta_sync();
 }
@@ -429,7 +536,7 @@ MM_HD mm_tile_place mm_tile_place_of(const mm_launch_args &args, int cta, int wa
 
 /* CTA `cta` of a launch, as thread `tid` of NTHREADS (warp `warp`, lane `lane`) with the CTA's shared
  * memory `smem` (2 staging buffers): the partial sums of the warp's 16 rows for every token, stored
- * with mm_store. The split-K finish is the caller's. Each weight block is loaded one block ahead of
+ * with mm_store. The split-K finish is the caller's. Each step's weights are loaded one step ahead of
  * its MMAs (two register fragments, the loop unrolled by 2 so that no fragment is copied; a third,
  * deeper one cost the registers of a fifth CTA per SM at one tile). On the host (the emulation) NTHREADS is 32: each emulated warp stages every copy itself,
  * which writes the same bytes. */
@@ -441,20 +548,21 @@ MM_HD void mm_tile_cta(const mm_launch_args &args, int cta, int warp, int lane, 
     const int c = P.c, rg = P.rg, half = P.half, k_begin = P.k_begin, k_end = P.k_end;
     const bool active = P.active;
     const mm_tile_wptr wp = mm_tile_wptr_for<TYPE>(M.w + mm_slot_offset(TYPE, M.n_blocks, active ? rg : 0, 0), half, g, t);
-    constexpr int tokens = 8 * NT;
+    constexpr int tokens = 8 * NT, S = mm_tile_traits<TYPE>::step_blocks;
+    const int nv_first = mm_tile_step_blocks<TYPE>(k_begin, k_end);
 
     for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
         float acc[NT][4] = {};
         mm_tile_frag<TYPE> f0, f1;
-        if (active) mm_tile_load(f0, wp, k_begin);
+        if (active) mm_tile_load(f0, wp, k_begin, nv_first);
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
-        mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
+        mm_tile_stage<TYPE, NT, NTHREADS>(smem, args.act, (uint32_t)args.n, args.n_batch, k_begin, nv_first, p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
-        for (int k = k_begin; k < k_end; k += 2) {
+        for (int k = k_begin; k < k_end; k += 2 * S) {
             mm_tile_step<TYPE, NT, NTHREADS>(args, f0, f1, active, wp, k, k_begin, k_end, p0, g, t, tid, smem, acc);
-            if (k + 1 < k_end) mm_tile_step<TYPE, NT, NTHREADS>(args, f1, f0, active, wp, k + 1, k_begin, k_end, p0, g, t, tid, smem, acc);
+            if (k + S < k_end) mm_tile_step<TYPE, NT, NTHREADS>(args, f1, f0, active, wp, k + S, k_begin, k_end, p0, g, t, tid, smem, acc);
         }
         if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
@@ -465,6 +573,11 @@ template <int TYPE> MM_HD int mm_tile_tiles(int n_batch) {
     const int need = (n_batch + 7) / 8;
     return need < mm_tile_traits<TYPE>::max_tiles ? need : mm_tile_traits<TYPE>::max_tiles;
 }
+
+/* A row group's slot of one block, and its slots of one step (a stage of the bulk form holds two). */
+template <int TYPE> MM_HD constexpr int mm_tile_slot_bytes() { return MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes; }
+/* a row group's weights of one step, as one stage holds them */
+template <int TYPE> MM_HD constexpr int mm_tile_step_bytes() { return mm_tile_traits<TYPE>::step_blocks * mm_tile_slot_bytes<TYPE>(); }
 
 #ifdef MM_KERNELS /* matmul.cu: the kernel */
 /* The split-K finish of the staged kernel, for the whole CTA: the last CTA of a row-group pair to arrive
@@ -500,33 +613,31 @@ __global__ void __launch_bounds__(MM_THREADS, (mm_tile_occupancy<TYPE, NT>::ctas
 }
 
 /* ---- sm_90: the weights by bulk copy (TMA) into a ring of shared-memory stages ------------------- */
-/* The same CTA, units, fragments and block step as mm_tile_cta, with the weight stream moved off the
- * registers: the CTA's two weight slots of a block (2 x 32 x unit_bytes bytes, contiguous in the
- * prepared layout) land in one of MM_TILE_STAGES shared-memory stages by two cp.async.bulk copies,
- * which one thread issues and an mbarrier per stage counts in bytes. So MM_TILE_STAGES - 1 blocks are
- * in flight while one is computed (the register path holds one), the first MM_TILE_STAGES are issued
- * before the wait for the previous kernel (the weights are constant), and no register holds a block
- * ahead, which leaves room for a fifth CTA per SM. A thread reads its fragment of the current block
- * from the stage with mm_tile_load's offsets (its SHARED form); the arithmetic (mm_tile_block)
- * and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as there (cp.async,
- * one block ahead, a CTA barrier per block); that barrier also frees the stage just read, into which
- * thread 0 then issues the block MM_TILE_STAGES further on. */
-#define MM_TILE_STAGES 3
+/* The same CTA, units, fragments and step as mm_tile_cta, with the weight stream moved off the
+ * registers: the CTA's two row groups' slots of a step (2 x step_blocks x 32 x unit_bytes bytes, each
+ * row group's contiguous in the prepared layout) land in one of mm_tile_traits::bulk_stages (S)
+ * shared-memory stages by two cp.async.bulk copies, which one thread issues and an mbarrier per stage
+ * counts in bytes. So S - 1 steps are in flight while one is computed (the register path holds one),
+ * the first S are issued before the wait for the previous kernel (the weights are constant), and no
+ * register holds a step ahead, which leaves room for a fifth CTA per SM. A thread reads its fragment
+ * of the current step from the stage with mm_tile_load's offsets (its SHARED form); the arithmetic
+ * (mm_tile_block) and the partial sums are mm_tile_cta's, bit for bit. The activations are staged as
+ * there (cp.async, one step ahead, a CTA barrier per step); that barrier also frees the stage just
+ * read, into which thread 0 then issues the step S further on. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(SPECLA_USE_HIP)
 #define MM_TILE_BULK_DEVICE 1
 #else
 #define MM_TILE_BULK_DEVICE 0
 #endif
 
-template <int TYPE> MM_HD constexpr int mm_tile_slot_bytes() { return MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes; }
 /* dynamic shared memory of the bulk kernel: the mbarriers (128 bytes), the weight stages, the two
  * activation buffers */
 template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
-    return 128 + MM_TILE_STAGES * 2 * mm_tile_slot_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
+    return 128 + mm_tile_traits<TYPE>::bulk_stages * 2 * mm_tile_step_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
 }
 /* CTAs per SM the bulk kernel's registers are sized for (shared memory allows these too: Q4_K 42.6 KB
- * per CTA at 3 tiles, Q6_K 53.7 KB): without the register fragment ahead Q4_K fits 5 up to 3 tiles
- * (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
+ * per CTA at 3 tiles, Q6_K 53.7 KB, Q8_0 50.4 KB): without the register fragment ahead Q4_K fits 5
+ * up to 3 tiles (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
 template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
     /* Q5_K: 48.6 KB of shared memory a CTA at 3 tiles (its 176-byte blocks), so 4 an SM */
     static constexpr int ctas_per_sm = TYPE == SPECLA_TYPE_Q4_K ? (NT <= 3 ? 5 : 4) : (NT <= 3 ? 4 : 3);
@@ -573,10 +684,12 @@ __device__ __forceinline__ void mm_bar_wait(uint64_t *bar, unsigned parity) {
  * with the launch's dynamic shared memory `dyn` (mm_tile_bulk_smem_bytes<TYPE, NT> of it used). */
 #if MM_TILE_BULK_DEVICE
 template <int TYPE, int NT> __device__ __forceinline__ void mm_tile_bulk_cta(const mm_launch_args &args, int cta, uint8_t *dyn) {
-    constexpr int S = MM_TILE_STAGES, slot_bytes = mm_tile_slot_bytes<TYPE>(), tokens = 8 * NT;
+    /* S stages of 2 x step_bytes; a step is SB blocks (k counts blocks) */
+    constexpr int S = mm_tile_traits<TYPE>::bulk_stages, SB = mm_tile_traits<TYPE>::step_blocks;
+    constexpr int slot_bytes = mm_tile_slot_bytes<TYPE>(), step_bytes = mm_tile_step_bytes<TYPE>(), tokens = 8 * NT;
     constexpr int buf_bytes = mm_tile_buf_bytes<TYPE>(tokens);
     uint64_t *full = (uint64_t *)dyn;
-    uint8_t *stages = dyn + 128, *acts = stages + S * 2 * slot_bytes;
+    uint8_t *stages = dyn + 128, *acts = stages + S * 2 * step_bytes;
     const int tid = threadIdx.x;
     mm_allow_dependents(); /* launch.h: the next kernel may launch; it waits for this grid's end */
     if (cta >= args.n_ctas) return; /* the whole CTA */
@@ -590,43 +703,45 @@ template <int TYPE, int NT> __device__ __forceinline__ void mm_tile_bulk_cta(con
     /* slot k of row group 2 pair; the second row group's slot k sits n_blocks slots further */
     const uint8_t *w0 = M.w + mm_slot_offset(TYPE, M.n_blocks, 2 * pair, 0);
     const int64_t rg_stride = (int64_t)M.n_blocks * slot_bytes;
-    /* thread 0 brings block k into stage `st` */
+    /* thread 0 brings the step at block k (its slots are consecutive in each row group) into stage `st` */
     auto issue = [&](int k, int st) {
-        mm_bar_expect(full + st, (unsigned)(n_slots * slot_bytes));
+        const unsigned bytes = (unsigned)(mm_tile_step_blocks<TYPE>(k, k_end) * slot_bytes);
+        mm_bar_expect(full + st, (unsigned)n_slots * bytes);
         for (int i = 0; i < n_slots; i++)
-            mm_bulk_copy(stages + (st * 2 + i) * slot_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, slot_bytes,
-                         full + st);
+            mm_bulk_copy(stages + (st * 2 + i) * step_bytes, w0 + i * rg_stride + (int64_t)k * slot_bytes, bytes, full + st);
     };
     if (tid == 0) {
         for (int st = 0; st < S; st++) mm_bar_init(full + st, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    int step = 0; /* blocks consumed so far, over every pass: stage step % S, phase parity (step / S) & 1 */
+    int step = 0; /* steps consumed so far, over every pass: stage step % S, phase parity (step / S) & 1 */
     for (int p0 = 0; p0 < args.n_batch; p0 += tokens) {
         if (tid == 0)
-            for (int i = 0; i < S && k_begin + i < k_end; i++) issue(k_begin + i, (step + i) % S);
+            for (int i = 0; i < S && k_begin + i * SB < k_end; i++) issue(k_begin + i * SB, (step + i) % S);
         float acc[NT][4] = {};
         mm_wait_prior_grid(); /* the weights are constant; the activations are the previous kernel's */
         if (p0 == 0 && tid == 0) mm_trace(cta, MM_TRACE_WAITED);
-        mm_tile_stage<TYPE, NT, MM_THREADS>(acts, args.act, (uint32_t)args.n, args.n_batch, k_begin, p0, tid);
+        mm_tile_stage<TYPE, NT, MM_THREADS>(acts, args.act, (uint32_t)args.n, args.n_batch, k_begin,
+                                            mm_tile_step_blocks<TYPE>(k_begin, k_end), p0, tid);
         mm_tile_copies_wait();
         mm_cta_sync();
-        for (int k = k_begin; k < k_end; k++, step++) {
+        for (int k = k_begin; k < k_end; k += SB, step++) {
+            const int nv = mm_tile_step_blocks<TYPE>(k, k_end);
 #if defined(MM_TILE_DIAG_ACT_ONCE)
-            /* diagnostic build: every block reads the first block's staged activations (wrong
-             * results), to time the kernel without its per-block activation staging */
+            /* diagnostic build: every step reads the first step's staged activations (wrong
+             * results), to time the kernel without its per-step activation staging */
             const int cur_buf = 0, st = step % S;
 #else
-            const int cur_buf = (k - k_begin) & 1, st = step % S;
-            if (k + 1 < k_end) /* buffer cur_buf ^ 1 was last read before the previous block's barrier */
+            const int cur_buf = ((k - k_begin) / SB) & 1, st = step % S;
+            if (k + SB < k_end) /* buffer cur_buf ^ 1 was last read before the previous step's barrier */
                 mm_tile_stage<TYPE, NT, MM_THREADS>(acts + (cur_buf ^ 1) * buf_bytes, args.act, (uint32_t)args.n,
-                                                    args.n_batch, k + 1, p0, tid);
+                                                    args.n_batch, k + SB, mm_tile_step_blocks<TYPE>(k + SB, k_end), p0, tid);
 #endif
             mm_bar_wait(full + st, (unsigned)(step / S) & 1u);
             if (active) {
                 mm_tile_frag<TYPE> f;
-                /* the warp's row group's slot in stage st, read as block 0 of a row group there */
-                mm_tile_load<TYPE, true>(f, mm_tile_wptr_for<TYPE>(stages + (st * 2 + (warp >> 1)) * slot_bytes, half, g, t), 0);
+                /* the warp's row group's slots in stage st, read as blocks 0.. of a row group there */
+                mm_tile_load<TYPE, true>(f, mm_tile_wptr_for<TYPE>(stages + (st * 2 + (warp >> 1)) * step_bytes, half, g, t), 0, nv);
 #if defined(MM_LOAD_ONLY)
                 /* diagnostic build: the same stage reads, no arithmetic (results meaningless) */
                 uint32_t fold = 0;
@@ -635,12 +750,12 @@ template <int TYPE, int NT> __device__ __forceinline__ void mm_tile_bulk_cta(con
                 for (int i = 0; i < (int)(sizeof(f) / 4); i++) fold ^= words[i];
                 acc[0][0] += __uint_as_float(fold & 0x3f7fffffu);
 #else
-                mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc);
+                mm_tile_block<TYPE, NT>(f, acts + cur_buf * buf_bytes, g, t, acc, nv);
 #endif
             }
             mm_tile_copies_wait();
             mm_cta_sync(); /* every thread is done with stage st and activation buffer cur_buf */
-            if (tid == 0 && k + S < k_end) issue(k + S, st);
+            if (tid == 0 && k + S * SB < k_end) issue(k + S * SB, st);
         }
         if (active) mm_store_c_tiles<NT>(M, c, rg, half, g, t, p0, args.n_batch, acc);
     }
