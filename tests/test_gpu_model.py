@@ -273,6 +273,22 @@ def test_staged_f16_matmul_gives_the_same_bits(tmp_path):
     rows_per_setting(tmp_path, path, "SPECLA_CUDA_FTC_STAGE", ("0", "1", "2"), (23, 5))
 
 
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
+def test_staged_decode_gives_the_same_bits(tmp_path, quant):
+    """SPECLA_CUDA_STAGED_DECODE (which weight types' one-token calls run the staged tensor-core kernel
+    instead of the dp4a kernel; unset: Q8_0) set to none, to the default's q8_0 and to every type it
+    takes, row for row, bit for bit: decode steps, and the prefills and the tree that share rows with
+    them, on a Q8_0 qwen35 model whose 3328-wide rows make chunks of several 8-block steps and a short
+    last one, and on a Q4_K_M one with Q6_K layers (its Q4_K / Q6_K calls outside a pair launch take
+    the staged kernel under the last setting). That the kernel ran is not observable from here (the
+    switch is read inside the library): the device A/B's timings per setting show it (docs/perf.md)."""
+    path = write_test_model(tmp_path / f"wide-{quant}.gguf", "tiny8", quant, seed=5, n_layer=4, n_embd=3328,
+                            n_ff=2048)
+    _, kernels = rows_per_setting(tmp_path, path, "SPECLA_CUDA_STAGED_DECODE", ("none", "q8_0", "q8_0,q4_k+q5_k,q6_k"),
+                                  (23, 5))
+    assert len(set(kernels.values())) == 1, kernels  # one kernel for each dp4a launch it replaces
+
+
 def test_ring_decode_gives_the_same_bits(tmp_path):
     """SPECLA_CUDA_DP4A_RING=4, 3 and 2 (the one-token Q4_K and Q6_K kernels and their pair launch with
     a ring of weight stages in shared memory and the chunk's activations staged once, matmul_ring.cuh,

@@ -835,7 +835,8 @@ static void check_mma_emulation(bool one_type = false) {
             const bool slow = ne1 >= 990;
             if (ne1 == 6400 && type != SPECLA_TYPE_Q8_0) continue;
             if (one_type && slow) continue; /* the self-test: the small shapes catch its fault */
-            const std::vector<int> batches = slow ? std::vector<int>{5, 23} : std::vector<int>{2, 5, 8, 17, 23, 25, 64};
+            /* one token: the staged kernel only (cuda_matmul_staged_decode's one-token calls) */
+            const std::vector<int> batches = slow ? std::vector<int>{1, 5, 23} : std::vector<int>{1, 2, 5, 8, 17, 23, 25, 64};
             Rng r(seed++);
             const std::vector<uint8_t> w = make_weight(type, ne0, ne1, r);
             const std::vector<float> x = make_activations(ne0, r);
@@ -850,6 +851,7 @@ static void check_mma_emulation(bool one_type = false) {
             const bool per_warp = type != SPECLA_TYPE_Q5_K; /* Q5_K has no per-warp tensor-core step */
             for (int kernel = per_warp ? 0 : 1; kernel < (staged ? 2 : 1); kernel++)
                 for (int n_batch : batches) {
+                    if (kernel == 0 && n_batch == 1) continue;
                     std::fill(y.begin(), y.end(), NAN);
                     if (kernel == 0) emulate_mma_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
                     else emulate_tile_matmul(type, prep.data(), ne0, ne1, x.data(), n_batch, y.data());
@@ -863,7 +865,7 @@ static void check_mma_emulation(bool one_type = false) {
                 }
             const mm_plan p = mm_plan_for(type, ne0, ne1);
             printf("  %-5s ne0 %5d ne1 %4d (chunks %2d x %d blocks)  n_batch %s, %s: %s\n", type_name(type), ne0, ne1,
-                   p.n_chunks, p.chunk_blocks, slow ? "{5,23}" : "{2,5,8,17,23,25,64}",
+                   p.n_chunks, p.chunk_blocks, slow ? "{1,5,23}" : "{1,2,5,8,17,23,25,64}",
                    !per_warp ? "staged kernel" : staged ? "per-warp and staged kernels" : "per-warp kernel",
                    g_failures == before ? "bits equal" : "FAILED");
             fflush(stdout);
@@ -1111,7 +1113,12 @@ static CaseResult check_case(int32_t type, int ne0, int ne1, uint64_t seed) {
         /* F16/BF16 also with the tensor cores off (the fma path: another order), every n_batch */
         const bool ftc_type = type == SPECLA_TYPE_F16 || type == SPECLA_TYPE_BF16;
         const bool fma_pass = ftc_type && mode == CUDA_MATMUL_TC_OFF;
-        if (mode != CUDA_MATMUL_TC_STAGED && !fma_pass && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT)) continue; /* the same kernel */
+        /* one token: every mode runs the default's kernel, but where one-token calls take the staged
+         * kernel (cuda_matmul_staged_decode: Q8_0) the dp4a-only mode runs the dp4a kernel, checked too */
+        const bool one_token_dp4a = n_batch == 1 && mode == CUDA_MATMUL_TC_OFF && !g_opt.host_model &&
+                                    cuda_matmul_staged_decode(type);
+        if (mode != CUDA_MATMUL_TC_STAGED && !fma_pass && !one_token_dp4a && (n_batch == 1 || mm_act_kind(type) == MM_ACT_FLOAT))
+            continue; /* the same kernel */
         if (mode == CUDA_MATMUL_TC_PER_WARP && !has_staged) continue; /* the default already is */
         if (!g_opt.host_model) cuda_matmul_set_tensor_cores(mode);
         s.run(0, n_batch, y.data(), mode);
@@ -1668,8 +1675,8 @@ static void run_bench() {
             const double gbps = weight_bytes / (us * 1e-6) / 1e9;
             if (n_batch == 1) us1 = us;
             printf("  %7.1f (%5.0f)", us, gbps);
-            const bool mma = n_batch >= 2 && mm_act_kind(bs.type) != MM_ACT_FLOAT && prop.major >= 8 &&
-                             g_opt.tc_mode != CUDA_MATMUL_TC_OFF;
+            const bool mma = (n_batch >= 2 || cuda_matmul_staged_decode(bs.type)) && mm_act_kind(bs.type) != MM_ACT_FLOAT &&
+                             prop.major >= 8 && g_opt.tc_mode != CUDA_MATMUL_TC_OFF;
             const bool staged = g_opt.tc_mode == CUDA_MATMUL_TC_STAGED &&
                                 (bs.type == SPECLA_TYPE_Q4_K || bs.type == SPECLA_TYPE_Q5_K || bs.type == SPECLA_TYPE_Q6_K ||
                                  bs.type == SPECLA_TYPE_Q8_0);

@@ -147,6 +147,9 @@ int cuda_matmul_pair_launch(void); /* the forms in force */
 /* 1 when the staged kernel (2..64 tokens, Q4_K/Q5_K/Q6_K/Q8_0) runs its bulk-copy form on the current device:
  * CUDA, sm_90+, SPECLA_CUDA_TILE_BULK not 0. The bits are the same either way. */
 int cuda_matmul_staged_bulk(void);
+/* 1 when one-token calls on weight type `type` run the staged kernel on the current device (Q8_0 by
+ * default; SPECLA_CUDA_STAGED_DECODE, matmul.cu), else the dp4a kernel. The bits are the same. */
+int cuda_matmul_staged_decode(int32_t type);
 /* Kernels the calling thread's matmul functions have launched so far (every cuda_matmul_* call that
  * puts work on a stream): the backend adds the difference around each call to its launch count. */
 int64_t cuda_matmul_kernel_launches(void);

@@ -641,12 +641,43 @@ static int mm_tile_bulk(void) {
 
 extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
-/* Whether an n_batch-token call over n inputs on Q4_K, Q5_K, Q6_K or Q8_0 takes the staged tensor-core kernel
- * (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
- * MMA, and its activation offsets fit 32 bits. */
+/* Whether an n_batch-token call over n inputs on Q4_K, Q5_K, Q6_K or Q8_0 may take the staged tensor-core
+ * kernel (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
+ * MMA, and its activation offsets fit 32 bits. A one-token call takes it where mm_staged_decode says. */
 static int mm_takes_staged(int n_batch, int64_t n) {
-    return n_batch >= 2 && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
+    return n_batch >= 1 && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
            (int64_t)n_batch * n < ((int64_t)1 << 31);
+}
+
+/* Whether one-token calls on `type` take the staged kernel (one token tile, its other 7 columns zeros)
+ * instead of the dp4a kernel. Both compute matmul_blocks.h's order, so the bits are the same and
+ * speed alone decides: Q8_0's dp4a kernel streamed 0.646 of the copy rate on an H100 where the staged
+ * kernel ran a 2-token batch in 0.94 of its time (docs/perf.md, forty-sixth pass), so Q8_0 takes it.
+ * SPECLA_CUDA_STAGED_DECODE overrides the set for an A/B: a list of q8_0, q4_k, q5_k, q6_k separated
+ * by commas or '+' (ab_variants.sh's env: variants take '+'), or "none". (A Q4_K / Q6_K call in a pair
+ * launch keeps the pair's dp4a kernel.) */
+static int mm_staged_decode(int32_t type) {
+    static const unsigned types = [] {
+        const char *v = getenv("SPECLA_CUDA_STAGED_DECODE");
+        if (!v) return 1u << SPECLA_TYPE_Q8_0;
+        static const struct {
+            const char *name;
+            int32_t type;
+        } names[] = {{"q8_0", SPECLA_TYPE_Q8_0}, {"q4_k", SPECLA_TYPE_Q4_K}, {"q5_k", SPECLA_TYPE_Q5_K}, {"q6_k", SPECLA_TYPE_Q6_K}};
+        auto separator = [](char c) { return c == ',' || c == '+'; };
+        unsigned set = 0;
+        for (const auto &entry : names) {
+            const size_t len = strlen(entry.name);
+            for (const char *p = v; (p = strstr(p, entry.name)) != nullptr; p += len)
+                if ((p == v || separator(p[-1])) && (p[len] == '\0' || separator(p[len]))) set |= 1u << entry.type;
+        }
+        return set;
+    }();
+    return (int)((types >> type) & 1u);
+}
+
+extern "C" int cuda_matmul_staged_decode(int32_t type) {
+    return mm_staged_decode(type) && mm_tile_supported(type) && mm_takes_staged(1, 0);
 }
 
 /* Whether the F16/BF16 tensor-core kernel's warps go chunk by chunk (mm_unit_chunk_major), unless
@@ -706,7 +737,8 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
         }
     }
     if constexpr (mm_traits<TYPE>::int8 && (mm_mma_traits<TYPE>::supported || mm_tile_traits<TYPE>::supported)) {
-        if (args.n_batch >= 2 && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
+        const bool staged_decode = args.n_batch == 1 && mm_staged_decode(TYPE);
+        if ((args.n_batch >= 2 || staged_decode) && g_tensor_core_mode != CUDA_MATMUL_TC_OFF && mm_device_has_int8_mma()) {
             if constexpr (mm_tile_traits<TYPE>::supported) {
                 if (mm_takes_staged(args.n_batch, args.n)) {
                     const unsigned ctas = (unsigned)args.n_ctas;
@@ -727,7 +759,7 @@ static cudaError_t mm_launch_type(cudaStream_t stream, const mm_launch_args &arg
                 }
             }
             if constexpr (mm_mma_traits<TYPE>::supported) {
-                switch (mm_mma_tiles<TYPE>(args.n_batch)) {
+                if (args.n_batch >= 2) switch (mm_mma_tiles<TYPE>(args.n_batch)) {
                 case 1: return mm_start(mm_mma_kernel<TYPE, 1>, grid, stream, args);
                 case 2: return mm_start(mm_mma_kernel<TYPE, 2>, grid, stream, args);
                 case 3: return mm_start(mm_mma_kernel<TYPE, mm_mma_traits<TYPE>::max_tiles < 3 ? 1 : 3>, grid, stream, args);

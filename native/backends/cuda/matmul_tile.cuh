@@ -160,6 +160,17 @@ template <int TYPE> struct mm_tile_traits {
     static constexpr int bulk_stages = TYPE == SPECLA_TYPE_Q8_0 ? 2 : 3;
 };
 
+/* mm_tile_traits<type>::supported for a type known at run time */
+MM_HD bool mm_tile_supported(int32_t type) {
+    switch (type) {
+    case SPECLA_TYPE_Q4_K: return mm_tile_traits<SPECLA_TYPE_Q4_K>::supported;
+    case SPECLA_TYPE_Q5_K: return mm_tile_traits<SPECLA_TYPE_Q5_K>::supported;
+    case SPECLA_TYPE_Q6_K: return mm_tile_traits<SPECLA_TYPE_Q6_K>::supported;
+    case SPECLA_TYPE_Q8_0: return mm_tile_traits<SPECLA_TYPE_Q8_0>::supported;
+    default: return false;
+    }
+}
+
 /* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q5_K 4
  * up to 2 tiles, 3 beyond (it spilled 28 bytes at 4 and 3 tiles); Q4_K 5
  * (<= 96 registers) at 1 tile, 4 (<= 128) at 2 and 3, 3 (<= 168) at 4; Q6_K's larger blocks 3, and 2
