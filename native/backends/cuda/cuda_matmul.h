@@ -127,7 +127,9 @@ cudaError_t cuda_matmul_quantize_activations(cudaStream_t stream, int32_t weight
  * kernel that stages the activations in shared memory (matmul_tile.cuh) for Q4_K, Q5_K, Q6_K and
  * Q8_0, the per-warp one for Q4_0/Q5_0; CUDA_MATMUL_TC_PER_WARP the per-warp tensor-core kernel
  * (matmul_mma.cuh) for every 8-bit type but Q5_K (which has no step there and takes the dp4a kernel),
- * kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel.
+ * kept for comparison; CUDA_MATMUL_TC_OFF the dp4a kernel. One-token calls run the dp4a kernel but
+ * for the types cuda_matmul_staged_decode names (Q8_0), which take the staged kernel in the default
+ * mode and the dp4a kernel in the two others.
  * F16/BF16 weights (CUDA, sm_80+): any mode but CUDA_MATMUL_TC_OFF runs them on the f16/bf16
  * tensor-core kernel (matmul_float_tc.cuh) for every n_batch; CUDA_MATMUL_TC_OFF on the fma path.
  * For these two types the choice CHANGES the bits (two summation orders): set it before a run, never

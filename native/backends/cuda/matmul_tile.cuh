@@ -1,12 +1,13 @@
-/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K, Q5_K, Q6_K and Q8_0 weights: the same
- * units (row group of 32, chunk), the same per-block integers and the same float operations as
- * mm_kernel and mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
+/* The staged tensor-core path of matmul.cu for 2..64 tokens on Q4_K, Q5_K, Q6_K and Q8_0 weights (and
+ * for one token on the types matmul.cu's mm_staged_decode names: Q8_0): the same units (row group of
+ * 32, chunk), the same per-block integers and the same float operations as mm_kernel and
+ * mm_mma_kernel, so every (row, token) gets the bits the dp4a path gives it.
  *
  * Thread mapping. A CTA of 4 warps owns two row groups (2 x 32 rows) and one chunk of a matrix
  * (mm_tile_ctas, mm_select_mat_cta): warp w takes rows 16 (w & 1) .. 16 (w & 1) + 15 of row group
  * 2 pair + (w >> 1), one 16-row MMA tile (M); thread (g = lane / 4, t = lane % 4) holds rows g and
  * g + 8 of it. Tokens go in passes of 8 NT (NT tiles of 8 tokens on N, up to mm_tile_traits::max_tiles);
- * per pass the CTA walks its chunk block by block:
+ * per pass the CTA walks its chunk block by block (Q8_0: step by step, 8 blocks a step; below):
  *   - the 128 threads stage the block's activations for the pass's tokens in shared memory (codes,
  *     Q8_K scale, the min-term operands of mm_min_operands) with 16-byte asynchronous copies
  *     (cp.async; plain copies before sm_80 and on HIP), one block ahead of the MMAs, double-buffered;
