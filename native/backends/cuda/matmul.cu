@@ -643,19 +643,20 @@ extern "C" int cuda_matmul_staged_bulk(void) { return mm_tile_bulk(); }
 
 /* Whether an n_batch-token call over n inputs on Q4_K, Q5_K, Q6_K or Q8_0 may take the staged tensor-core
  * kernel (matmul_tile.cuh; its bulk form where mm_tile_bulk): the mode asks for it, the device has int8
- * MMA, and its activation offsets fit 32 bits. A one-token call takes it where mm_staged_decode says. */
+ * MMA, and its activation offsets fit 32 bits. (A one-token call takes it where mm_staged_decode says.) */
 static int mm_takes_staged(int n_batch, int64_t n) {
-    return n_batch >= 1 && g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
+    return g_tensor_core_mode == CUDA_MATMUL_TC_STAGED && mm_device_has_int8_mma() &&
            (int64_t)n_batch * n < ((int64_t)1 << 31);
 }
 
 /* Whether one-token calls on `type` take the staged kernel (one token tile, its other 7 columns zeros)
  * instead of the dp4a kernel. Both compute matmul_blocks.h's order, so the bits are the same and
- * speed alone decides: Q8_0's dp4a kernel streamed 0.646 of the copy rate on an H100 where the staged
- * kernel ran a 2-token batch in 0.94 of its time (docs/perf.md, forty-sixth pass), so Q8_0 takes it.
+ * speed alone decides: on an H100 a 2-token batch of the 27B Q8_0 file on the staged kernel took 0.94
+ * of a decode step on the dp4a kernel (docs/perf.md, forty-sixth pass), so Q8_0 takes it.
  * SPECLA_CUDA_STAGED_DECODE overrides the set for an A/B: a list of q8_0, q4_k, q5_k, q6_k separated
- * by commas or '+' (ab_variants.sh's env: variants take '+'), or "none". (A Q4_K / Q6_K call in a pair
- * launch keeps the pair's dp4a kernel.) */
+ * by commas or '+' (ab_variants.sh's env: variants take '+'), or "none". The names are the staged
+ * kernel's types (mm_tile_traits::supported) only. (A Q4_K / Q6_K call in a pair launch keeps the
+ * pair's dp4a kernel.) */
 static int mm_staged_decode(int32_t type) {
     static const unsigned types = [] {
         const char *v = getenv("SPECLA_CUDA_STAGED_DECODE");
@@ -664,12 +665,12 @@ static int mm_staged_decode(int32_t type) {
             const char *name;
             int32_t type;
         } names[] = {{"q8_0", SPECLA_TYPE_Q8_0}, {"q4_k", SPECLA_TYPE_Q4_K}, {"q5_k", SPECLA_TYPE_Q5_K}, {"q6_k", SPECLA_TYPE_Q6_K}};
-        auto separator = [](char c) { return c == ',' || c == '+'; };
         unsigned set = 0;
-        for (const auto &entry : names) {
-            const size_t len = strlen(entry.name);
-            for (const char *p = v; (p = strstr(p, entry.name)) != nullptr; p += len)
-                if ((p == v || separator(p[-1])) && (p[len] == '\0' || separator(p[len]))) set |= 1u << entry.type;
+        for (const char *p = v; *p;) { /* each name between separators */
+            const size_t len = strcspn(p, ",+");
+            for (const auto &entry : names)
+                if (len == strlen(entry.name) && strncmp(p, entry.name, len) == 0) set |= 1u << entry.type;
+            p += len + (p[len] != '\0');
         }
         return set;
     }();
@@ -677,7 +678,7 @@ static int mm_staged_decode(int32_t type) {
 }
 
 extern "C" int cuda_matmul_staged_decode(int32_t type) {
-    return mm_staged_decode(type) && mm_tile_supported(type) && mm_takes_staged(1, 0);
+    return mm_staged_decode(type) && mm_takes_staged(1, 0);
 }
 
 /* Whether the F16/BF16 tensor-core kernel's warps go chunk by chunk (mm_unit_chunk_major), unless

@@ -161,17 +161,6 @@ template <int TYPE> struct mm_tile_traits {
     static constexpr int bulk_stages = TYPE == SPECLA_TYPE_Q8_0 ? 2 : 3;
 };
 
-/* mm_tile_traits<type>::supported for a type known at run time */
-MM_HD bool mm_tile_supported(int32_t type) {
-    switch (type) {
-    case SPECLA_TYPE_Q4_K: return mm_tile_traits<SPECLA_TYPE_Q4_K>::supported;
-    case SPECLA_TYPE_Q5_K: return mm_tile_traits<SPECLA_TYPE_Q5_K>::supported;
-    case SPECLA_TYPE_Q6_K: return mm_tile_traits<SPECLA_TYPE_Q6_K>::supported;
-    case SPECLA_TYPE_Q8_0: return mm_tile_traits<SPECLA_TYPE_Q8_0>::supported;
-    default: return false;
-    }
-}
-
 /* CTAs of 128 threads per SM the registers are sized for at NT tiles (ptxas, sm_90, no spills): Q5_K 4
  * up to 2 tiles, 3 beyond (it spilled 28 bytes at 4 and 3 tiles); Q4_K 5
  * (<= 96 registers) at 1 tile, 4 (<= 128) at 2 and 3, 3 (<= 168) at 4; Q6_K's larger blocks 3, and 2
@@ -299,63 +288,74 @@ template <typename T> MM_HD T mm_lds(const uint8_t *p) {
 #endif
 }
 
-/* Load the step at block k (nv blocks: one unless Q8_0) of the thread's two rows: from the prepared
- * weight in global memory (streaming loads), or, with SHARED, from slots laid out the same way in
- * shared memory (the bulk kernel's stages). A Q8_0 block past nv is loaded from block nv - 1 (an
- * address the caller vouches for), and never used. */
+/* Load block k of a k-quant's two rows of the thread: from the prepared weight in global memory
+ * (streaming loads), or, with SHARED, from slots laid out the same way in shared memory (the bulk
+ * kernel's stages). */
+template <int TYPE, bool SHARED> MM_HD void mm_tile_load_k(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k) {
+    const int koff = k * MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
+    const uint8_t *h = p.h + koff, *q = p.q + koff;
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
+        if constexpr (TYPE == SPECLA_TYPE_Q5_K) {
+            const uint8_t *qh = p.qh + koff + 128 * r;
+            if constexpr (SHARED) f.qh[r] = mm_lds<uint2>(qh);
+            else f.qh[r] = mm_ld_stream_8(qh);
+        }
+        if constexpr (mm_tile_traits<TYPE>::k4k5) {
+            if constexpr (SHARED) {
+                f.h[r] = mm_lds<uint4>(h + 128 * r);
+            } else {
+                /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
+                 * ptxas route the first block's header through local memory at 3 tiles */
+                const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
+                f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+            }
+#pragma unroll
+            for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
+                const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
+                if constexpr (SHARED) f.q[r][run] = mm_lds<uint2>(at);
+                else f.q[r][run] = mm_ld_stream_8(at);
+            }
+        } else {
+            const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
+            if constexpr (SHARED) {
+#pragma unroll
+                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds<uint32_t>(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                f.sc[r] = mm_lds<uint4>(sc), f.d[r] = mm_lds<uint16_t>(d);
+            } else {
+#pragma unroll
+                for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
+                f.sc[r] = mm_ld_stream_16(sc), f.d[r] = mm_ld_u16(d);
+            }
+        }
+    }
+}
+
+/* The same for a Q8_0 step of nv blocks from block k: a block past nv is loaded from block nv - 1
+ * (an address the caller vouches for), and never used. */
+template <bool SHARED>
+MM_HD void mm_tile_load_q8_0(mm_tile_frag<SPECLA_TYPE_Q8_0> &f, const mm_tile_wptr &p, int k, int nv) {
+    constexpr int slot_bytes = MM_GROUP_ROWS * mm_traits<SPECLA_TYPE_Q8_0>::unit_bytes;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int koff = (k + (j < nv ? j : nv - 1)) * slot_bytes;
+#pragma unroll
+        for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every plane */
+            const uint8_t *q = p.q + koff + 128 * r, *d = p.d + koff + 16 * r;
+            if constexpr (SHARED) f.q[r][j] = mm_lds<uint2>(q), f.d[r][j] = mm_lds<uint16_t>(d);
+            else f.q[r][j] = mm_ld_stream_8(q), f.d[r][j] = mm_ld_u16(d);
+        }
+    }
+}
+
+/* Load the step at block k (nv blocks: one unless Q8_0) of the thread's two rows. */
 template <int TYPE, bool SHARED = false>
 MM_HD void mm_tile_load(mm_tile_frag<TYPE> &f, const mm_tile_wptr &p, int k, int nv = 1) {
-    constexpr int slot_bytes = MM_GROUP_ROWS * mm_traits<TYPE>::unit_bytes;
     if constexpr (TYPE == SPECLA_TYPE_Q8_0) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int koff = (k + (j < nv ? j : nv - 1)) * slot_bytes;
-#pragma unroll
-            for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every plane */
-                const uint8_t *q = p.q + koff + 128 * r, *d = p.d + koff + 16 * r;
-                if constexpr (SHARED) f.q[r][j] = mm_lds<uint2>(q), f.d[r][j] = mm_lds<uint16_t>(d);
-                else f.q[r][j] = mm_ld_stream_8(q), f.d[r][j] = mm_ld_u16(d);
-            }
-        }
+        mm_tile_load_q8_0<SHARED>(f, p, k, nv);
     } else {
         (void)nv;
-        const int koff = k * slot_bytes;
-        const uint8_t *h = p.h + koff, *q = p.q + koff;
-#pragma unroll
-        for (int r = 0; r < 2; r++) { /* row g + 8 r: 16 * 8 r bytes further in every 16-byte plane */
-            if constexpr (TYPE == SPECLA_TYPE_Q5_K) {
-                const uint8_t *qh = p.qh + koff + 128 * r;
-                if constexpr (SHARED) f.qh[r] = mm_lds<uint2>(qh);
-                else f.qh[r] = mm_ld_stream_8(qh);
-            }
-            if constexpr (mm_tile_traits<TYPE>::k4k5) {
-                if constexpr (SHARED) {
-                    f.h[r] = mm_lds<uint4>(h + 128 * r);
-                } else {
-                    /* two 8-byte loads: a 16-byte one needs 4 aligned consecutive registers, which made
-                     * ptxas route the first block's header through local memory at 3 tiles */
-                    const uint2 lo = mm_ld_stream_8(h + 128 * r), hi = mm_ld_stream_8(h + 128 * r + 8);
-                    f.h[r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
-                }
-#pragma unroll
-                for (int run = 0; run < 4; run++) { /* qs byte 32 run + 8t sits in piece 1 + 2 run + t / 2 */
-                    const uint8_t *at = q + 128 * r + 2 * run * 16 * MM_GROUP_ROWS;
-                    if constexpr (SHARED) f.q[r][run] = mm_lds<uint2>(at);
-                    else f.q[r][run] = mm_ld_stream_8(at);
-                }
-            } else {
-                const uint8_t *sc = h + 128 * r + 12 * 16 * MM_GROUP_ROWS, *d = p.d + koff + 16 * r;
-                if constexpr (SHARED) {
-#pragma unroll
-                    for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_lds<uint32_t>(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-                    f.sc[r] = mm_lds<uint4>(sc), f.d[r] = mm_lds<uint16_t>(d);
-                } else {
-#pragma unroll
-                    for (int pc = 0; pc < 12; pc++) f.q[r][pc] = mm_ld_stream_u32(q + 128 * r + pc * 16 * MM_GROUP_ROWS);
-                    f.sc[r] = mm_ld_stream_16(sc), f.d[r] = mm_ld_u16(d);
-                }
-            }
-        }
+        mm_tile_load_k<TYPE, SHARED>(f, p, k);
     }
 }
 
@@ -648,7 +648,7 @@ template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
     return 128 + mm_tile_traits<TYPE>::bulk_stages * 2 * mm_tile_step_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
 }
 /* CTAs per SM the bulk kernel's registers are sized for (shared memory allows these too: Q4_K 42.6 KB
- * per CTA at 3 tiles, Q6_K 53.7 KB, Q8_0 50.4 KB): without the register fragment ahead Q4_K fits 5
+ * per CTA at 3 tiles, Q6_K 53.7 KB, Q8_0 50.3 KB): without the register fragment ahead Q4_K fits 5
  * up to 3 tiles (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
 template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
     /* Q5_K: 48.6 KB of shared memory a CTA at 3 tiles (its 176-byte blocks), so 4 an SM */
