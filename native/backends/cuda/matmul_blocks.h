@@ -483,6 +483,29 @@ MM_HD float mm_block_q4_0_q5_0(const uint32_t *w, mm_side side, int is_q5, const
 /* 6-bit scale and min of sub-block j of a Q4_K block, from its 12 packed scale bytes held as three
  * little-endian words sw[0..2] (element_types.h's k_scale_min on bytes, without a byte array). */
 MM_HD uint32_t mm_byte(const uint32_t *sw, int i) { return (sw[i >> 2] >> (8 * (i & 3))) & 0xffu; }
+
+/* bytes of the pair (x, y) picked by `sel` as __byte_perm does (selector nibble i: the source byte of
+ * result byte i, 0..3 from x, 4..7 from y) */
+MM_HD uint32_t mm_byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
+#if MM_DEVICE_CODE && !defined(SPECLA_USE_HIP)
+    return __byte_perm(x, y, sel);
+#else
+    const uint64_t both = (uint64_t)x | ((uint64_t)y << 32);
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((both >> (8 * ((sel >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+#endif
+}
+
+/* byte i (0..3, a constant after unrolling) of w, zero-extended: one PRMT on the device, where the
+ * shift and mask the compiler would emit are two instructions */
+MM_HD uint32_t mm_byte_of(uint32_t w, int i) {
+#if MM_DEVICE_CODE && !defined(SPECLA_USE_HIP)
+    return __byte_perm(w, 0u, 0x4440u | (uint32_t)i);
+#else
+    return (w >> (8 * i)) & 0xffu;
+#endif
+}
 MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = (int)(mm_byte(sw, j) & 63);

@@ -19,7 +19,11 @@
  *     m16n8k16 per 16-element Q6_K group; the thread holding C element (row, token) adds
  *     scale x dot into the block's int32 s. The Q4_K min term t = sum_j m_j pair_j is two m16n8k16
  *     MMAs per tile (A = the row's 8 mins, zero-padded; B = the token's lo / hi bytes of pair_j):
- *     t = lo-dot + 128 hi-dot, the same integer.
+ *     t = lo-dot + 128 hi-dot, the same integer. Q6_K's levels enter the MMAs as stored (0..63) and
+ *     its bias comes off the block's s once: s - 32 sum_g sc_g bsum_g, that sum two m16n8k16 MMAs per
+ *     tile (A = the row's 16 group scales; B = the lo / hi bytes of the token's 16 bsums), the same
+ *     integer as the biased levels' (a per-byte subtraction on every A register cost three
+ *     instructions each, 96 a block).
  *   - then the block's float step, exactly as matmul_blocks.h: Q4_K acc = fma(da * d, s, acc),
  *     acc = fma(-(da * dmin), t, acc); Q6_K acc = fma(da * d, s, acc).
  * A chunk's partial sums are stored with mm_store; the split-K finish (mm_tile_finish) adds them in
@@ -156,6 +160,11 @@ template <int TYPE> struct mm_tile_traits {
      * Q6_K reads 4 bytes at 16 grp + 4t of rows g (8 rows x 16 bytes; 272 = 16 mod 128) */
     static constexpr int row_stride = TYPE == SPECLA_TYPE_Q6_K ? 272 : 288;
     static constexpr int has_minops = k4k5;
+    /* Q6_K stages the token's 16 bsums (int16) of the block: its levels go into the MMA unbiased
+     * (0..63) and the bias comes off once per block as 32 sum_g sc_g bsum_g (mm_tile_block_k) */
+    static constexpr int has_bsums = TYPE == SPECLA_TYPE_Q6_K;
+    /* bytes per token after the codes: min operands (16) or bsums (32) */
+    static constexpr int side_bytes = 16 * has_minops + 32 * has_bsums;
     /* shared-memory stages of the bulk form: Q8_0's steps are 17 KB a CTA (two row groups), so one
      * ahead keeps 4 CTAs an SM (70 KB in flight there) */
     static constexpr int bulk_stages = TYPE == SPECLA_TYPE_Q8_0 ? 2 : 3;
@@ -175,9 +184,10 @@ template <int TYPE, int NT> struct mm_tile_occupancy {
 
 
 /* One staging buffer for `tokens` tokens: codes [tokens][row_stride], min operands [tokens][16]
- * (Q4_K), activation scales [step block][tokens] (a Q8_K scale, or the 8 Q8_0 scales of a step) */
+ * (Q4_K, Q5_K) or bsums [tokens][16] int16 (Q6_K), activation scales [step block][tokens] (a Q8_K
+ * scale, or the 8 Q8_0 scales of a step) */
 template <int TYPE> MM_HD constexpr int mm_tile_buf_bytes(int tokens) {
-    return tokens * (mm_tile_traits<TYPE>::row_stride + 16 * mm_tile_traits<TYPE>::has_minops +
+    return tokens * (mm_tile_traits<TYPE>::row_stride + mm_tile_traits<TYPE>::side_bytes +
                      4 * mm_tile_traits<TYPE>::step_blocks);
 }
 
@@ -198,8 +208,8 @@ MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, uint32_t n, int n_bat
     constexpr int tokens = 8 * NT, pieces = 16 * tokens; /* 16 pieces of 16 codes per token */
     constexpr int n_scales = tokens * tr::step_blocks;
     static_assert(tokens <= NTHREADS, "one thread per token for the min operands and Q8_K scales");
-    uint8_t *mins = buf + tokens * tr::row_stride;
-    uint8_t *scales = mins + 16 * tr::has_minops * tokens;
+    uint8_t *side = buf + tokens * tr::row_stride; /* min operands or bsums */
+    uint8_t *scales = side + tr::side_bytes * tokens;
     const uint32_t blocks = n / (uint32_t)tr::block_elements;
     const int valid_pieces = tr::step_blocks == 1 ? 16 : 2 * nv; /* a Q8_0 block is 2 pieces */
 #pragma unroll
@@ -214,11 +224,15 @@ MM_HD void mm_tile_stage(uint8_t *buf, const mm_acts &act, uint32_t n, int n_bat
         mm_copy16_async(buf + tok * tr::row_stride + 16 * part, act.codes + src, valid);
     }
     if constexpr (tr::step_blocks == 1) {
-        if (tid < tokens) { /* the min operands and the scale of token tid */
+        if (tid < tokens) { /* the min operands (or bsums) and the scale of token tid */
             const int b = p0 + tid;
             const bool valid = b < n_batch;
             const uint32_t blk = (uint32_t)(valid ? b : n_batch - 1) * blocks + (uint32_t)k;
-            if (tr::has_minops) mm_copy16_async(mins + 16 * tid, act.minops + 16u * blk, valid);
+            if (tr::has_minops) mm_copy16_async(side + 16 * tid, act.minops + 16u * blk, valid);
+            if (tr::has_bsums) {
+                mm_copy16_async(side + 32 * tid, act.bsums + 16u * blk, valid);
+                mm_copy16_async(side + 32 * tid + 16, act.bsums + 16u * blk + 8u, valid);
+            }
             mm_copy4_async(scales + 4 * tid, act.scales + blk, valid);
         }
     } else {
@@ -392,7 +406,7 @@ template <int TYPE, int NT>
 MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int g, int t, float acc[NT][4]) {
     typedef mm_tile_traits<TYPE> tr;
     const int lane = 4 * g + t;
-    const uint8_t *scales = buf + 8 * NT * (tr::row_stride + 16 * tr::has_minops);
+    const uint8_t *scales = buf + 8 * NT * (tr::row_stride + tr::side_bytes);
     const uint8_t *brow = buf + g * tr::row_stride; /* token g of tile 0 */
     int32_t s[NT][4] = {};
     if constexpr (tr::k4k5) {
@@ -415,8 +429,8 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
                 a0 |= ((f.qh[0].x >> j) & 0x01010101u) << 4, a1 |= ((f.qh[1].x >> j) & 0x01010101u) << 4;
                 a2 |= ((f.qh[0].y >> j) & 0x01010101u) << 4, a3 |= ((f.qh[1].y >> j) & 0x01010101u) << 4;
             }
-            const int32_t sc0 = (int32_t)((sc[0][j / 4] >> (8 * (j % 4))) & 0xffu);
-            const int32_t sc1 = (int32_t)((sc[1][j / 4] >> (8 * (j % 4))) & 0xffu);
+            const int32_t sc0 = (int32_t)mm_byte_of(sc[0][j / 4], j % 4);
+            const int32_t sc1 = (int32_t)mm_byte_of(sc[1][j / 4], j % 4);
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint2 b = mm_lds<uint2>(brow + 8 * nt * tr::row_stride + 32 * j + 8 * t);
@@ -466,7 +480,7 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
                         else if (m == 1) v = (qb & 0x0F0F0F0Fu) | ((qhw << 2) & 0x30303030u);
                         else if (m == 2) v = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
                         else v = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
-                        a[r] = mm_unbias(v, 0x20202020u);
+                        a[r] = v; /* levels 0..63, the bias of 32 comes off after the groups */
                         const uint32_t word = grp < 4 ? f.sc[r].x : grp < 8 ? f.sc[r].y : grp < 12 ? f.sc[r].z : f.sc[r].w;
                         sc[r] = (int8_t)(word >> (8 * (grp & 3)));
                     }
@@ -480,6 +494,22 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
                         s[nt][0] += sc[0] * c[0], s[nt][1] += sc[0] * c[1], s[nt][2] += sc[1] * c[2], s[nt][3] += sc[1] * c[3];
                     }
                 }
+        /* s so far is sum_g sc_g (levels . codes); the block's integer is sum_g sc_g ((levels - 32) .
+         * codes) = s - 32 u, u = sum_g sc_g bsum_g: one m16n8k16 per byte of the bsums (A: groups
+         * 4t..4t+3 of the row's 16 scales, word t; B: the lo / hi bytes of bsums 4t..4t+3 of token
+         * g), u = lo-dot + 256 hi-dot. Every sum is exact in int32 (|s| < 2^28), so the same integer. */
+        const uint32_t as0 = t == 0 ? f.sc[0].x : t == 1 ? f.sc[0].y : t == 2 ? f.sc[0].z : f.sc[0].w;
+        const uint32_t as1 = t == 0 ? f.sc[1].x : t == 1 ? f.sc[1].y : t == 2 ? f.sc[1].z : f.sc[1].w;
+        const uint8_t *bsums = buf + 8 * NT * tr::row_stride + 32 * g + 8 * t; /* token g of tile 0 */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint2 w = mm_lds<uint2>(bsums + 32 * 8 * nt);
+            int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+            mm_mma_k16_su(lo, as0, as1, mm_byte_perm(w.x, w.y, 0x6420u), lane);
+            mm_mma_k16(hi, as0, as1, mm_byte_perm(w.x, w.y, 0x7531u), lane);
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] -= 32 * (lo[i] + 256 * hi[i]);
+        }
         const float d0 = mm_half(f.d[0]), d1 = mm_half(f.d[1]);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -648,7 +678,8 @@ template <int TYPE, int NT> MM_HD constexpr int mm_tile_bulk_smem_bytes() {
     return 128 + mm_tile_traits<TYPE>::bulk_stages * 2 * mm_tile_step_bytes<TYPE>() + 2 * mm_tile_buf_bytes<TYPE>(8 * NT);
 }
 /* CTAs per SM the bulk kernel's registers are sized for (shared memory allows these too: Q4_K 42.6 KB
- * per CTA at 3 tiles, Q6_K 53.7 KB, Q8_0 50.3 KB): without the register fragment ahead Q4_K fits 5
+ * per CTA at 3 tiles, Q6_K 55.2 KB with its staged bsums (4 x 56.2 KB with the per-CTA reserve is
+ * 225 KB of the SM's 228 KiB), Q8_0 50.3 KB): without the register fragment ahead Q4_K fits 5
  * up to 3 tiles (one wave for the 27B Q4_K matrices, 480-576 CTAs on 660 slots), Q6_K 4. */
 template <int TYPE, int NT> struct mm_tile_bulk_occupancy {
     /* Q5_K: 48.6 KB of shared memory a CTA at 3 tiles (its 176-byte blocks), so 4 an SM */
