@@ -502,36 +502,23 @@ static MmaEmulation g_mma;
 /* --self-test: the emulated m16n8k16 (1) or m16n8k32 (2) swaps the rows g and g + 8 */
 static int g_mma_fault = 0;
 
-void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
+void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane, bool b_unsigned) {
     g_mma.in[lane][0] = a0, g_mma.in[lane][1] = a1, g_mma.in[lane][2] = b0;
     g_mma.barrier->arrive_and_wait();
     const int g = lane >> 2, t = lane & 3;
-    for (int tt = 0; tt < 4; tt++) {
-        int32_t a_row_g = (int32_t)g_mma.in[4 * g + tt][0], a_row_g8 = (int32_t)g_mma.in[4 * g + tt][1];
-        if (g_mma_fault == 1) std::swap(a_row_g, a_row_g8);
-        const int32_t b_col0 = (int32_t)g_mma.in[4 * (2 * t) + tt][2], b_col1 = (int32_t)g_mma.in[4 * (2 * t + 1) + tt][2];
-        c[0] = mm_dot4(a_row_g, b_col0, c[0]);
-        c[1] = mm_dot4(a_row_g, b_col1, c[1]);
-        c[2] = mm_dot4(a_row_g8, b_col0, c[2]);
-        c[3] = mm_dot4(a_row_g8, b_col1, c[3]);
-    }
-    g_mma.barrier->arrive_and_wait(); /* nobody overwrites `in` before all have read it */
-}
-
-void mm_mma_k16_su_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
-    g_mma.in[lane][0] = a0, g_mma.in[lane][1] = a1, g_mma.in[lane][2] = b0;
-    g_mma.barrier->arrive_and_wait();
-    const int g = lane >> 2, t = lane & 3;
+    auto dot = [b_unsigned](int32_t a, uint32_t b, int32_t acc) {
+        return b_unsigned ? mm_dot4_us(b, a, acc) : mm_dot4(a, (int32_t)b, acc);
+    };
     for (int tt = 0; tt < 4; tt++) {
         int32_t a_row_g = (int32_t)g_mma.in[4 * g + tt][0], a_row_g8 = (int32_t)g_mma.in[4 * g + tt][1];
         if (g_mma_fault == 1) std::swap(a_row_g, a_row_g8);
         const uint32_t b_col0 = g_mma.in[4 * (2 * t) + tt][2], b_col1 = g_mma.in[4 * (2 * t + 1) + tt][2];
-        c[0] = mm_dot4_us(b_col0, a_row_g, c[0]);
-        c[1] = mm_dot4_us(b_col1, a_row_g, c[1]);
-        c[2] = mm_dot4_us(b_col0, a_row_g8, c[2]);
-        c[3] = mm_dot4_us(b_col1, a_row_g8, c[3]);
+        c[0] = dot(a_row_g, b_col0, c[0]);
+        c[1] = dot(a_row_g, b_col1, c[1]);
+        c[2] = dot(a_row_g8, b_col0, c[2]);
+        c[3] = dot(a_row_g8, b_col1, c[3]);
     }
-    g_mma.barrier->arrive_and_wait();
+    g_mma.barrier->arrive_and_wait(); /* nobody overwrites `in` before all have read it */
 }
 
 /* m16n8k32 .s8 with the PTX layout (A: lane (g, t) holds row g k 4t..4t+3, row g + 8 the same k, row g

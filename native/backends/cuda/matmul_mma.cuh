@@ -27,58 +27,45 @@
 
 #if !MM_DEVICE_CODE
 /* The host emulation of one warp-wide MMA (tools/cuda_matmul_check.cu defines it): lane `lane`'s
- * share of the m16n8k16 s8 product of the 32 lanes' fragments, with the PTX fragment layout. */
-void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane);
-/* the same with B's bytes unsigned (mm_mma_k16_su) */
-void mm_mma_k16_su_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane);
+ * share of the m16n8k16 product of the 32 lanes' fragments (A signed, B signed or unsigned), with the
+ * PTX fragment layout. */
+void mm_mma_k16_emulated(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane, bool b_unsigned);
 #endif
 
-/* c[0..3] += A (a0: row g, a1: row g + 8) . B (b0: token g), k 16; all 32 lanes together */
+/* c[0..3] += A (a0: row g, a1: row g + 8) . B (b0: token g), k 16; all 32 lanes together. A's bytes
+ * are signed; B's signed, or unsigned (0..255) with B_UNSIGNED (the staged Q6_K kernel's lo bytes of
+ * the bsums). */
+template <bool B_UNSIGNED = false>
 MM_HD void mm_mma_k16(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
 #if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b0));
+    if constexpr (B_UNSIGNED)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a0), "r"(a1), "r"(b0));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                     : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                     : "r"(a0), "r"(a1), "r"(b0));
 #elif MM_DEVICE_CODE
     /* the same integers from the 32 lanes' fragments, through shuffles */
     const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int tt = 0; tt < 4; tt++) {
-        const int32_t ar0 = (int32_t)__shfl_sync(MM_FULL_MASK, a0, 4 * g + tt);
-        const int32_t ar1 = (int32_t)__shfl_sync(MM_FULL_MASK, a1, 4 * g + tt);
-        const int32_t bn0 = (int32_t)__shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t) + tt);
-        const int32_t bn1 = (int32_t)__shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t + 1) + tt);
-        c[0] = mm_dot4(ar0, bn0, c[0]);
-        c[1] = mm_dot4(ar0, bn1, c[1]);
-        c[2] = mm_dot4(ar1, bn0, c[2]);
-        c[3] = mm_dot4(ar1, bn1, c[3]);
-    }
-#else
-    mm_mma_k16_emulated(c, a0, a1, b0, lane);
-#endif
-}
-
-/* mm_mma_k16 with B's bytes unsigned (0..255), A's signed: the staged Q6_K kernel's lo bytes of the bsums */
-MM_HD void mm_mma_k16_su(int32_t c[4], uint32_t a0, uint32_t a1, uint32_t b0, int lane) {
-#if MM_DEVICE_CODE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(SPECLA_USE_HIP)
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0));
-#elif MM_DEVICE_CODE
-    const int g = lane >> 2, t = lane & 3;
+    auto dot = [](int32_t a, uint32_t b, int32_t acc) {
+        if constexpr (B_UNSIGNED) return mm_dot4_us(b, a, acc);
+        else return mm_dot4(a, (int32_t)b, acc);
+    };
 #pragma unroll
     for (int tt = 0; tt < 4; tt++) {
         const int32_t ar0 = (int32_t)__shfl_sync(MM_FULL_MASK, a0, 4 * g + tt);
         const int32_t ar1 = (int32_t)__shfl_sync(MM_FULL_MASK, a1, 4 * g + tt);
         const uint32_t bn0 = __shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t) + tt);
         const uint32_t bn1 = __shfl_sync(MM_FULL_MASK, b0, 4 * (2 * t + 1) + tt);
-        c[0] = mm_dot4_us(bn0, ar0, c[0]);
-        c[1] = mm_dot4_us(bn1, ar0, c[1]);
-        c[2] = mm_dot4_us(bn0, ar1, c[2]);
-        c[3] = mm_dot4_us(bn1, ar1, c[3]);
+        c[0] = dot(ar0, bn0, c[0]);
+        c[1] = dot(ar0, bn1, c[1]);
+        c[2] = dot(ar1, bn0, c[2]);
+        c[3] = dot(ar1, bn1, c[3]);
     }
 #else
-    mm_mma_k16_su_emulated(c, a0, a1, b0, lane);
+    mm_mma_k16_emulated(c, a0, a1, b0, lane, B_UNSIGNED);
 #endif
 }
 

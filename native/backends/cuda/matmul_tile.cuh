@@ -505,7 +505,7 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
         for (int nt = 0; nt < NT; nt++) {
             const uint2 w = mm_lds<uint2>(bsums + 32 * 8 * nt);
             int32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-            mm_mma_k16_su(lo, as0, as1, mm_byte_perm(w.x, w.y, 0x6420u), lane);
+            mm_mma_k16<true>(lo, as0, as1, mm_byte_perm(w.x, w.y, 0x6420u), lane);
             mm_mma_k16(hi, as0, as1, mm_byte_perm(w.x, w.y, 0x7531u), lane);
 #pragma unroll
             for (int i = 0; i < 4; i++) s[nt][i] -= 32 * (lo[i] + 256 * hi[i]);
