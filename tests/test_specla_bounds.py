@@ -72,6 +72,16 @@ def test_bounds_follow_from_the_fitted_lines(tmp_path):
     assert deferred["measured_ratio"] == pytest.approx(1.81 / 1.63)
 
 
+def test_a_fit_with_a_cost_below_zero_claims_no_bound():
+    rows = [dict(r) for r in synthetic_rows()]
+    for r in rows:  # HLD times that fall as nodes are added: a per-node cost below zero
+        if r["case"] == "tree_verify" and r.get("verify_method") == "hld_chains" and r["layers"] == 48:
+            r["median_ms"] = 3.0 - 0.05 * r["n_nodes"] + HLD_CHAIN * specla_bounds.tree_shape(r["parents"])[1]
+    trees = specla_bounds.tree_verify_bounds(specla_bounds.load_rows_from(rows, 48))
+    assert trees and all(not b["fit_ok"] and b["bound_free_fixed_costs"] is None for b in trees)
+    assert all(b["bound_equal_step_cost"] > 0 for b in trees)
+
+
 def test_cli_prints_and_appends_rows(tmp_path, capsys):
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows()))

@@ -19,6 +19,10 @@ if every fixed cost (launches, the prologue kernels, the state's one read and wr
 
     python3 tools/specla_bounds.py results/bench-gpu-h100-e2eb6fa.jsonl --layers 48
 
+A fit is only as good as the rows: with 4 trees and 3 coefficients for HLD, a noisy run can give a
+per-node or per-chain cost at or below zero, which no walk has; such a fit is reported with
+`fit_ok: false` and no fitted bound (the equal-cost bound of the tree verify needs no fit).
+
 Reads only rows whose `case` is tree_verify, commit or deferred_commit; prints a table, and with
 --out appends one JSON row per bound."""
 from __future__ import annotations
@@ -34,6 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def load_rows_from(rows: list[dict], layers: int) -> list[dict]:
+    """The timing rows (not the ratio rows) of the three cases at `layers` layers."""
+    return [r for r in rows if r.get("case") in ("tree_verify", "commit", "deferred_commit")
+            and r.get("layers") == layers and r.get("method") != "ratio"]
+
+
 def load_rows(paths: list[str], layers: int) -> list[dict]:
     rows = []
     for path in paths:
@@ -41,13 +51,10 @@ def load_rows(paths: list[str], layers: int) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise SystemExit(f"specla_bounds: {path}:{n}: not a JSON row ({e.msg})")
-            if row.get("case") in ("tree_verify", "commit", "deferred_commit") and row.get("layers") == layers \
-                    and row.get("method") != "ratio":
-                rows.append(row)
-    return rows
+    return load_rows_from(rows, layers)
 
 
 def fit(columns: list[list[float]], times: list[float]) -> np.ndarray:
@@ -83,13 +90,14 @@ def tree_verify_bounds(rows: list[dict]) -> list[dict]:
     r_f, r_a = fit([[trees[t]["node_steps"] for t in names]], [trees[t]["root_to_leaf"] for t in names])
     h_f, h_a, h_c = fit([[trees[t]["n_nodes"] for t in names], [trees[t]["n_chains"] for t in names]],
                         [trees[t]["hld_chains"] for t in names])
+    fit_ok = bool(r_a > 0 and h_a > 0 and h_c > 0)
     out = []
     for t in names:
         v = trees[t]
         out.append({
             "case": "tree_verify", "tree": t, "n_nodes": v["n_nodes"], "node_steps": v["node_steps"],
-            "n_chains": v["n_chains"], "measured_ratio": v["root_to_leaf"] / v["hld_chains"],
-            "bound_free_fixed_costs": r_a * v["node_steps"] / (h_a * v["n_nodes"] + h_c * v["n_chains"]),
+            "n_chains": v["n_chains"], "measured_ratio": v["root_to_leaf"] / v["hld_chains"], "fit_ok": fit_ok,
+            "bound_free_fixed_costs": r_a * v["node_steps"] / (h_a * v["n_nodes"] + h_c * v["n_chains"]) if fit_ok else None,
             "bound_equal_step_cost": v["node_steps"] / v["n_nodes"],
             "fit_ms": {"replay_fixed": r_f, "replay_per_step": r_a, "hld_fixed": h_f, "hld_per_node": h_a,
                        "hld_per_chain": h_c},
@@ -109,9 +117,10 @@ def commit_bounds(rows: list[dict]) -> list[dict]:
         return []
     rf, ra = fit([acc], [points["replay"][n] for n in acc])
     ff, fa = fit([acc], [points["factors_now"][n] for n in acc])
+    fit_ok = bool(ra > 0 and fa > 0)
     return [{
         "case": "commit", "accepted": n, "measured_ratio": points["replay"][n] / points["factors_now"][n],
-        "bound_free_fixed_costs": ra / fa,
+        "fit_ok": fit_ok, "bound_free_fixed_costs": ra / fa if fit_ok else None,
         "fit_ms": {"replay_fixed": rf, "replay_per_token": ra, "fold_fixed": ff, "fold_per_token": fa},
     } for n in acc]
 
@@ -128,7 +137,7 @@ def deferred_bounds(rows: list[dict]) -> list[dict]:
     sep, dfr = times["factors_now"]["median_ms"], times["deferred_factors"]["median_ms"]
     return [{
         "case": "deferred_commit", "tree": tree, "accepted": times["factors_now"].get("accepted"),
-        "measured_ratio": sep / dfr, "bound_free_fold": sep / verify[tree],
+        "measured_ratio": sep / dfr, "fit_ok": True, "bound_free_fold": sep / verify[tree],
         "ms": {"separate": sep, "deferred": dfr, "verify_nothing_pending": verify[tree]},
     }]
 
@@ -152,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     source = sorted({r.get("commit", "?") + " " + r.get("device", "?") for r in rows})
     print(f"bench_specla rows at {args.layers} layers: {'; '.join(source)}")
     for b in bounds:
-        bound = b.get("bound_free_fixed_costs", b.get("bound_free_fold"))
+        bound = b["bound_free_fold"] if "bound_free_fold" in b else b["bound_free_fixed_costs"]
+        said = f"bound {bound:.2f}x" if b["fit_ok"] else "no bound: a fitted cost a unit came out <= 0 (noisy rows)"
         extra = f", equal step cost {b['bound_equal_step_cost']:.2f}x" if "bound_equal_step_cost" in b else ""
         what = b.get("tree") or f"{b['accepted']} accepted"
-        print(f"  {b['case']:16s} {what:18s} measured {b['measured_ratio']:.2f}x, bound {bound:.2f}x{extra}")
+        print(f"  {b['case']:16s} {what:18s} measured {b['measured_ratio']:.2f}x, {said}{extra}")
     if args.out:
         with open(args.out, "a") as f:
             for b in bounds:
