@@ -65,14 +65,12 @@ def fit(columns: list[list[float]], times: list[float]) -> np.ndarray:
 
 
 def tree_shape(parents: list[int]) -> tuple[int, int]:
-    """(root-to-leaf node steps, chains of the HLD schedule) of a parent array."""
+    """(root-to-leaf node steps, chains of the HLD schedule) of a parent array: a heavy-light
+    decomposition ends each chain at a leaf, so its chains are the tree's leaves."""
     from bench_specla import tree_stats
 
     stats = tree_stats(parents)
-    n_chains = stats.get("n_chains")
-    if n_chains is None:  # the schedule builder is unavailable: one chain a leaf is what HLD gives
-        n_chains = stats["n_leaves"]
-    return stats["root_to_leaf_node_steps"], n_chains
+    return stats["root_to_leaf_node_steps"], stats["n_leaves"]
 
 
 def tree_verify_bounds(rows: list[dict]) -> list[dict]:

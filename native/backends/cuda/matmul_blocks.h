@@ -499,13 +499,7 @@ MM_HD uint32_t mm_byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
 
 /* byte i (0..3, a constant after unrolling) of w, zero-extended: one PRMT on the device, where the
  * shift and mask the compiler would emit are two instructions */
-MM_HD uint32_t mm_byte_of(uint32_t w, int i) {
-#if MM_DEVICE_CODE && !defined(SPECLA_USE_HIP)
-    return __byte_perm(w, 0u, 0x4440u | (uint32_t)i);
-#else
-    return (w >> (8 * i)) & 0xffu;
-#endif
-}
+MM_HD uint32_t mm_byte_of(uint32_t w, int i) { return mm_byte_perm(w, 0u, 0x4440u | (uint32_t)i); }
 MM_HD void mm_scale_min(const uint32_t *sw, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = (int)(mm_byte(sw, j) & 63);

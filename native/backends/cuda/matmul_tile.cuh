@@ -22,8 +22,8 @@
  *     t = lo-dot + 128 hi-dot, the same integer. Q6_K's levels enter the MMAs as stored (0..63) and
  *     its bias comes off the block's s once: s - 32 sum_g sc_g bsum_g, that sum two m16n8k16 MMAs per
  *     tile (A = the row's 16 group scales; B = the lo / hi bytes of the token's 16 bsums), the same
- *     integer as the biased levels' (a per-byte subtraction on every A register cost three
- *     instructions each, 96 a block).
+ *     integer as the biased levels' and fewer instructions than subtracting the bias byte by byte
+ *     from every A register (three each on sm_90, 96 a block).
  *   - then the block's float step, exactly as matmul_blocks.h: Q4_K acc = fma(da * d, s, acc),
  *     acc = fma(-(da * dmin), t, acc); Q6_K acc = fma(da * d, s, acc).
  * A chunk's partial sums are stored with mm_store; the split-K finish (mm_tile_finish) adds them in
@@ -302,6 +302,9 @@ template <typename T> MM_HD T mm_lds(const uint8_t *p) {
 #endif
 }
 
+/* word i (0..3) of v: a constant i folds to the word, a per-lane one is three selects */
+MM_HD uint32_t mm_word_of(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
 /* Load block k of a k-quant's two rows of the thread: from the prepared weight in global memory
  * (streaming loads), or, with SHARED, from slots laid out the same way in shared memory (the bulk
  * kernel's stages). */
@@ -481,8 +484,7 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
                         else if (m == 2) v = ((qa >> 4) & 0x0F0F0F0Fu) | (qhw & 0x30303030u);
                         else v = ((qb >> 4) & 0x0F0F0F0Fu) | ((qhw >> 2) & 0x30303030u);
                         a[r] = v; /* levels 0..63, the bias of 32 comes off after the groups */
-                        const uint32_t word = grp < 4 ? f.sc[r].x : grp < 8 ? f.sc[r].y : grp < 12 ? f.sc[r].z : f.sc[r].w;
-                        sc[r] = (int8_t)(word >> (8 * (grp & 3)));
+                        sc[r] = (int8_t)(mm_word_of(f.sc[r], grp >> 2) >> (8 * (grp & 3)));
                     }
                     uint32_t b[NT];
 #pragma unroll
@@ -498,8 +500,7 @@ MM_HD void mm_tile_block_k(const mm_tile_frag<TYPE> &f, const uint8_t *buf, int 
          * codes) = s - 32 u, u = sum_g sc_g bsum_g: one m16n8k16 per byte of the bsums (A: groups
          * 4t..4t+3 of the row's 16 scales, word t; B: the lo / hi bytes of bsums 4t..4t+3 of token
          * g), u = lo-dot + 256 hi-dot. Every sum is exact in int32 (|s| < 2^28), so the same integer. */
-        const uint32_t as0 = t == 0 ? f.sc[0].x : t == 1 ? f.sc[0].y : t == 2 ? f.sc[0].z : f.sc[0].w;
-        const uint32_t as1 = t == 0 ? f.sc[1].x : t == 1 ? f.sc[1].y : t == 2 ? f.sc[1].z : f.sc[1].w;
+        const uint32_t as0 = mm_word_of(f.sc[0], t), as1 = mm_word_of(f.sc[1], t);
         const uint8_t *bsums = buf + 8 * NT * tr::row_stride + 32 * g + 8 * t; /* token g of tile 0 */
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
