@@ -503,6 +503,55 @@ def test_a_large_context_gives_a_shallow_step_the_same_bits(deep_attention_model
         assert np.array_equal(small, large), f"{name}: other bits in a context of 40000 rows"
 
 
+@pytest.fixture(scope="module")
+def deep_d128_model(tmp_path_factory):
+    """qwen35 with head_dim 128 and 4 query heads per KV head: attention_blocked_kernel's general
+    head_dim code (D / 32 read at run time) and query tiles of 8 queries x 4 heads."""
+    path = write_test_model(tmp_path_factory.mktemp("gpu-deep128") / "tiny-h8-kv2-d128-qwen35-f32.gguf", "tiny",
+                            "f32", seed=11, n_head=8, n_head_kv=2, head_dim=128, rope_dims=64)
+    model = Model.load(str(path), device="cuda")
+    yield model
+    model.close()
+
+
+@pytest.mark.parametrize("blocked", ["0", "1"], ids=["tile-kernel-walk", "blocked-walk"])
+@pytest.mark.parametrize("which", ["d256", "d128"])
+def test_shared_segments_on_either_walk_are_exact(deep_attention_model, deep_d128_model, which, blocked, monkeypatch):
+    """A batch's and a tree's shared segments past 1024 rows reduced by attention_blocked_kernel
+    (SPECLA_CUDA_ATTENTION_BLOCKED=1, the default where an SM holds two of its blocks) or by the
+    tile kernel's own walk (=0): either way a 23-token batch and a 23-node tree give the bits of
+    decoding token by token and of each node's path, at head_dim 256 (compiled) and 128 (read at run
+    time)."""
+    monkeypatch.setenv("SPECLA_CUDA_ATTENTION_BLOCKED", blocked)
+    check_attention_at_depth_is_exact(deep_attention_model if which == "d256" else deep_d128_model)
+
+
+def test_blocked_walk_runs_where_the_gpu_holds_it(deep_attention_model, monkeypatch):
+    """With SPECLA_CUDA_ATTENTION_BLOCKED=1 a 23-token batch at depth launches one more kernel per
+    attention layer than with =0 (attention_blocked_kernel before the tile kernel) on a GPU whose SMs
+    hold two of its 105 KB blocks (228 KB an SM: sm_90, sm_100, sm_103), and the same number elsewhere;
+    the logits are the same bits either way."""
+    import subprocess
+    cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.split()[0]
+    holds_two = cap in ("9.0", "10.0", "10.3")
+    model = deep_attention_model
+    V = model.hparams.n_vocab
+    history, tokens = prompt(V, DEEP_PREFIX, seed=6), prompt(V, 23, seed=7)
+    n_attention = sum(1 for r in model.hparams.layer_is_recurrent if not r)
+    launches, logits = {}, {}
+    for blocked in ("0", "1"):
+        monkeypatch.setenv("SPECLA_CUDA_ATTENTION_BLOCKED", blocked)
+        ctx = model.new_context(n_ctx=DEEP_PREFIX + 64, max_batch=64)
+        ctx.eval(history)
+        ctx.launch_counters()
+        logits[blocked] = ctx.eval(tokens, logits_all=True)
+        launches[blocked] = ctx.launch_counters()[0]
+        ctx.close()
+    assert np.array_equal(logits["0"].view(np.uint32), logits["1"].view(np.uint32))
+    assert launches["1"] - launches["0"] == (n_attention if holds_two else 0), (launches, n_attention, cap)
+
+
 def check_attention_at_depth_is_exact(model, prefix=DEEP_PREFIX):
     """A 23-token batch and a 23-node tree after `prefix` tokens against decoding token by token
     and each node's path, bit for bit, with the backend settings the caller set."""

@@ -62,6 +62,7 @@
 #include "launch.h"
 #include "row_math.cuh"
 #include "attention_tensor_cores.cuh"
+#include "attention_blocked.cuh"
 
 #define SPECLA_WARP 32
 #define ATT_THREADS 128
@@ -459,27 +460,32 @@ static __device__ __forceinline__ void tile_values(att_shared<HG> &sh, const flo
     }
 }
 
-/* The softmax bookkeeping of a tile's scores in sh.p (group grp takes pairs grp, grp + 4, ...): the
- * running max and sum, the scale alpha of the accumulators, the scores replaced by their weights. */
+/* The softmax bookkeeping of one pair's tile of scores p[0 .. tile_n) (lanes of one 32-lane group
+ * call it together): the running max m and sum l, the scale alpha of the accumulators, the scores
+ * replaced by their weights (p[lane], p[lane + 32]). Every kernel's softmax is this function. */
+static __device__ __forceinline__ void softmax_tile_pair(float *p, float *m, float *l, float *alpha, int tile_n,
+                                                         int lane) {
+    const float s0 = lane < tile_n ? p[lane] : -INFINITY;
+    const float s1 = lane + SPECLA_WARP < tile_n ? p[lane + SPECLA_WARP] : -INFINITY;
+    const float m_old = *m;
+    const float m_new = fmaxf(m_old, group_max(fmaxf(s0, s1)));
+    const float a = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+    const float p0 = lane < tile_n ? expf(s0 - m_new) : 0.0f;
+    const float p1 = lane + SPECLA_WARP < tile_n ? expf(s1 - m_new) : 0.0f;
+    p[lane] = p0;
+    p[lane + SPECLA_WARP] = p1;
+    const float tile_sum = group_sum(__fadd_rn(p0, p1));
+    if (lane == 0) {
+        *l = __fadd_rn(__fmul_rn(*l, a), tile_sum);
+        *m = m_new;
+        *alpha = a;
+    }
+}
+
+/* The softmax bookkeeping of a tile's scores in sh.p: group grp takes pairs grp, grp + 4, ... */
 template <int HG>
 static __device__ __forceinline__ void tile_softmax(att_shared<HG> &sh, int ng, int tile_n, int lane, int grp) {
-    for (int g = grp; g < ng; g += ATT_GROUPS) {
-        const float s0 = lane < tile_n ? sh.p[g][lane] : -INFINITY;
-        const float s1 = lane + SPECLA_WARP < tile_n ? sh.p[g][lane + SPECLA_WARP] : -INFINITY;
-        const float m_old = sh.m[g];
-        const float m_new = fmaxf(m_old, group_max(fmaxf(s0, s1)));
-        const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-        const float p0 = lane < tile_n ? expf(s0 - m_new) : 0.0f;
-        const float p1 = lane + SPECLA_WARP < tile_n ? expf(s1 - m_new) : 0.0f;
-        sh.p[g][lane] = p0;
-        sh.p[g][lane + SPECLA_WARP] = p1;
-        const float tile_sum = group_sum(__fadd_rn(p0, p1));
-        if (lane == 0) {
-            sh.l[g] = __fadd_rn(__fmul_rn(sh.l[g], alpha), tile_sum);
-            sh.m[g] = m_new;
-            sh.alpha[g] = alpha;
-        }
-    }
+    for (int g = grp; g < ng; g += ATT_GROUPS) softmax_tile_pair(sh.p[g], &sh.m[g], &sh.l[g], &sh.alpha[g], tile_n, lane);
 }
 
 /* One tile of a segment, whatever the arithmetic: its physical rows, then scores() (into sh.p),
@@ -825,7 +831,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
  * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
  * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
  * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
- * 0 skip it. Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
+ * 0 skip it. With shared_elsewhere every block skips it: attention_blocked_kernel reduces the shared
+ * segments of the same tiles (qt queries). Any other segment (a causal query's last one, a tree node's ancestor rows) is reduced by
  * block jq for the tile's query jq alone, with its ngh heads, exactly as attention_kernel's SPLIT
  * shape does (short batches at small depths have only such segments: one block per query keeps them
  * parallel). Partials go to the same workspace slots as attention_kernel's, for
@@ -835,7 +842,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     attention_tile_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                           const int32_t *positions, const int32_t *parents, const int32_t *n_prefix_at, int T, int nh, int nkv, int D,
                           int n_hgroups, int hb, int qt, int n_q, int n_seg_max, int t0, float *part_acc, float *part_ml,
-                          int32_t *part_rows, float scale) {
+                          int32_t *part_rows, float scale, int shared_elsewhere) {
     grid_begin();
     __shared__ att_shared<P> sh;
     __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
@@ -876,7 +883,8 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         if (counts && tid == 0) part_rows[tp] = sh.n_rows; /* the row counts the merge kernel reads */
 
         if (shared) {
-            if (jq != 0) continue; /* block 0 of the tile serves all its queries */
+            /* block 0 of the tile serves all its queries, unless attention_blocked_kernel does */
+            if (shared_elsewhere || jq != 0) continue;
             const int np = nq * ngh;
             for (int i = tid; i < np * D; i += ATT_THREADS) {
                 const int pair = i / D, d = i % D;
@@ -902,6 +910,77 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
         store_partials(sh, acc, ngh, D, [&](int g) { return ((int64_t)tp * nh + head0 + g) * n_seg_max + seg; },
                        part_acc, part_ml);
         __syncthreads(); /* q, m and l are rewritten by the next segment */
+    }
+}
+
+/* A batch's SHARED segments (attention_tile_kernel's definition, for tiles of qs queries) on the
+ * register-blocked walk of attention_blocked.cuh: block (x, kvh * n_hgroups + hg, tile) holds the
+ * tile's pairs (query i / ngh, head head0 + i % ngh; at most ATB_PAIRS) and reduces its shared segments
+ * x, x + gridDim.x, ..., each into the workspace slots attention_tile_kernel would write, with the same
+ * bits (the header says why). Tree when n_prefix_at != NULL (the prefix rows are the shared ones).
+ * Dynamic shared memory: one atb_shared. NJ = head_dim / 32 at compile time (0: D / 32 at run time). */
+template <int NJ>
+static __global__ void __launch_bounds__(ATB_THREADS, 2)
+    attention_blocked_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
+                             const int32_t *positions, const int32_t *n_prefix_at, int nh, int nkv, int D,
+                             int n_hgroups, int hb, int qs, int n_q, int n_seg_max, int t0, float *part_acc,
+                             float *part_ml, float scale) {
+    grid_begin();
+    extern __shared__ float4 atb_area[];
+    atb_shared &sh = *reinterpret_cast<atb_shared *>(atb_area);
+    window_start(first_row, nkv, D, &k_cache, &v_cache);
+    const int kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
+    const int lane = tid % SPECLA_WARP, warp = tid / SPECLA_WARP;
+    const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
+    const int tq0 = blockIdx.z * qs, nq = min(qs, n_q - tq0);
+    /* the rows every query of the tile sees directly (each thread reads them itself: no barrier) */
+    int n_shared;
+    if (n_prefix_at) {
+        n_shared = *n_prefix_at;
+    } else {
+        n_shared = positions[t0 + tq0] + 1;
+        for (int j = 1; j < nq; j++) n_shared = min(n_shared, positions[t0 + tq0 + j] + 1);
+    }
+    if (n_shared < ATT_SHARE_MIN_ROWS) return;
+    const int n_shared_segs = n_shared / ATT_SEG;
+    if ((int)blockIdx.x >= n_shared_segs) return;
+    const int np = nq * ngh, nj = D / ATB_LEAVES;
+    const int64_t row_stride = (int64_t)nkv * D;
+    const float *k_head = k_cache + (int64_t)kvh * D, *v_head = v_cache + (int64_t)kvh * D;
+    atb_stage_q(sh, q, nh, D, t0 + tq0, head0, ngh, np, tid);
+    const int pair0 = atb_value_pair0(tid), dim0 = atb_value_dim0(tid);
+    for (int seg = blockIdx.x; seg < n_shared_segs; seg += gridDim.x) {
+        float acc[8][4];
+#pragma unroll
+        for (int a = 0; a < 8; a++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[a][e] = 0.0f;
+        if (tid < ATB_PAIRS) sh.m[tid] = -INFINITY, sh.l[tid] = 0.0f;
+        for (int tile = seg * ATT_SEG; tile < (seg + 1) * ATT_SEG; tile += ATT_TILE) {
+            atb_stage_k<NJ>(sh, k_head + tile * row_stride, row_stride, nj, tid);
+            __syncthreads(); /* the tile's K (the first time also q, m and l) */
+            atb_scores<NJ>(sh, nj, scale, tid);
+            __syncthreads(); /* the scores; K is read no more */
+            atb_copy_v(sh, v_head + tile * row_stride, row_stride, D, tid); /* in flight under the softmax */
+            for (int g = warp; g < ATB_PAIRS; g += ATB_WARPS)
+                softmax_tile_pair(sh.p + g * ATB_P_STRIDE, &sh.m[g], &sh.l[g], &sh.alpha[g], ATT_TILE, lane);
+            atb_wait_v();
+            __syncthreads(); /* the probabilities, alpha and the tile's V */
+            atb_values(sh, acc, D, tid);
+            __syncthreads(); /* kv and p are rewritten by the next tile */
+        }
+        /* the segment's partials: slot of pair g as attention_tile_kernel numbers it */
+        const auto slot_of = [&](int g) { return ((int64_t)(tq0 + g / ngh) * nh + head0 + g % ngh) * n_seg_max + seg; };
+        if (tid < np) part_ml[2 * slot_of(tid)] = sh.m[tid], part_ml[2 * slot_of(tid) + 1] = sh.l[tid];
+        if (dim0 < D) {
+#pragma unroll
+            for (int a = 0; a < 8; a++)
+                if (pair0 + a < np)
+                    *reinterpret_cast<float4 *>(&part_acc[slot_of(pair0 + a) * D + dim0]) =
+                        make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+        }
+        /* m and l are reset by the next segment's threads tid < ATB_PAIRS, which read them here
+         * themselves first; the next reads by others follow its first barrier */
     }
 }
 
@@ -983,6 +1062,44 @@ static bool att_tensor_cores(const backend *be, int D) {
            D <= ATT_MAX_D;
 }
 
+/* Whether a batch's shared segments take attention_blocked_kernel: the fp32 path (not the tensor
+ * cores'), head_dim a multiple of 32 up to 256, and an SM that holds two of its blocks (105 KB of
+ * shared memory each: sm_90 and up; never on HIP, whose gfx11 work groups have 64 KB), unless
+ * SPECLA_CUDA_ATTENTION_BLOCKED=0 (the tile kernel's own shared walk then: the same bits). */
+#if defined(SPECLA_USE_HIP)
+#define ATT_BLOCKED_KERNELS false
+#else
+#define ATT_BLOCKED_KERNELS true
+#endif
+#define ATB_SMEM_RESERVED 1024 /* the runtime's shared memory per block on sm_80+ */
+static bool att_blocked(const backend *be, bool tc, int D) {
+    const cuda_backend *cb = cuda_of(be);
+    return ATT_BLOCKED_KERNELS && cb->attention_blocked && !tc && D % ATB_LEAVES == 0 && D <= ATB_MAX_D &&
+           (size_t)cb->shared_per_sm >= 2 * (sizeof(atb_shared) + ATB_SMEM_RESERVED);
+}
+
+/* attention_blocked_kernel for head_dim D (att_blocked(D)), its shared-memory limit raised once */
+static void launch_attention_blocked(const backend *be, dim3 grid, int D, const float *q, const float *k_cache,
+                                     const float *v_cache, const int32_t *first_row, const int32_t *positions,
+                                     const int32_t *n_prefix, int nh, int nkv, int n_hgroups, int hb, int qs, int n_q,
+                                     int n_seg_max, int t0, float *part_acc, float *part_ml, float scale) {
+#if defined(SPECLA_USE_HIP)
+    (void)be, (void)grid, (void)D, (void)q, (void)k_cache, (void)v_cache, (void)first_row, (void)positions,
+        (void)n_prefix, (void)nh, (void)nkv, (void)n_hgroups, (void)hb, (void)qs, (void)n_q, (void)n_seg_max, (void)t0,
+        (void)part_acc, (void)part_ml, (void)scale;
+#else
+    const bool fixed = D == ATB_MAX_D;
+    auto kernel = fixed ? attention_blocked_kernel<ATB_MAX_D / ATB_LEAVES> : attention_blocked_kernel<0>;
+    static const cudaError_t fixed_attr = cudaFuncSetAttribute(
+        attention_blocked_kernel<ATB_MAX_D / ATB_LEAVES>, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(atb_shared));
+    static const cudaError_t general_attr = cudaFuncSetAttribute(
+        attention_blocked_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(atb_shared));
+    (void)fixed_attr, (void)general_attr; /* a refused limit shows as the launch's error */
+    cuda_launch(kernel, grid, dim3(ATB_THREADS), sizeof(atb_shared), cuda_stream(be), q, k_cache, v_cache, first_row,
+                positions, n_prefix, nh, nkv, D, n_hgroups, hb, qs, n_q, n_seg_max, t0, part_acc, part_ml, scale);
+#endif
+}
+
 /* The attention_kernel of HG heads a block: on the tensor cores (tc) or not, and for a decode step's
  * blocks with or without the compile-time pair shape (ATT_KERNEL_FIXED_PAIRS). */
 template <int HG> static auto attention_kernel_for(bool tc, bool decode_general) {
@@ -1018,16 +1135,32 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         float *part_acc = (float *)cb->workspace;
         float *part_ml = part_acc + (size_t)split_queries * nh * n_seg_max * D;
         int32_t *part_rows = (int32_t *)(part_ml + (size_t)split_queries * nh * n_seg_max * 2);
-        /* a batch: blocks of query tiles (attention_tile_kernel), hb heads x qt queries per block */
-        const int hb = G < ATT_MAX_G ? G : ATT_MAX_G, tile_hgroups = (G + hb - 1) / hb, qt = ATT_TILE_PAIRS / hb;
+        /* a batch: blocks of query tiles (attention_tile_kernel), hb heads x qt queries per block; with
+         * attention_blocked_kernel (att_blocked) tiles of up to ATB_PAIRS pairs, whose shared segments
+         * it reduces before the tile kernel reduces the rest */
+        const bool blocked = T > 1 && att_blocked(be, tc, D);
+        const int hb = G < ATT_MAX_G ? G : ATT_MAX_G, tile_hgroups = (G + hb - 1) / hb;
+        const int qt = (blocked ? ATB_PAIRS : ATT_TILE_PAIRS) / hb;
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
+            if (blocked) {
+                /* blocks along the segments: enough for two a SM over the tiles (a block walks the
+                 * segments x, x + gx, ...), at most one per segment */
+                const int tiles = (n_q + qt - 1) / qt, others = nkv * tile_hgroups * tiles;
+                const int two_waves = cb->sm_count > 0 ? (2 * cb->sm_count + others - 1) / others : seg_blocks;
+                const int gx = two_waves < seg_blocks ? (two_waves > 0 ? two_waves : 1) : seg_blocks;
+                launch_attention_blocked(be, dim3(gx, nkv * tile_hgroups, tiles), D, q, k_cache, v_cache, first_row,
+                                         positions, n_prefix, nh, nkv, tile_hgroups, hb, qt, n_q, n_seg_max, t0,
+                                         part_acc, part_ml, scale);
+                cuda_note_launch(be, name);
+            }
             if (T > 1)
                 cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS>
                                : attention_tile_kernel<ATT_TILE_PAIRS, false>,
                             dim3(seg_blocks, nkv * tile_hgroups, (n_q + qt - 1) / qt * qt), dim3(ATT_THREADS),
                             tree_bytes, cuda_stream(be), q, k_cache, v_cache, first_row, positions, parents, n_prefix, T,
-                            nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale);
+                            nh, nkv, D, tile_hgroups, hb, qt, n_q, n_seg_max, t0, part_acc, part_ml, part_rows, scale,
+                            (int)blocked);
             else
                 cuda_launch(attention_kernel_for<HG>(tc, cb->attention_decode_general),
                             dim3(seg_blocks, nkv * n_hgroups, n_q), dim3(ATT_THREADS), tree_bytes,

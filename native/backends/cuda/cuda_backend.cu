@@ -581,15 +581,20 @@ extern "C" specla_status cuda_backend_create(int device, const backend_limits *l
      * default: a replay saves an eager batch's launch costs).
      * SPECLA_CUDA_ATTENTION_DECODE_GENERAL=1: a decode step's attention kernel without its compiled
      * 27B pair shape (attention.cu; the same bits); off: slower once a decode block has long segments
-     * to walk (docs/perf.md, thirty-second pass). */
+     * to walk (docs/perf.md, thirty-second pass).
+     * SPECLA_CUDA_ATTENTION_BLOCKED=0: a batch's shared attention segments on the tile kernel's own
+     * walk instead of attention_blocked_kernel's (attention.cu; the same bits; on by default where an
+     * SM holds two of its blocks). */
     ci->pub.gdn_deferred_steps = 1;
+    ci->pub.attention_blocked = 1;
     ci->pub.base.records_batches = 1;
     if (read_switch("SPECLA_CUDA_FUSED_QUANTIZE", &fused_quantize) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_FUSED_ATTENTION_PREPARE", &ci->fused_attention_prepare) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_ATTENTION_TC", &ci->pub.attention_tensor_cores) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_GDN_DEFER", &ci->pub.gdn_deferred_steps) != SPECLA_OK ||
         read_switch("SPECLA_CUDA_RECORDED_BATCHES", &ci->pub.base.records_batches) != SPECLA_OK ||
-        read_switch("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", &ci->pub.attention_decode_general) != SPECLA_OK) {
+        read_switch("SPECLA_CUDA_ATTENTION_DECODE_GENERAL", &ci->pub.attention_decode_general) != SPECLA_OK ||
+        read_switch("SPECLA_CUDA_ATTENTION_BLOCKED", &ci->pub.attention_blocked) != SPECLA_OK) {
         free(ci);
         return SPECLA_ERR_INVALID_ARGUMENT;
     }

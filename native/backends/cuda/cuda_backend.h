@@ -34,6 +34,9 @@ typedef struct cuda_backend {
     /* SPECLA_CUDA_ATTENTION_DECODE_GENERAL: a decode step's attention kernel on the general segment
      * code alone (attention.cu; the same operations, half the code) */
     int attention_decode_general;
+    /* SPECLA_CUDA_ATTENTION_BLOCKED (on by default): a batch's shared attention segments on
+     * attention_blocked.cuh's register-blocked walk where the GPU holds it (the same bits) */
+    int attention_blocked;
 } cuda_backend;
 
 static inline const cuda_backend *cuda_of(const backend *be) { return (const cuda_backend *)be; }

@@ -1,0 +1,35 @@
+"""The register-blocked attention walk on the CPU (tools/cuda_attention_blocked_check.cu): the phases of
+attention_blocked.cuh (staging q, the transposed and swizzled K, V as stored; the scores with their
+lane sums folded into the butterfly's tree; the weighted V sums) run for every thread index of a block
+against plain loops of the fp32 path's arithmetic, bit for bit, at head_dim 256, 128, 64 and 32 and
+1 to 32 pairs; --self-test plants three faults (K staged without the swizzle, the lane sums added in
+lane order, a V row read one row late) and fails unless each is caught. It needs nvcc (CI has it), no
+GPU: which thread owns which pairs, rows and dims, and the order of the fold, are checked on every
+submission, before any device time."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build tools/cuda_attention_blocked_check.cu")
+def test_blocked_attention_phases_match_the_fp32_arithmetic_with_planted_faults(tmp_path):
+    binary = tmp_path / "cuda_attention_blocked_check"
+    build = subprocess.run(["nvcc", "-O2", "-std=c++20", "-Xcompiler", "-ffp-contract=off",
+                            "-I", str(ROOT / "native" / "backends" / "cuda"),
+                            str(ROOT / "tools" / "cuda_attention_blocked_check.cu"), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
+    run = subprocess.run([str(binary), "--self-test"], capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert "PASSED: 0 failure(s), every planted fault caught" in output, output[-3000:]
+    first, planted = output.split("-- planted faults")
+    assert first.count(" ok ") == 32 and "FAIL" not in first, first
+    assert planted.count(" ok ") == 5, planted
