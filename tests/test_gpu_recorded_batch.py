@@ -108,3 +108,33 @@ def test_batches_are_recorded_by_default_and_eager_with_the_switch_off(model, mo
         else:
             assert launches > 1, f"SPECLA_CUDA_RECORDED_BATCHES=0: the third batch ran {launches} launch"
         ctx.close()
+
+
+def test_recorded_batches_across_the_depth_classes_equal_eager(model, monkeypatch):
+    """A batch whose queries see at most 1024 rows (DECODE_SHALLOW_ROWS) in a larger context replays a
+    recording bounded there, a deeper one a recording bounded by the capacity: batches of 6 tokens from
+    position 990 to past 1100, each class recorded and replayed on its side, every argmax and the
+    state they leave equal to the same batches run eagerly."""
+    monkeypatch.setenv("SPECLA_CUDA_RECORDED_BATCHES", "1")
+    V = model.hparams.n_vocab
+    rng = np.random.default_rng(23)
+    ctxs = {rec: model.new_context(n_ctx=2048, max_batch=MAX_BATCH, recorded_steps=rec) for rec in (True, False)}
+    prompt = rng.integers(0, V, 990).tolist()
+    for ctx in ctxs.values():
+        ctx.eval(prompt)
+    replays = {"shallow": 0, "deep": 0}
+    for i in range(20):
+        tokens = rng.integers(0, V, 6).tolist()
+        side = "shallow" if ctxs[True].n_past + len(tokens) <= 1024 else "deep"
+        got = {}
+        for rec, ctx in ctxs.items():
+            ctx.step_counters()
+            got[rec] = ctx.eval_argmax(tokens)
+            if rec and ctx.step_counters()[0] == 1:
+                replays[side] += 1
+        assert got[True] == got[False], f"batch {i} ({side}): recorded {got[True]}, eager {got[False]}"
+    assert replays["shallow"] >= 2 and replays["deep"] >= 2, replays
+    logits = [ctx.eval([3, 5, 7], logits_all=True) for ctx in ctxs.values()]
+    assert np.array_equal(logits[0].view(np.uint32), logits[1].view(np.uint32)), "the state after the batches differs"
+    for ctx in ctxs.values():
+        ctx.close()

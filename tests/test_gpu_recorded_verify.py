@@ -266,3 +266,33 @@ def test_recorded_steps_follow_a_chosen_head_that_grows(model):
         assert set(tokens_out) <= chosen, f"{n} rows: a token outside the chosen rows"
     for ctx in ctxs.values():
         ctx.close()
+
+
+def test_recorded_verify_across_the_depth_classes_equals_eager(model):
+    """A verify whose nodes see at most 1024 rows (DECODE_SHALLOW_ROWS) in a larger context replays a
+    recording bounded there (its attention grids have blocks for 8 segments, not the capacity's), a
+    deeper one a recording bounded by the capacity: each class is recorded and replayed on its side
+    of the boundary, and every argmax and the state after finish equal the same steps run eagerly."""
+    V = model.hparams.n_vocab
+    prompt = np.random.default_rng(12).integers(0, V, 960).tolist()
+    contexts = {rec: model.new_context(n_ctx=2048, max_tree_nodes=16, recorded_steps=rec) for rec in (True, False)}
+    for ctx in contexts.values():
+        ctx.eval(prompt)
+    replays = {"shallow": 0, "deep": 0}
+    for i, (tokens, parents, path) in enumerate(steps(V, seed=5, n_steps=40)):
+        side = "shallow" if contexts[True].n_past + len(tokens) <= 1024 else "deep"
+        got = {}
+        for rec, ctx in contexts.items():
+            ctx.launch_counters()
+            got[rec] = ctx.verify_tree(tokens, parents)
+            if rec and ctx.launch_counters()[0] == 1:
+                replays[side] += 1
+            ctx.accept(path)
+        assert np.array_equal(got[True], got[False]), f"step {i} ({side}): argmax of the recorded verify differs"
+    assert replays["shallow"] >= 2 and replays["deep"] >= 2, replays
+    logits = []
+    for ctx in contexts.values():
+        ctx.finish()
+        logits.append(ctx.eval([3, 5, 7], logits_all=True))
+        ctx.close()
+    assert np.array_equal(logits[0].view(np.uint32), logits[1].view(np.uint32)), "durable state after finish differs"

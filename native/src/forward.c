@@ -208,8 +208,22 @@ static int batch_step_recordable(const specla_context *ctx, const specla_batch *
            ctx->be->records_batches && !ctx->params.no_recorded_steps;
 }
 
+/* The rows a batch's or a verify's attention grids are sized for when its queries see at most
+ * rows_seen rows: the context's capacity, or DECODE_SHALLOW_ROWS when rows_seen is at most that and
+ * the capacity larger (the shallow class, as a decode step's: a launch has blocks for 8 segments, not
+ * for the capacity's, most of which would only leave). The bits do not depend on the bound; a
+ * recorded step is keyed by its class, whose grids it holds. */
+static int32_t step_rows_bound(const specla_context *ctx, int64_t rows_seen) {
+    return rows_seen <= DECODE_SHALLOW_ROWS && ctx->params.n_ctx > DECODE_SHALLOW_ROWS ? DECODE_SHALLOW_ROWS
+                                                                                      : ctx->params.n_ctx;
+}
+/* a keyed step's variant with its depth class: bit 1 set for the capacity's bound */
+static int32_t with_depth_class(const specla_context *ctx, const batch_view *bv, int32_t variant) {
+    return variant | (bv->max_rows == ctx->params.n_ctx ? 2 : 0);
+}
+
 static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
-    const recorded_step_key key = {scored_head_key(ctx), bv->T, argmax_out != NULL};
+    const recorded_step_key key = {scored_head_key(ctx), bv->T, with_depth_class(ctx, bv, argmax_out != NULL)};
     enqueue_keyed_step(ctx, &ctx->recorded_batch, STEP_BATCH, &key, bv, 1, argmax_out != NULL);
     return finish_step(ctx, argmax_out, 1);
 }
@@ -240,7 +254,10 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     const size_t bytes = sizeof(int32_t) * (size_t)batch->n_tokens;
     be->ops->upload(be, s->tokens, batch->tokens, bytes);
     be->ops->upload(be, s->positions, batch->positions, bytes);
-    const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL, ctx->params.n_ctx};
+    int32_t last = 0;
+    for (int i = 0; i < batch->n_tokens; i++) last = batch->positions[i] > last ? batch->positions[i] : last;
+    const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL,
+                           batch->n_tokens > 1 ? step_rows_bound(ctx, (int64_t)last + 1) : ctx->params.n_ctx};
     if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->positions[0], batch->argmax);
     if (batch_step_recordable(ctx, batch)) return run_batch_step(ctx, &bv, batch->argmax);
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
@@ -261,7 +278,8 @@ static int verify_step_recordable(const specla_context *ctx, const specla_tree_b
 static specla_status run_verify_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const int N = bv->T;
     specla_factor_banks *banks = ctx->tree.banks;
-    const recorded_step_key key = {scored_head_key(ctx), N, banks ? factor_banks_write_bank(banks) : 0};
+    const recorded_step_key key = {scored_head_key(ctx), N,
+                                   with_depth_class(ctx, bv, banks ? factor_banks_write_bank(banks) : 0)};
     const int replayed = enqueue_keyed_step(ctx, &ctx->recorded_verify, STEP_VERIFY, &key, bv, N, 1);
     /* a replay ran the recording's ops; the host side of its layers is what recording them left */
     if (replayed && banks) factor_banks_note_replayed_verify(banks, N);
@@ -281,8 +299,10 @@ specla_status model_forward_tree(specla_context *ctx, const specla_tree_batch *t
     be->ops->upload(be, s->rows, tr->rows, bytes);
     be->ops->upload(be, tr->schedule_on_backend, tr->schedule, sizeof(int32_t) * (size_t)tr->schedule_ints);
     if (tr->banks) factor_banks_prepare_verify(tr->banks);
+    /* node 0 sits at the prefix length; a node sees the prefix and at most N tree rows */
     const batch_view bv = {N, s->positions, s->rows, tr->schedule_on_backend,
-                           tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS], ctx->params.n_ctx};
+                           tr->schedule_on_backend + tr->schedule[HLD_OFF_PARENTS],
+                           step_rows_bound(ctx, (int64_t)tr->positions[0] + N)};
     if (verify_step_recordable(ctx, tree)) return run_verify_step(ctx, &bv, tree->argmax);
     return run_model(ctx, &bv, N, tree->logits, tree->argmax);
 }

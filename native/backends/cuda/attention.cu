@@ -92,10 +92,12 @@
                            * took 168 and 3 blocks per SM, 12 fit 128 and 4, and the latency-bound walk
                            * gains more from the fourth block than it loses to reading each row twice as
                            * often (docs/perf.md, twenty-second pass) */
-#define ATT_SHARE_MIN_ROWS 1024 /* rows a tile's queries must all see before their common segments are
-                                 * shared: below, one block per query and segment (23 queries x 4 KV
-                                 * heads x at most 8 segments on the 27B shape) keeps them parallel, where
-                                 * a shared block's pairs walked the rows longer */
+#define ATT_SHARE_MIN_ROWS 1024 /* a tile's queries share their common segments once they all see more
+                                 * rows than this: below, one block per query and segment (23 queries x 4
+                                 * KV heads x at most 8 segments on the 27B shape) keeps them parallel,
+                                 * where a shared block's pairs walked the rows longer. A batch bounded at
+                                 * DECODE_SHALLOW_ROWS (the same 1024: the core's shallow class) never
+                                 * shares, so its launches need no attention_blocked_kernel */
 /* resident blocks per SM the tile kernel's registers leave room for: 4 (128 registers; sm_90 and gfx11);
  * sm_75 keeps the 2 it had at 24 pairs, where its ptxas spilled at 3 (no sm_75 GPU has timed either) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -825,7 +827,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
  * gridDim.x, ... (one each up to ATT_MAX_SEG_BLOCKS segments) of the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
  * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
  * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows
- * and those rows are many: n_shared >= ATT_SHARE_MIN_ROWS and (seg + 1) * ATT_SEG <= n_shared, where
+ * and those rows are many: n_shared > ATT_SHARE_MIN_ROWS and (seg + 1) * ATT_SEG <= n_shared, where
  * n_shared is, causal, the smallest positions[t] + 1 of the tile, and, tree, n_prefix (the prefix rows
  * are direct). Block jq = 0 reduces a shared segment once for all (query,
  * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
@@ -873,7 +875,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     /* segments x, x + gridDim.x, ... in increasing order: shared ones (below n_shared) come first */
     for (int seg = blockIdx.x; seg < n_seg_max; seg += gridDim.x) {
         if (parents && (int64_t)seg * ATT_SEG >= (int64_t)n_prefix + T) break;
-        const bool shared = n_shared >= ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
+        const bool shared = n_shared > ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
         const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
         if ((!shared || counts) && !rows_ready) { /* query t's rows (and chain) */
             if (tid == 0) query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
@@ -941,7 +943,7 @@ static __global__ void __launch_bounds__(ATB_THREADS, 2)
         n_shared = positions[t0 + tq0] + 1;
         for (int j = 1; j < nq; j++) n_shared = min(n_shared, positions[t0 + tq0 + j] + 1);
     }
-    if (n_shared < ATT_SHARE_MIN_ROWS) return;
+    if (n_shared <= ATT_SHARE_MIN_ROWS) return;
     const int n_shared_segs = n_shared / ATT_SEG;
     if ((int)blockIdx.x >= n_shared_segs) return;
     const int np = nq * ngh, nj = D / ATB_LEAVES;
@@ -1138,7 +1140,7 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         /* a batch: blocks of query tiles (attention_tile_kernel), hb heads x qt queries per block; with
          * attention_blocked_kernel (att_blocked) tiles of up to ATB_PAIRS pairs, whose shared segments
          * it reduces before the tile kernel reduces the rest */
-        const bool blocked = T > 1 && att_blocked(be, tc, D);
+        const bool blocked = T > 1 && max_rows > ATT_SHARE_MIN_ROWS && att_blocked(be, tc, D);
         const int hb = G < ATT_MAX_G ? G : ATT_MAX_G, tile_hgroups = (G + hb - 1) / hb;
         const int qt = (blocked ? ATB_PAIRS : ATT_TILE_PAIRS) / hb;
         for (int t0 = 0; t0 < T; t0 += split_queries) {
