@@ -1146,11 +1146,12 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
             if (blocked) {
-                /* blocks along the segments: enough for two a SM over the tiles (a block walks the
-                 * segments x, x + gx, ...), at most one per segment */
+                /* blocks along the segments: as many as sit on the SMs at once, two a SM, over the
+                 * tiles (a block walks the segments x, x + gx, ...; one block more than fit would
+                 * start its walk only when a first one ends), at most one per segment */
                 const int tiles = (n_q + qt - 1) / qt, others = nkv * tile_hgroups * tiles;
-                const int two_waves = cb->sm_count > 0 ? (2 * cb->sm_count + others - 1) / others : seg_blocks;
-                const int gx = two_waves < seg_blocks ? (two_waves > 0 ? two_waves : 1) : seg_blocks;
+                const int resident = cb->sm_count > 0 ? 2 * cb->sm_count / others : seg_blocks;
+                const int gx = resident < seg_blocks ? (resident > 0 ? resident : 1) : seg_blocks;
                 launch_attention_blocked(be, dim3(gx, nkv * tile_hgroups, tiles), D, q, k_cache, v_cache, first_row,
                                          positions, n_prefix, nh, nkv, tile_hgroups, hb, qt, n_q, n_seg_max, t0,
                                          part_acc, part_ml, scale);
