@@ -8,24 +8,15 @@ each C element lands are checked on every submission, before any device time."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from nvcc_host_check import run_host_check
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build tools/cuda_attention_tc_check.cu")
 def test_tensor_core_attention_lanes_match_their_arithmetic_with_planted_faults(tmp_path):
-    binary = tmp_path / "cuda_attention_tc_check"
-    build = subprocess.run(["nvcc", "-O2", "-std=c++20", "-I", str(ROOT / "native" / "backends" / "cuda"),
-                            str(ROOT / "tools" / "cuda_attention_tc_check.cu"), "-o", str(binary)],
-                           capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
-    run = subprocess.run([str(binary), "--self-test"], capture_output=True, text=True, timeout=600)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-6000:]
+    output = run_host_check(tmp_path, "cuda_attention_tc_check.cu", "--self-test")
     assert "PASSED: 0 failure(s), every planted fault caught" in output, output[-3000:]
     first = output.split("-- planted fault")[0]
     assert first.count(" ok ") >= 30 and "FAIL" not in first, first

@@ -17,6 +17,7 @@
 // lane sums summed in lane order instead of the butterfly's tree, a V row read one row late. Needs nvcc
 // (for the CUDA headers' vector types), no GPU.
 #include "attention_blocked.cuh"
+#include "host_check_values.h"
 
 #include <cmath>
 #include <cstdio>
@@ -26,18 +27,6 @@
 #include <vector>
 
 static std::mt19937 rng(4321);
-static std::vector<float> randv(size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto &x : v) x = d(rng);
-    return v;
-}
-static bool same_bits(float a, float b) {
-    uint32_t x, y;
-    memcpy(&x, &a, 4), memcpy(&y, &b, 4);
-    return x == y;
-}
-
 static int failures = 0;
 static bool report(const char *what, long bad, long total, bool expect_bad = false) {
     const bool ok = expect_bad ? bad > 0 : bad == 0;
@@ -73,8 +62,8 @@ static float butterfly_dot(const float *q, const float *k, int D, bool lane_orde
 static void check_case(int np, int D, enum fault f, bool expect_bad) {
     const int row_stride = 3 * D + 4, kv_offset = D; // the tile sits at a KV head past the first
     const float scale = 1.0f / sqrtf((float)D);
-    std::vector<float> q = randv((size_t)np * D), k = randv((size_t)ATB_ROWS * row_stride),
-                       v = randv((size_t)ATB_ROWS * row_stride);
+    std::vector<float> q = random_normals(rng, (size_t)np * D), k = random_normals(rng, (size_t)ATB_ROWS * row_stride),
+                       v = random_normals(rng, (size_t)ATB_ROWS * row_stride);
     auto sh = std::make_unique<atb_shared>();
     memset(sh.get(), 0xff, sizeof *sh); // NaN everywhere the phases do not write
     // q as [T][nh][D] with pair i = (query i / ngh, head i % ngh): ngh = 1 here, so pair i is query i
@@ -108,7 +97,8 @@ static void check_case(int np, int D, enum fault f, bool expect_bad) {
     if (f == UNSWIZZLED_K || f == LANE_ORDER_SUM) return;
 
     // weighted V: probabilities and alphas as a softmax leaves them, accumulators from a previous tile
-    std::vector<float> p = randv((size_t)ATB_PAIRS * ATB_ROWS), alpha = randv(ATB_PAIRS), acc0 = randv((size_t)ATB_PAIRS * D);
+    std::vector<float> p = random_normals(rng, (size_t)ATB_PAIRS * ATB_ROWS), alpha = random_normals(rng, ATB_PAIRS),
+                       acc0 = random_normals(rng, (size_t)ATB_PAIRS * D);
     for (auto &x : p) x = fabsf(x);
     for (int pair = 0; pair < ATB_PAIRS; pair++) {
         for (int row = 0; row < ATB_ROWS; row++) sh->p[pair * ATB_P_STRIDE + row] = p[(size_t)pair * ATB_ROWS + row];

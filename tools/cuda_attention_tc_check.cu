@@ -14,6 +14,7 @@
 // and fails unless every one is caught. Needs nvcc (for the CUDA headers' float4), no GPU.
 #define ATT_TC_HOST_EMULATION 1
 #include "attention_tensor_cores.cuh"
+#include "host_check_values.h"
 
 #include <barrier>
 #include <cmath>
@@ -64,19 +65,6 @@ static void run_warp(const std::function<void(int)> &lane) {
 
 static int failures = 0;
 static std::mt19937 rng(1234);
-static std::vector<float> randv(size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto &x : v) x = d(rng);
-    return v;
-}
-
-static bool same_bits(float a, float b) {
-    uint32_t x, y;
-    memcpy(&x, &a, 4), memcpy(&y, &b, 4);
-    return x == y;
-}
-
 static void report(const char *name, long bad, long total) {
     printf("%-56s %s (%ld of %ld differ)\n", name, bad ? "FAIL" : "ok", bad, total);
     if (bad) failures++;
@@ -90,7 +78,7 @@ static float split_lo(float x) { return att_tc_float(att_tf32(x - split_hi(x)));
 // Scores: 16 x 64 tile rows of pairs x rows, each warp's 16 rows, against the plain loop.
 static void check_scores(int n_pair_rows, int D, int tile_n) {
     const int q_stride = D + ATT_TC_Q_PAD;
-    auto Q = randv((size_t)16 * D), K = randv((size_t)64 * D);
+    auto Q = random_normals(rng, (size_t)16 * D), K = random_normals(rng, (size_t)64 * D);
     // the split queries of n_pair_rows pairs; rows past them are never used (read as row n_pair_rows - 1)
     std::vector<uint32_t> q_hi((size_t)n_pair_rows * q_stride, 0x7fc00000u), q_lo((size_t)n_pair_rows * q_stride, 0x7fc00000u);
     for (int p = 0; p < n_pair_rows; p++)
@@ -146,7 +134,7 @@ static void check_values(int n_pairs, int D, int tile_n) {
     std::vector<float> P((size_t)n_pairs * p_stride, NAN);
     for (int p = 0; p < n_pairs; p++)
         for (int i = 0; i < 64; i++) P[p * p_stride + i] = i < tile_n ? u01(rng) : 0.0f;
-    auto V = randv((size_t)64 * D), A0 = randv((size_t)16 * D);
+    auto V = random_normals(rng, (size_t)64 * D), A0 = random_normals(rng, (size_t)16 * D);
     std::vector<float> got((size_t)16 * D, NAN);
     for (int w = 0; 64 * w < D; w++)
         run_warp([&](int lane) {
@@ -186,7 +174,7 @@ static void check_values(int n_pairs, int D, int tile_n) {
 
 // the split itself: hi + lo within 2^-22 of x, hi and lo tf32 values (13 low bits zero)
 static void check_split() {
-    auto X = randv(100000, 10.0f);
+    auto X = random_normals(rng, 100000, 10.0f);
     long bad = 0;
     for (float x : X) {
         uint32_t hi, lo;
