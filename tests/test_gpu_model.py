@@ -424,7 +424,8 @@ def test_quantized_top1_agrees_with_the_cpu_backend(model_files, key):
 def deep_attention_model(tmp_path_factory):
     """qwen35 with the 27B shape's attention geometry where the CUDA attention kernels take their
     compile-time paths (attention.cu, segment_partial_for): head_dim 256 and 6 query heads per KV
-    head, so a decode block holds 2 pairs, a batch query 6 and a query tile 4 x 6 = 24."""
+    head, so a decode block holds 2 pairs, a batch query 6 and a query tile 2 x 6 = 12 (the tile
+    kernel's walk) or 5 x 6 = 30 (attention_blocked_kernel's, where it runs)."""
     path = write_test_model(tmp_path_factory.mktemp("gpu-deep") / "tiny-d256-qwen35-f32.gguf", "tiny", "f32",
                             seed=5, head_dim=256, rope_dims=64)
     model = Model.load(str(path), device="cuda")
@@ -437,7 +438,8 @@ DEEP_PREFIX = 1152  # 9 segments of 128 rows: from 1024 rows on a query tile sha
 
 @pytest.mark.parametrize("decode_general", ["0", "1"], ids=["decode-fixed-pairs", "decode-general"])
 def test_attention_at_depth_is_exact_on_the_27b_head_shape(deep_attention_model, decode_general, monkeypatch):
-    """Past 1024 rows a batch's query tiles share their common segments (12 pairs a block), its
+    """Past 1024 rows a batch's query tiles share their common segments (12 pairs a block on the
+    tile kernel's walk, 30 on the blocked walk where it runs), its
     queries' own segments and every decode step take the per-query blocks (6 and 2 pairs), whole
     tiles through the compile-time code: a 23-token batch and a 23-node tree at that depth must give
     the bits of decoding token by token (and of each node's path). With
