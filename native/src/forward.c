@@ -208,18 +208,20 @@ static int batch_step_recordable(const specla_context *ctx, const specla_batch *
            ctx->be->records_batches && !ctx->params.no_recorded_steps;
 }
 
-/* The rows a batch's or a verify's attention grids are sized for when its queries see at most
- * rows_seen rows: the context's capacity, or DECODE_SHALLOW_ROWS when rows_seen is at most that and
- * the capacity larger (the shallow class, as a decode step's: a launch has blocks for 8 segments, not
- * for the capacity's, most of which would only leave). The bits do not depend on the bound; a
+/* The rows a step's attention grids are sized for when its queries see at most rows_seen rows: the
+ * context's capacity, or DECODE_SHALLOW_ROWS when rows_seen is at most that and the capacity larger
+ * (the shallow class: a launch has blocks for 8 segments, not for the capacity's, most of which would
+ * only leave). Every decode step, batch and verify takes it. The bits do not depend on the bound; a
  * recorded step is keyed by its class, whose grids it holds. */
 static int32_t step_rows_bound(const specla_context *ctx, int64_t rows_seen) {
     return rows_seen <= DECODE_SHALLOW_ROWS && ctx->params.n_ctx > DECODE_SHALLOW_ROWS ? DECODE_SHALLOW_ROWS
                                                                                       : ctx->params.n_ctx;
 }
-/* a keyed step's variant with its depth class: bit 1 set for the capacity's bound */
+/* a step's depth class: 0 shallow, 1 bounded by the capacity (step_rows_bound) */
+static int depth_class(const specla_context *ctx, const batch_view *bv) { return bv->max_rows == ctx->params.n_ctx; }
+/* a keyed step's variant with its depth class in bit 1 */
 static int32_t with_depth_class(const specla_context *ctx, const batch_view *bv, int32_t variant) {
-    return variant | (bv->max_rows == ctx->params.n_ctx ? 2 : 0);
+    return variant | depth_class(ctx, bv) << 1;
 }
 
 static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
@@ -228,22 +230,18 @@ static specla_status run_batch_step(specla_context *ctx, const batch_view *bv, i
     return finish_step(ctx, argmax_out, 1);
 }
 
-/* A recorded decode step at `position` sees position + 1 rows. Its attention grid covers the rows
- * its recording was made for, so a shallow step (at most DECODE_SHALLOW_ROWS rows) replays a
- * recording bounded there and a deeper one a recording bounded by the context's capacity: the
+/* A recorded decode step's attention grid covers the rows of its depth class (bv->max_rows, from
+ * step_rows_bound), so a shallow step (at most DECODE_SHALLOW_ROWS rows) replays a recording bounded
+ * there and a deeper one a recording bounded by the context's capacity: the
  * backend shapes each launch for its bound (CUDA: one query head a block while the bound's blocks
  * fit one wave, else two; docs/cuda-attention.md). The bits do not depend on the bound. */
-static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t position,
-                                     int32_t *argmax_out) {
+static specla_status run_decode_step(specla_context *ctx, const batch_view *bv, int32_t *argmax_out) {
     const backend *be = ctx->be;
-    const int deep = position >= DECODE_SHALLOW_ROWS || ctx->params.n_ctx <= DECODE_SHALLOW_ROWS; /* class 0 or 1 */
-    batch_view bounded = *bv;
-    bounded.max_rows = deep ? ctx->params.n_ctx : DECODE_SHALLOW_ROWS;
+    const int deep = depth_class(ctx, bv);
     const recorded_head_key head = scored_head_key(ctx);
     if (!same_head_key(&ctx->recorded_head[deep], &head) || !be->ops->replay(be, STEP_DECODE + deep)) {
         ctx->recorded_head[deep] = head;
-        if (!record_and_replay(ctx, STEP_DECODE + deep, &bounded, 1, 1))
-            return run_model(ctx, &bounded, 1, NULL, argmax_out);
+        if (!record_and_replay(ctx, STEP_DECODE + deep, bv, 1, 1)) return run_model(ctx, bv, 1, NULL, argmax_out);
     }
     return read_argmax(ctx, argmax_out, 1);
 }
@@ -257,8 +255,8 @@ specla_status model_forward(specla_context *ctx, const specla_batch *batch) {
     int32_t last = 0;
     for (int i = 0; i < batch->n_tokens; i++) last = batch->positions[i] > last ? batch->positions[i] : last;
     const batch_view bv = {batch->n_tokens, s->positions, s->positions, NULL, NULL,
-                           batch->n_tokens > 1 ? step_rows_bound(ctx, (int64_t)last + 1) : ctx->params.n_ctx};
-    if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->positions[0], batch->argmax);
+                           step_rows_bound(ctx, (int64_t)last + 1)};
+    if (decode_step_recordable(ctx, batch)) return run_decode_step(ctx, &bv, batch->argmax);
     if (batch_step_recordable(ctx, batch)) return run_batch_step(ctx, &bv, batch->argmax);
     return run_model(ctx, &bv, batch->logits_all ? batch->n_tokens : 1, batch->logits, batch->argmax);
 }

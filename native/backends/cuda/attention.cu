@@ -823,13 +823,28 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_KERNEL_MIN_BLOCKS(HG))
         }
 }
 
+/* The rows every query of a tile (queries t_first .. t_first + nq - 1 of the call) sees at the same
+ * logical positions as the same physical rows: a tree's prefix (n_prefix_at), else the smallest
+ * positions[t] + 1 of the tile. Every thread reads them itself. */
+static __device__ __forceinline__ int tile_shared_rows(const int32_t *positions, const int32_t *n_prefix_at, int t_first,
+                                                       int nq) {
+    if (n_prefix_at) return *n_prefix_at;
+    int rows = positions[t_first] + 1;
+    for (int j = 1; j < nq; j++) rows = min(rows, positions[t_first + j] + 1);
+    return rows;
+}
+/* How many segments (0, 1, ...) a tile seeing n_shared rows in common SHARES: its whole segments,
+ * none unless it sees more than ATT_SHARE_MIN_ROWS */
+static __device__ __forceinline__ int shared_segments(int n_shared) {
+    return n_shared > ATT_SHARE_MIN_ROWS ? n_shared / ATT_SEG : 0;
+}
+
 /* SPLIT for a batch (T > 1): block (x, kvh * n_hgroups + hg, tile * qt + jq) serves segments x, x +
  * gridDim.x, ... (one each up to ATT_MAX_SEG_BLOCKS segments) of the query heads head0 .. head0 + ngh - 1 (ngh = min(hb, G - hg * hb)) for the tile's queries t0 +
  * tile * qt .. (at most qt of them; pairs = queries x heads <= ATT_TILE_PAIRS). A segment is SHARED by
  * the tile when every query of it sees all ATT_SEG of its logical positions as the same physical rows
- * and those rows are many: n_shared > ATT_SHARE_MIN_ROWS and (seg + 1) * ATT_SEG <= n_shared, where
- * n_shared is, causal, the smallest positions[t] + 1 of the tile, and, tree, n_prefix (the prefix rows
- * are direct). Block jq = 0 reduces a shared segment once for all (query,
+ * and those rows are many: seg < shared_segments(n_shared), where n_shared (tile_shared_rows) is,
+ * causal, the smallest positions[t] + 1 of the tile, and, tree, n_prefix (the prefix rows are direct). Block jq = 0 reduces a shared segment once for all (query,
  * head) pairs of the tile: pair i = (query i / ngh, head i % ngh) takes the place of a head in
  * segment_partial, so each K and V row is loaded once for every pair, and each pair's operations are
  * those of segment_partial for one head (they never depend on what else the block holds); blocks jq >
@@ -847,7 +862,6 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
                           int32_t *part_rows, float scale, int shared_elsewhere) {
     grid_begin();
     __shared__ att_shared<P> sh;
-    __shared__ int tile_min_rows; /* causal: the fewest rows a query of the tile sees */
     extern __shared__ int32_t tree_shared[]; /* parents copy [T], query t's chain [T] */
     window_start(first_row, nkv, D, &k_cache, &v_cache);
     const int kvh = blockIdx.y / n_hgroups, hg = blockIdx.y % n_hgroups, tid = threadIdx.x;
@@ -863,19 +877,15 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
     if (parents && (int64_t)blockIdx.x * ATT_SEG >= (int64_t)n_prefix + T) return;
     if (parents) {
         for (int i = tid; i < T; i += ATT_THREADS) tree_shared[i] = parents[i];
-    } else if (tid == 0) {
-        int mn = positions[t0 + tq0] + 1;
-        for (int j = 1; j < nq; j++) mn = min(mn, positions[t0 + tq0 + j] + 1);
-        tile_min_rows = mn;
+        __syncthreads();
     }
-    __syncthreads();
-    const int n_shared = parents ? n_prefix : tile_min_rows;
+    const int n_shared = tile_shared_rows(positions, n_prefix_at, t0 + tq0, nq), n_shared_segs = shared_segments(n_shared);
     bool rows_ready = false; /* sh holds query t's rows (and chain): a shared segment overwrites them */
     float acc[P][ATT_DIMS_PER_THREAD];
     /* segments x, x + gridDim.x, ... in increasing order: shared ones (below n_shared) come first */
     for (int seg = blockIdx.x; seg < n_seg_max; seg += gridDim.x) {
         if (parents && (int64_t)seg * ATT_SEG >= (int64_t)n_prefix + T) break;
-        const bool shared = n_shared > ATT_SHARE_MIN_ROWS && (seg + 1) * ATT_SEG <= n_shared;
+        const bool shared = seg < n_shared_segs;
         const bool counts = seg == 0 && blockIdx.y == 0; /* this block writes query t's row count */
         if ((!shared || counts) && !rows_ready) { /* query t's rows (and chain) */
             if (tid == 0) query_rows(sh, parents ? tree_shared : nullptr, chain, t, n_prefix, positions);
@@ -922,7 +932,7 @@ static __global__ void __launch_bounds__(ATT_THREADS, ATT_TILE_MIN_BLOCKS)
  * bits (the header says why). Tree when n_prefix_at != NULL (the prefix rows are the shared ones).
  * Dynamic shared memory: one atb_shared. NJ = head_dim / 32 at compile time (0: D / 32 at run time). */
 template <int NJ>
-static __global__ void __launch_bounds__(ATB_THREADS, 2)
+static __global__ void __launch_bounds__(ATB_THREADS, ATB_BLOCKS_PER_SM)
     attention_blocked_kernel(const float *q, const float *k_cache, const float *v_cache, const int32_t *first_row,
                              const int32_t *positions, const int32_t *n_prefix_at, int nh, int nkv, int D,
                              int n_hgroups, int hb, int qs, int n_q, int n_seg_max, int t0, float *part_acc,
@@ -935,16 +945,7 @@ static __global__ void __launch_bounds__(ATB_THREADS, 2)
     const int lane = tid % SPECLA_WARP, warp = tid / SPECLA_WARP;
     const int G = nh / nkv, head0 = kvh * G + hg * hb, ngh = min(hb, G - hg * hb);
     const int tq0 = blockIdx.z * qs, nq = min(qs, n_q - tq0);
-    /* the rows every query of the tile sees directly (each thread reads them itself: no barrier) */
-    int n_shared;
-    if (n_prefix_at) {
-        n_shared = *n_prefix_at;
-    } else {
-        n_shared = positions[t0 + tq0] + 1;
-        for (int j = 1; j < nq; j++) n_shared = min(n_shared, positions[t0 + tq0 + j] + 1);
-    }
-    if (n_shared <= ATT_SHARE_MIN_ROWS) return;
-    const int n_shared_segs = n_shared / ATT_SEG;
+    const int n_shared_segs = shared_segments(tile_shared_rows(positions, n_prefix_at, t0 + tq0, nq));
     if ((int)blockIdx.x >= n_shared_segs) return;
     const int np = nq * ngh, nj = D / ATB_LEAVES;
     const int64_t row_stride = (int64_t)nkv * D;
@@ -1077,21 +1078,16 @@ static bool att_tensor_cores(const backend *be, int D) {
 static bool att_blocked(const backend *be, bool tc, int D) {
     const cuda_backend *cb = cuda_of(be);
     return ATT_BLOCKED_KERNELS && cb->attention_blocked && !tc && D % ATB_LEAVES == 0 && D <= ATB_MAX_D &&
-           (size_t)cb->shared_per_sm >= 2 * (sizeof(atb_shared) + ATB_SMEM_RESERVED);
+           (size_t)cb->shared_per_sm >= ATB_BLOCKS_PER_SM * (sizeof(atb_shared) + ATB_SMEM_RESERVED);
 }
 
+#if !defined(SPECLA_USE_HIP)
 /* attention_blocked_kernel for head_dim D (att_blocked(D)), its shared-memory limit raised once */
 static void launch_attention_blocked(const backend *be, dim3 grid, int D, const float *q, const float *k_cache,
                                      const float *v_cache, const int32_t *first_row, const int32_t *positions,
                                      const int32_t *n_prefix, int nh, int nkv, int n_hgroups, int hb, int qs, int n_q,
                                      int n_seg_max, int t0, float *part_acc, float *part_ml, float scale) {
-#if defined(SPECLA_USE_HIP)
-    (void)be, (void)grid, (void)D, (void)q, (void)k_cache, (void)v_cache, (void)first_row, (void)positions,
-        (void)n_prefix, (void)nh, (void)nkv, (void)n_hgroups, (void)hb, (void)qs, (void)n_q, (void)n_seg_max, (void)t0,
-        (void)part_acc, (void)part_ml, (void)scale;
-#else
-    const bool fixed = D == ATB_MAX_D;
-    auto kernel = fixed ? attention_blocked_kernel<ATB_MAX_D / ATB_LEAVES> : attention_blocked_kernel<0>;
+    auto kernel = D == ATB_MAX_D ? attention_blocked_kernel<ATB_MAX_D / ATB_LEAVES> : attention_blocked_kernel<0>;
     static const cudaError_t fixed_attr = cudaFuncSetAttribute(
         attention_blocked_kernel<ATB_MAX_D / ATB_LEAVES>, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(atb_shared));
     static const cudaError_t general_attr = cudaFuncSetAttribute(
@@ -1099,8 +1095,8 @@ static void launch_attention_blocked(const backend *be, dim3 grid, int D, const 
     (void)fixed_attr, (void)general_attr; /* a refused limit shows as the launch's error */
     cuda_launch(kernel, grid, dim3(ATB_THREADS), sizeof(atb_shared), cuda_stream(be), q, k_cache, v_cache, first_row,
                 positions, n_prefix, nh, nkv, D, n_hgroups, hb, qs, n_q, n_seg_max, t0, part_acc, part_ml, scale);
-#endif
 }
+#endif
 
 /* The attention_kernel of HG heads a block: on the tensor cores (tc) or not, and for a decode step's
  * blocks with or without the compile-time pair shape (ATT_KERNEL_FIXED_PAIRS). */
@@ -1145,18 +1141,20 @@ static void launch_attention_heads(const backend *be, const char *name, const fl
         const int qt = (blocked ? ATB_PAIRS : ATT_TILE_PAIRS) / hb;
         for (int t0 = 0; t0 < T; t0 += split_queries) {
             const int n_q = T - t0 < split_queries ? T - t0 : split_queries;
+#if !defined(SPECLA_USE_HIP) /* att_blocked is false there */
             if (blocked) {
                 /* blocks along the segments: as many as sit on the SMs at once, two a SM, over the
                  * tiles (a block walks the segments x, x + gx, ...; one block more than fit would
                  * start its walk only when a first one ends), at most one per segment */
                 const int tiles = (n_q + qt - 1) / qt, others = nkv * tile_hgroups * tiles;
-                const int resident = cb->sm_count > 0 ? 2 * cb->sm_count / others : seg_blocks;
+                const int resident = cb->sm_count > 0 ? ATB_BLOCKS_PER_SM * cb->sm_count / others : seg_blocks;
                 const int gx = resident < seg_blocks ? (resident > 0 ? resident : 1) : seg_blocks;
                 launch_attention_blocked(be, dim3(gx, nkv * tile_hgroups, tiles), D, q, k_cache, v_cache, first_row,
                                          positions, n_prefix, nh, nkv, tile_hgroups, hb, qt, n_q, n_seg_max, t0,
                                          part_acc, part_ml, scale);
                 cuda_note_launch(be, name);
             }
+#endif
             if (T > 1)
                 cuda_launch(tc ? attention_tile_kernel<ATT_TILE_PAIRS, ATT_TC_KERNELS>
                                : attention_tile_kernel<ATT_TILE_PAIRS, false>,

@@ -28,7 +28,7 @@
  * batch and tree with decoding, bit for bit, and tools/cuda_attention_blocked_check.cu runs these
  * phases on the host against plain loops of the arithmetic.
  *
- * Shared memory (atb_shared, 105 KB at head_dim 256, two blocks per SM on sm_90): the block's
+ * Shared memory (atb_shared, 105 KB at head_dim 256, ATB_BLOCKS_PER_SM = 2 a SM on sm_90): the block's
  * queries transposed (dim-major, its 32 pairs adjacent), one tile's K transposed (dim-major, rows
  * adjacent, swizzled) or V as stored (row-major), the tile's scores / probabilities, the running
  * max, sum and scale per pair. Needs head_dim a multiple of 32, at most 256. */
@@ -55,6 +55,8 @@
 
 #define ATB_THREADS 256   /* 8 warps */
 #define ATB_WARPS (ATB_THREADS / 32)
+#define ATB_BLOCKS_PER_SM 2 /* resident blocks an SM must hold: 2 x 128 registers x 256 threads fill
+                             * its 64 K registers; attention.cu launches only where 2 x atb_shared fit */
 #define ATB_PAIRS 32      /* (query, head) pairs a block holds: 8 threads x 4 in the scores */
 #define ATB_ROWS 64       /* a tile's rows (attention.cu's ATT_TILE) */
 #define ATB_MAX_D 256
